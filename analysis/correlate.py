@@ -1,0 +1,189 @@
+"""Explain slow collectives: what the fabric was doing during each op's lifetime.
+
+For every collective op (an ``(iteration, op_index)`` group of ops.csv) and its lifetime ``[start, end]``
+(first rank's start to last rank's end) this looks at the queue samples and PFC events of the watched links:
+
+* ``drops`` / ``marks``: increase of the cumulative counters between the last sample at or before
+  ``start`` and the first sample at or after ``end`` (the bracketing samples; the counters' resolution
+  is the sampling interval, so this may include events up to one interval either side of the op);
+* ``peak_backlog_bytes``: largest backlog (summed over classes) among samples inside ``[start, end]``;
+  nan when no sample falls inside (an op shorter than the sampling interval);
+* ``paused_ms``: time the most-paused link spent paused inside ``[start, end]`` (pauses of different
+  priorities on a port count once).
+
+Pure pandas/numpy; reads no files itself (give it DataFrames or a loaded ``Run``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import numpy as np
+import pandas as pd
+
+from .metrics import _union_length, nearest_rank, op_table, pause_intervals, percentiles
+
+__all__ = ["OP_NETWORK_COLUMNS", "correlate_ops", "correlate_run", "explain_op", "explain_slowest",
+           "port_label"]
+
+OP_NETWORK_COLUMNS = ["iteration", "op_index", "op", "collective", "start_s", "end_s", "cct_ms",
+                      "peak_backlog_bytes", "peak_port", "drops", "drop_port", "drop_port_drops", "marks",
+                      "paused_ms", "pause_port", "worst_port"]
+
+
+def port_label(node: str, port: str) -> str:
+    """``"node:port"``, the link naming used in every output of this module."""
+    return f"{node}:{port}"
+
+
+def _normalise_links(links: Iterable | None) -> set[str] | None:
+    if links is None:
+        return None
+    out = set()
+    for link in links:
+        out.add(port_label(*link) if isinstance(link, (tuple, list)) else str(link))
+    return out
+
+
+def _port_series(queues: pd.DataFrame, links: set[str] | None) -> dict[str, dict[str, np.ndarray]]:
+    """Per port label: sample times and per-time sums over classes of backlog and counters."""
+    out: dict[str, dict[str, np.ndarray]] = {}
+    if queues.empty:
+        return out
+    cols = ["backlog_bytes", "drops", "marks"]
+    per_t = queues.groupby(["node", "port", "t_s"], sort=True)[cols].sum().reset_index()
+    for (node, port), d in per_t.groupby(["node", "port"], sort=True):
+        label = port_label(node, port)
+        if links is not None and label not in links:
+            continue
+        out[label] = {"t": d["t_s"].to_numpy(dtype=float), **{c: d[c].to_numpy(dtype=float) for c in cols}}
+    return out
+
+
+def _bracket_delta(t: np.ndarray, v: np.ndarray, start: float, end: float) -> float:
+    """Increase of cumulative counter v between the samples bracketing [start, end] (resets tolerated)."""
+    if t.size < 2:
+        return 0.0
+    i = max(int(np.searchsorted(t, start, side="right")) - 1, 0)
+    j = min(int(np.searchsorted(t, end, side="left")), t.size - 1)
+    if j <= i:
+        return 0.0
+    seg = v[i:j + 1]
+    d = np.diff(seg)
+    return float(np.where(d < 0, seg[1:], d).sum())
+
+
+def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
+                  links: Iterable | None = None, run_end: float | None = None) -> pd.DataFrame:
+    """One row per collective op with what the watched links did during it.
+
+    ``links``: iterable of ``"node:port"`` strings or ``(node, port)`` tuples; None watches every port found
+    in queues.csv / pfc.csv. ``run_end`` closes pauses that never got an xon (default: the latest
+    timestamp in ops/queues/pfc). Columns (:data:`OP_NETWORK_COLUMNS`): iteration, op_index, op, collective,
+    start_s, end_s, cct_ms, peak_backlog_bytes, peak_port, drops (sum over watched ports), drop_port (most
+    drops), drop_port_drops, marks (sum), paused_ms (on the most-paused link), pause_port, worst_port
+    (pause_port if any pause, else drop_port if any drop, else peak_port). Port fields are "" when
+    nothing qualifies.
+    """
+    ot = op_table(ops)
+    wanted = _normalise_links(links)
+    series = _port_series(queues, wanted)
+    if run_end is None:
+        candidates = [float(df[c].max()) for df, c in ((ops, "end_s"), (queues, "t_s"), (pfc, "t_s")) if len(df)]
+        run_end = max(candidates) if candidates else 0.0
+    iv = pause_intervals(pfc, run_end)
+    pauses: dict[str, list[tuple[float, float]]] = {}
+    for row in iv.itertuples(index=False):
+        label = port_label(row.node, row.port)
+        if wanted is None or label in wanted:
+            pauses.setdefault(label, []).append((row.start_s, row.end_s))
+
+    rows = []
+    for op in ot.itertuples(index=False):
+        s, e = float(op.start_s), float(op.end_s)
+        peak, peak_port = math.nan, ""
+        drops_total, marks_total = 0.0, 0.0
+        drop_port, drop_port_drops = "", 0.0
+        for label, ser in series.items():
+            t = ser["t"]
+            inside = (t >= s) & (t <= e)
+            if inside.any():
+                b = float(ser["backlog_bytes"][inside].max())
+                if math.isnan(peak) or b > peak:
+                    peak, peak_port = b, label
+            dr = _bracket_delta(t, ser["drops"], s, e)
+            drops_total += dr
+            marks_total += _bracket_delta(t, ser["marks"], s, e)
+            if dr > drop_port_drops:
+                drop_port, drop_port_drops = label, dr
+        paused, pause_port = 0.0, ""
+        for label, ivs in pauses.items():
+            p = _union_length(ivs, s, e)
+            if p > paused:
+                paused, pause_port = p, label
+        worst = pause_port or drop_port or peak_port
+        rows.append({"iteration": int(op.iteration), "op_index": int(op.op_index), "op": op.op,
+                     "collective": op.collective, "start_s": s, "end_s": e, "cct_ms": (e - s) * 1e3,
+                     "peak_backlog_bytes": peak, "peak_port": peak_port, "drops": drops_total,
+                     "drop_port": drop_port, "drop_port_drops": drop_port_drops, "marks": marks_total,
+                     "paused_ms": paused * 1e3, "pause_port": pause_port, "worst_port": worst})
+    df = pd.DataFrame(rows, columns=OP_NETWORK_COLUMNS)
+    if df.empty:
+        return pd.DataFrame({c: pd.Series([], dtype=object if c in ("op", "collective", "peak_port", "drop_port",
+                                                                     "pause_port", "worst_port") else
+                                          ("int64" if c in ("iteration", "op_index") else float))
+                             for c in OP_NETWORK_COLUMNS})
+    return df
+
+
+def correlate_run(run, links: Iterable | None = None) -> pd.DataFrame:
+    """:func:`correlate_ops` on a loaded ``Run`` (pauses still open are closed at the run's end)."""
+    end = run.time_window()[1]
+    return correlate_ops(run.ops, run.queues, run.pfc, links=links,
+                         run_end=None if (end is None or math.isnan(end)) else end)
+
+
+def _fmt_q(q: float) -> str:
+    s = f"{q * 100:.6g}"
+    return "p" + s
+
+
+def explain_op(row: pd.Series | dict, prefix: str = "op") -> str:
+    """One-line sentence for one row of :func:`correlate_ops`."""
+    head = f"{prefix} (iteration {int(row['iteration'])}, op {int(row['op_index'])}, {row['cct_ms']:.1f} ms)"
+    parts = []
+    if row["paused_ms"] > 0:
+        parts.append(f"{row['paused_ms']:.1f} ms of pauses on {row['pause_port']}")
+    if row["drop_port_drops"] > 0:
+        parts.append(f"{int(row['drop_port_drops'])} drops on {row['drop_port']}")
+    if row["marks"] > 0:
+        parts.append(f"{int(row['marks'])} ECN marks")
+    if parts:
+        body = " and ".join(parts) if len(parts) <= 2 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        return f"{head} coincided with {body}"
+    if not (isinstance(row["peak_backlog_bytes"], float) and math.isnan(row["peak_backlog_bytes"])):
+        return (f"{head} coincided with no pauses, drops or marks on the watched links "
+                f"(peak backlog {int(row['peak_backlog_bytes'])} B on {row['peak_port']})")
+    return f"{head} coincided with no pauses, drops or marks on the watched links (no queue sample inside it)"
+
+
+def explain_slowest(run, q: float = 0.99, links: Iterable | None = None,
+                    table: pd.DataFrame | None = None) -> str:
+    """One-line sentence explaining the op at the q-th CCT percentile (nearest rank, so an actual op).
+
+    E.g. ``"p99 op (iteration 7, op 2, 41.3 ms) coincided with 3.0 ms of pauses on spine1:eth2 and 12 drops
+    on leaf1:eth3 [median 10.2 ms, n=40 ops: p99 is the max]"``. Pass a precomputed :func:`correlate_ops`
+    ``table`` to skip recomputation (``run`` is then unused and may be None).
+    """
+    t = table if table is not None else correlate_run(run, links)
+    label = _fmt_q(q)
+    if t.empty:
+        return f"{label} op: no collective ops in this run"
+    target = nearest_rank(t["cct_ms"], q)
+    row = t[t["cct_ms"] == target].iloc[0]
+    pct = percentiles(t["cct_ms"])
+    note = f"median {pct.p50:.1f} ms, n={pct.n} ops"
+    if not pct.resolves(q):
+        note += f": {label} is the max"
+    return f"{explain_op(row, prefix=f'{label} op')} [{note}]"

@@ -1,0 +1,170 @@
+"""PNG plots for run analysis (matplotlib, Agg canvas; never touches pyplot's global state).
+
+Each function takes DataFrames / values and an output path, writes one PNG and returns the path.
+Times are drawn relative to ``t0`` (default: the earliest timestamp plotted) in seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from .metrics import GOOD_ABOVE, POOR_BELOW, nearest_rank, pause_intervals, scaling_verdict
+
+__all__ = ["plot_cdf", "plot_metric_vs_param", "plot_pause_timeline", "plot_queue_occupancy",
+           "plot_scaling_efficiency"]
+
+_VERDICT_COLOURS = {"poor": "tab:red", "marginal": "tab:orange", "good": "tab:green", "n/a": "tab:gray"}
+
+
+def _new(figsize=(7.0, 4.0)) -> tuple[Figure, object]:
+    fig = Figure(figsize=figsize, dpi=100)
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot(1, 1, 1)
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
+
+
+def _empty_note(ax, text: str = "no data") -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="gray")
+
+
+def plot_cdf(samples: Sequence[float] | Mapping[str, Sequence[float]], path: str | Path, *,
+             xlabel: str = "collective completion time (ms)", title: str = "CDF", mark_tails: bool = True
+             ) -> Path:
+    """Empirical CDF of one sample or several (``{label: values}``), with p50/p99 marked per series.
+
+    The legend shows ``n`` for each series: a p99 from fewer than 100 samples is just the max.
+    """
+    fig, ax = _new()
+    series = samples if isinstance(samples, Mapping) else {"": samples}
+    drawn = False
+    for label, vals in series.items():
+        x = np.sort(np.asarray(vals, dtype=float))
+        x = x[~np.isnan(x)]
+        if x.size == 0:
+            continue
+        y = np.arange(1, x.size + 1) / x.size
+        line = ax.step(x, y, where="post", label=f"{label} (n={x.size})".strip())[0]
+        if mark_tails:
+            for q, ls in ((0.5, ":"), (0.99, "--")):
+                ax.axvline(nearest_rank(x, q), color=line.get_color(), linestyle=ls, linewidth=0.8)
+        drawn = True
+    if not drawn:
+        _empty_note(ax)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction of samples")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(title + ("  (dotted p50, dashed p99)" if mark_tails and drawn else ""))
+    ax.grid(True, alpha=0.3)
+    if drawn:
+        ax.legend(loc="lower right", fontsize="small")
+    return _save(fig, path)
+
+
+def plot_queue_occupancy(queues: pd.DataFrame, path: str | Path, *, ports: Sequence[str] | None = None,
+                         ops: pd.DataFrame | None = None, t0: float | None = None, max_ports: int = 8,
+                         title: str = "queue occupancy") -> Path:
+    """Backlog (bytes, summed over classes) over time per port, with op lifetimes shaded.
+
+    ``ports``: ``"node:port"`` labels to draw (default: the ``max_ports`` ports with the highest peak).
+    ``ops``: a DataFrame with ``start_s``/``end_s`` per op (e.g. ``metrics.op_table`` output).
+    """
+    fig, ax = _new((9.0, 4.0))
+    if queues.empty:
+        _empty_note(ax)
+        return _save(fig, path)
+    per_t = queues.groupby(["node", "port", "t_s"], sort=True)["backlog_bytes"].sum().reset_index()
+    per_t["label"] = per_t["node"].astype(str) + ":" + per_t["port"].astype(str)
+    if ports is None:
+        ports = list(per_t.groupby("label")["backlog_bytes"].max().sort_values(ascending=False).index[:max_ports])
+    t0 = float(per_t["t_s"].min()) if t0 is None else t0
+    if ops is not None and len(ops):
+        for s, e in zip(ops["start_s"], ops["end_s"]):
+            ax.axvspan(s - t0, e - t0, color="tab:blue", alpha=0.08, linewidth=0)
+    for label in ports:
+        d = per_t[per_t["label"] == label]
+        ax.step(d["t_s"] - t0, d["backlog_bytes"] / 1e3, where="post", label=label, linewidth=1)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("backlog (kB)")
+    ax.set_title(title + ("  (shaded: op lifetimes)" if ops is not None and len(ops) else ""))
+    ax.grid(True, alpha=0.3)
+    if len(ports):
+        ax.legend(loc="upper right", fontsize="small")
+    return _save(fig, path)
+
+
+def plot_pause_timeline(pfc: pd.DataFrame, path: str | Path, *, run_end: float | None = None,
+                        t0: float | None = None, title: str = "PFC pause timeline") -> Path:
+    """One row per (link, prio); a bar for each pause interval (red if never resumed before ``run_end``)."""
+    fig, ax = _new((9.0, 3.5))
+    if pfc.empty:
+        _empty_note(ax, "no PFC events")
+        return _save(fig, path)
+    run_end = float(pfc["t_s"].max()) if run_end is None else run_end
+    iv = pause_intervals(pfc, run_end)
+    t0 = float(pfc["t_s"].min()) if t0 is None else t0
+    keys = sorted({(n, p, int(r)) for n, p, r in zip(pfc["node"], pfc["port"], pfc["prio"])})
+    for y, (node, port, prio) in enumerate(keys):
+        sel = iv[(iv["node"] == node) & (iv["port"] == port) & (iv["prio"] == prio)]
+        for s, e, open_ in zip(sel["start_s"], sel["end_s"], sel["open"]):
+            ax.broken_barh([(s - t0, max(e - s, 1e-9))], (y - 0.4, 0.8),
+                           facecolors="tab:red" if open_ else "tab:orange")
+    ax.set_yticks(range(len(keys)))
+    ax.set_yticklabels([f"{n}:{p} prio {r}" for n, p, r in keys], fontsize="small")
+    ax.set_ylim(-0.6, len(keys) - 0.4)
+    ax.set_xlim(0, max(run_end - t0, 1e-9))
+    ax.set_xlabel("time (s)")
+    ax.set_title(title + "  (red: still paused at run end)")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_metric_vs_param(x: Sequence[float], series: Mapping[str, Sequence[float]] | Sequence[float],
+                         path: str | Path, *, xlabel: str = "parameter", ylabel: str = "metric",
+                         title: str = "", logx: bool = False) -> Path:
+    """A metric (or several, e.g. ``{"p50": ..., "p99": ...}``) against a swept parameter."""
+    fig, ax = _new()
+    series = series if isinstance(series, Mapping) else {ylabel: series}
+    for label, ys in series.items():
+        ax.plot(list(x), list(ys), marker="o", label=label)
+    if logx:
+        ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if len(series) > 1:
+        ax.legend(fontsize="small")
+    return _save(fig, path)
+
+
+def plot_scaling_efficiency(labels: Sequence[str], efficiencies: Sequence[float], path: str | Path, *,
+                            title: str = "scaling efficiency") -> Path:
+    """Bars of scaling efficiency coloured by verdict, with the 0.75 / 0.80 thresholds drawn."""
+    fig, ax = _new()
+    effs = [float(e) for e in efficiencies]
+    colours = [_VERDICT_COLOURS[scaling_verdict(e)] for e in effs]
+    ax.bar(range(len(effs)), [0.0 if math.isnan(e) else e for e in effs], color=colours)
+    ax.axhline(POOR_BELOW, color="tab:red", linestyle="--", linewidth=0.8, label=f"{POOR_BELOW:.2f} (poor below)")
+    ax.axhline(GOOD_ABOVE, color="tab:green", linestyle="--", linewidth=0.8, label=f"{GOOD_ABOVE:.2f} (good above)")
+    ax.set_xticks(range(len(effs)))
+    ax.set_xticklabels(list(labels), fontsize="small")
+    ax.set_ylabel("efficiency")
+    top = max([1.05] + [e * 1.05 for e in effs if not math.isnan(e)])
+    ax.set_ylim(0, top)
+    ax.set_title(title)
+    ax.legend(fontsize="small", loc="lower right")
+    return _save(fig, path)

@@ -1,0 +1,128 @@
+"""The `testbed` command: one entry point, one subcommand per job.
+
+    testbed doctor [--json]      what this kernel can do, probed by function
+    testbed vm [--] CMD ...      run CMD as root inside the lab VM (a full stock kernel)
+    testbed run SCENARIO ...     build a fabric, run a scenario's traffic, write a run directory
+    testbed clean                remove everything a killed run left behind
+
+Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from testbed import __version__
+from testbed.errors import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit status 2 (argparse prints the whole usage)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from testbed import doctor
+
+    return doctor.main(as_json=args.json, only=args.only)
+
+
+def _cmd_vm(args: argparse.Namespace) -> int:
+    from testbed import labvm
+
+    argv = list(args.command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    opts = labvm.VmOptions(memory=args.memory, cpus=args.cpus, kvm=args.kvm, rwdirs=args.rwdir or [],
+                           verbose=args.verbose, timeout_s=args.timeout)
+    return labvm.run(argv, opts)
+
+
+def _cmd_clean(args: argparse.Namespace) -> int:
+    from testbed import clean
+
+    return clean.main(dry_run=args.dry_run)
+
+
+def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
+    from testbed import runner
+
+    return runner.main(args, extra)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="testbed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=__version__)
+    sub = p.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=_Parser)
+
+    d = sub.add_parser("doctor", help="probe what this kernel can do (qdiscs, TCP, OVS, Mininet, SoftRoCE)",
+                       description="Probe the running kernel by function: in a scratch network namespace try "
+                       "each qdisc, classifier, action and TCP congestion control the project uses, Open vSwitch, "
+                       "Mininet and SoftRoCE across namespaces. Exit 0 when everything needed is present, 1 when "
+                       "something is missing, 2 on bad use.")
+    d.add_argument("--json", action="store_true", help="print the report as JSON")
+    d.add_argument("--only", action="append", metavar="NAME",
+                   help="probe only this capability (repeatable; see the names in the table)")
+    d.set_defaults(func=_cmd_doctor)
+
+    v = sub.add_parser("vm", help="run a command as root inside the lab VM (full stock kernel)",
+                       description="Run CMD as root inside a throwaway microVM (virtme-ng + QEMU) booted with the "
+                       "installed Debian kernel over the host filesystem. The working directory, PATH and "
+                       "virtualenv are the same inside; the checkout, the working directory, every `--out DIR` in "
+                       "CMD and every --rwdir are writable at the same paths. CMD's output is streamed and its "
+                       "exit status returned.")
+    v.add_argument("--memory", default="3G", help="guest memory (default 3G)")
+    v.add_argument("--cpus", type=int, default=0, help="guest vCPUs (default: all host cores)")
+    v.add_argument("--kvm", default="auto", choices=["auto", "on", "off"],
+                   help="KVM acceleration: auto (try once, cache the verdict), on, off (default auto)")
+    v.add_argument("--rwdir", action="append", metavar="DIR", help="also make DIR writable in the guest")
+    v.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="kill the VM after this long")
+    v.add_argument("--verbose", action="store_true", help="show the VM's boot console")
+    v.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command to run")
+    v.set_defaults(func=_cmd_vm)
+
+    c = sub.add_parser("clean", help="remove namespaces, links, rxe devices, OVS bridges and agents left by a "
+                       "killed run", description="Remove everything the project created and a killed run left "
+                       "behind: network namespaces and links named with the project's prefix, rxe devices on "
+                       "them, its OVS bridges, agent processes, and restore the sysctls it changed. Reports what it "
+                       "removed. Touches nothing the project did not create.")
+    c.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    c.set_defaults(func=_cmd_clean)
+
+    r = sub.add_parser("run", help="run a scenario (see --list)", add_help=False,
+                       description="Run SCENARIO: build its fabric, run its traffic, write a run directory, "
+                       "print a summary table. `testbed run --list` lists scenarios; `testbed run SCENARIO --help` "
+                       "lists every parameter with unit, default and range.")
+    r.add_argument("scenario", nargs="?", help="scenario name")
+    r.add_argument("--list", action="store_true", help="list the scenarios")
+    r.add_argument("-h", "--help", action="store_true", help="show help (for a scenario: its parameters)")
+    r.set_defaults(func=None, run=True)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if not argv:
+        parser.print_help()
+        return 2
+    try:
+        if argv[0] == "run":
+            args, extra = parser.parse_known_args(argv)
+            return _cmd_run(args, extra)
+        args = parser.parse_args(argv)
+        return args.func(args)
+    except UsageError as e:
+        print(f"testbed: {e}", file=sys.stderr)
+        return e.exit_status
+    except KeyboardInterrupt:
+        print("testbed: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Errors that end a command with one clear line.
+
+`UsageError` (exit status 2) is raised for bad input and for a missing capability, always *before* anything is
+created on the system. The CLI prints `testbed: <message>` and exits 2; it never prints a traceback for these.
+"""
+
+
+class UsageError(Exception):
+    """Bad input or an unusable environment, detected before any side effect. Exit status 2."""
+
+    exit_status = 2
+
+
+class CapabilityMissing(UsageError):
+    """The running kernel or system lacks something the request needs (names the capability)."""
+
+    def __init__(self, capability: str, hint: str = ""):
+        self.capability = capability
+        msg = f"missing capability: {capability}"
+        if hint:
+            msg += f" ({hint})"
+        super().__init__(msg)
+
+
+def require_root(what: str) -> None:
+    """Refuse, with exit status 2, to do `what` without root."""
+    import os
+
+    if os.geteuid() != 0:
+        raise UsageError(f"{what} needs root (run it with sudo)")
