@@ -1,0 +1,150 @@
+"""Static routes computed from a topology, and the paths packets can take.
+
+:func:`compute_routes` is generic: for every edge router's host subnet it runs a breadth-first search over the
+router graph from that edge router; every other router gets one route to the subnet whose nexthops are *all*
+neighbours one hop closer (all equal-cost paths). In a leaf-spine fabric that gives each leaf one ECMP route per
+remote leaf subnet over every spine, each spine one route per leaf subnet, each leaf a ``/32 dev <port>`` route
+per local host, and each host ``default via <gateway> dev eth0 onlink``.
+
+Connected /31 routes on router-to-router links are created by the kernel when the addresses are assigned and are
+not listed. With ``load_balancing = "spray"`` the routes are the same; the per-packet sprayer works on top of them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections import deque
+from typing import TYPE_CHECKING, Iterable
+
+from .spec import Hop, NextHop, Route, SpecError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .spec import Topology
+
+
+class RoutingError(SpecError):
+    """A destination is unreachable or the routes loop."""
+
+
+def compute_routes(topology: "Topology") -> list[Route]:
+    """Every static route the builder installs, ordered by node (topology order) then destination."""
+    plan = topology.address_plan
+    role = {n.name: n.role for n in topology.nodes}
+    order = {n.name: i for i, n in enumerate(topology.nodes)}
+    # router adjacency: router -> [(my port, neighbour, neighbour's ip on that link)]
+    adj: dict[str, list[tuple[str, str, str]]] = {n.name: [] for n in topology.routers}
+    for l in topology.links:
+        if role[l.a] == "host" or role[l.b] == "host":
+            continue
+        adj[l.a].append((l.a_port, l.b, plan.interfaces[(l.b, l.b_port)].ip))
+        adj[l.b].append((l.b_port, l.a, plan.interfaces[(l.a, l.a_port)].ip))
+
+    routes: list[Route] = []
+    rto = getattr(topology.tcp, "rto_min_ms", None)
+    for host, (router, ifname, _) in plan.attachments.items():
+        routes.append(Route(host, "0.0.0.0/0", (NextHop(ifname, plan.gateway_of(host)),), onlink=True,
+                            rto_min_ms=rto))
+    for edge, subnet in plan.subnets.items():
+        for h in plan.edge_hosts[edge]:
+            _, _, port = plan.attachments[h]
+            routes.append(Route(edge, f"{plan.host_ip(h)}/32", (NextHop(port, None),)))
+        dist = _bfs(adj, edge)
+        for r in adj:
+            if r == edge or r not in dist:
+                continue
+            hops = sorted({NextHop(port, gw) for port, nb, gw in adj[r] if dist.get(nb) == dist[r] - 1})
+            routes.append(Route(r, subnet, tuple(hops)))
+    routes.sort(key=lambda rt: (order[rt.node], _net_key(rt.dst)))
+    return routes
+
+
+def _net_key(dst: str) -> tuple[int, int]:
+    net = ipaddress.IPv4Network(dst)
+    return int(net.network_address), net.prefixlen
+
+
+def _bfs(adj: dict[str, list[tuple[str, str, str]]], start: str) -> dict[str, int]:
+    dist = {start: 0}
+    queue = deque([start])
+    while queue:
+        u = queue.popleft()
+        for _, v, _ in adj[u]:
+            if v not in dist:
+                dist[v] = dist[u] + 1
+                queue.append(v)
+    return dist
+
+
+def lookup(routes: Iterable[Route], node: str, dst_ip: str) -> Route | None:
+    """Longest-prefix match among ``node``'s routes (connected /31s are ignored: they never hold hosts)."""
+    ip = ipaddress.IPv4Address(dst_ip)
+    best: Route | None = None
+    best_len = -1
+    for r in routes:
+        if r.node != node:
+            continue
+        net = ipaddress.IPv4Network(r.dst)
+        if ip in net and net.prefixlen > best_len:
+            best, best_len = r, net.prefixlen
+    return best
+
+
+def path_links(topology: "Topology", src_host: str, dst_host: str) -> set[tuple[Hop, ...]]:
+    """All paths a packet from ``src_host`` to ``dst_host`` can take under the topology's routes (every
+    equal-cost choice at every ECMP route). Each path is a tuple of directed :class:`Hop` s; ``(hop.node,
+    hop.port)`` are the egress queues crossed, first the source host's NIC, last the port into ``dst_host``."""
+    for h in (src_host, dst_host):
+        if topology.node(h).role != "host":
+            raise ValueError(f"{h!r} is not a host")
+    if src_host == dst_host:
+        return {()}
+    plan = topology.address_plan
+    dst_ip = plan.host_ip(dst_host)
+    by_node: dict[str, list[Route]] = {}
+    for r in topology.routes:
+        by_node.setdefault(r.node, []).append(r)
+    ports: dict[tuple[str, str], tuple[str, str]] = {}
+    for l in topology.links:
+        ports[(l.a, l.a_port)] = (l.b, l.b_port)
+        ports[(l.b, l.b_port)] = (l.a, l.a_port)
+    limit = len(topology.nodes)
+    out: set[tuple[Hop, ...]] = set()
+
+    def walk(node: str, path: tuple[Hop, ...], visited: frozenset[str]) -> None:
+        if node == dst_host:
+            out.add(path)
+            return
+        if len(path) > limit:
+            raise RoutingError("routes", f"path from {src_host} to {dst_host} exceeds {limit} hops")
+        route = lookup(by_node.get(node, ()), node, dst_ip)
+        if route is None:
+            raise RoutingError("routes", f"{node} has no route to {dst_host} ({dst_ip})")
+        for nh in route.nexthops:
+            peer, peer_port = ports[(node, nh.ifname)]
+            if nh.gateway is not None and plan.interfaces[(peer, peer_port)].ip != nh.gateway:
+                raise RoutingError("routes", f"{node} sends {dst_ip} via {nh.gateway} on {nh.ifname}, but "
+                                             f"{peer}:{peer_port} is {plan.interfaces[(peer, peer_port)].ip}")
+            if peer in visited:
+                raise RoutingError("routes", f"routing loop towards {dst_host} at {peer}")
+            walk(peer, path + (Hop(node, nh.ifname, peer, peer_port),), visited | {peer})
+
+    walk(src_host, (), frozenset({src_host}))
+    return out
+
+
+def ports_on_paths(paths: Iterable[tuple[Hop, ...]]) -> set[tuple[str, str]]:
+    """The union of egress ``(node, port)`` queues over some paths."""
+    return {(h.node, h.port) for p in paths for h in p}
+
+
+def check_reachability(topology: "Topology") -> None:
+    """Raise :class:`RoutingError` unless every host reaches every other host (all ECMP branches checked)."""
+    hosts = [h.name for h in topology.hosts]
+    for s in hosts:
+        for d in hosts:
+            if s != d and not path_links(topology, s, d):
+                raise RoutingError("routes", f"{s} cannot reach {d}")
+
+
+__all__ = ["compute_routes", "path_links", "ports_on_paths", "lookup", "check_reachability", "RoutingError",
+           "Route", "NextHop", "Hop"]
