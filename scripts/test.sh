@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: install what is needed, then
+#   1. unit tests of pure logic, on the host;
+#   2. host tests (root, host kernel): CLI refusals, doctor's verdicts against the stock tools, the lab VM itself;
+#   3. integration tests that need the real kernel features, inside ONE lab-VM boot.
+# Exit status: 0 only when every layer passed.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/install.sh || exit $?
+py=$PWD/.venv/bin/python
+export PYTHONDONTWRITEBYTECODE=1
+failed=()
+step() { local name=$1; shift; echo; echo "==== $name"; local t0=$SECONDS
+  "$@" || failed+=("$name"); echo "==== $name: $((SECONDS - t0)) s"; }
+step "unit tests (host)" "$py" -m pytest -q -p no:cacheprovider tests/unit
+step "host tests (host kernel, root)" "$py" -m pytest -q -p no:cacheprovider tests/host
+step "integration tests (lab VM, one boot)" "$PWD/.venv/bin/testbed" vm --timeout 2400 -- \
+  "$py" -m pytest -q -p no:cacheprovider tests/integration tests/host/test_doctor_verdicts.py
+"$PWD/.venv/bin/testbed" clean >/dev/null 2>&1 || true
+echo
+if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
+echo "all test layers passed"

@@ -1,0 +1,168 @@
+"""A switch port's egress, as the kernel builds it: an HTB shaper at the link rate, one HTB class per traffic
+class, and under each class the leaf queue that decides who waits, who is marked and who is dropped.
+
+    root 1: htb (default class 1:10)
+      1:1  rate = ceil = link rate                      the wire
+        1:10, 1:11, ...  one per traffic class (prio, rate share, ceil = link rate)
+          10:, 11:, ...  leaf queue: bfifo / pfifo (drop-tail), red (RED/ECN), red-as-step (DCTCP marking at K)
+
+Putting the bottleneck on the switch's egress (not on the sender's NIC) matters: shaping the sender's own NIC
+back-pressures its socket instead of queueing and dropping (mininet#1034).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+from testbed.kernel import netns
+from testbed.kernel import tcext  # noqa: F401  (registers red, ets, flower, bfifo)
+
+WIRE_OVERHEAD_BYTES = 14  # Ethernet header counted by the shaper on veth (no preamble/FCS on a veth)
+
+
+@dataclass(frozen=True)
+class LeafQueue:
+    """The leaf queue under one class. kind: bfifo (limit bytes), pfifo (limit packets), red, step.
+
+    red: RED with probabilistic early marking between min_bytes and max_bytes (ecn) or early drop (no ecn).
+    step: mark every ECN-capable packet while the instantaneous queue exceeds k_bytes (DCTCP-style switch marking),
+          built as RED with EWMA weight 1, min = K, max = K + one packet, probability 1.
+    """
+
+    kind: str
+    limit: int  # bytes for bfifo/red/step, packets for pfifo
+    min_bytes: int = 0
+    max_bytes: int = 0
+    probability: float = 0.0
+    ecn: bool = True
+    k_bytes: int = 0
+    avpkt: int = 1514
+
+    def tc_args(self) -> tuple[str, dict]:
+        if self.kind in ("bfifo", "pfifo"):
+            return self.kind, {"limit": int(self.limit)}
+        if self.kind == "red":
+            return "red", {"limit": self.limit, "min": self.min_bytes, "max": self.max_bytes,
+                           "probability": self.probability, "ecn": self.ecn, "avpkt": self.avpkt,
+                           "harddrop": False}
+        if self.kind == "step":
+            return "red", {"limit": self.limit, "min": self.k_bytes, "max": self.k_bytes + self.avpkt,
+                           "probability": 1.0, "ecn": True, "avpkt": self.avpkt, "instantaneous": True}
+        raise ValueError(f"unknown leaf queue kind {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class PortClass:
+    """One traffic class on a port: HTB class 1:<minor> with a strict `prio` (0 highest) and a guaranteed
+    share of the link (`rate_share`, 0..1]; every class may borrow up to the full link rate."""
+
+    minor: int
+    queue: LeafQueue
+    prio: int = 0
+    rate_share: float = 1.0
+
+
+def _htb_rate(rate_mbps: float) -> int:
+    """HTB rate in bytes per second (pyroute2 takes rates as strings with a unit: we always pass '<n>bit')."""
+    return int(rate_mbps * 1_000_000 / 8)
+
+
+def install_port(ns: str, ifname: str, rate_mbps: float, classes: list[PortClass], default_minor: int,
+                 mtu: int = 1500) -> None:
+    """Replace the port's root qdisc by the shaper + classes + leaf queues described above."""
+    idx = _index(ns, ifname)
+    rate = _htb_rate(rate_mbps)
+    burst = max(mtu + WIRE_OVERHEAD_BYTES, int(rate * 0.001))  # ~1 ms of line rate, at least a frame
+    quantum = mtu + WIRE_OVERHEAD_BYTES
+    with netns.ipr(ns) as ipr:
+        with contextlib.suppress(Exception):
+            ipr.tc("del", index=idx, handle="1:", root=True)
+        ipr.tc("add", "htb", index=idx, handle="1:", default=default_minor)
+        ipr.tc("add-class", "htb", index=idx, handle="1:1", parent="1:", rate=f"{rate * 8}bit", ceil=f"{rate * 8}bit",
+               burst=burst, cburst=burst, quantum=quantum)
+        for c in classes:
+            crate = max(1, int(rate * c.rate_share))
+            ipr.tc("add-class", "htb", index=idx, handle=f"1:{c.minor:x}", parent="1:1", rate=f"{crate * 8}bit",
+                   ceil=f"{rate * 8}bit", burst=burst, cburst=burst, prio=c.prio, quantum=quantum)
+            kind, args = c.queue.tc_args()
+            ipr.tc("add", kind, index=idx, handle=f"{c.minor:x}:", parent=f"1:{c.minor:x}", **args)
+
+
+def remove_root(ns: str, ifname: str) -> None:
+    with contextlib.suppress(Exception), netns.ipr(ns) as ipr:
+        ipr.tc("del", index=_index(ns, ifname), handle="1:", root=True)
+
+
+def _index(ns: str, ifname: str) -> int:
+    with netns.ipr(ns) as ipr:
+        found = ipr.link_lookup(ifname=ifname)
+    if not found:
+        raise LookupError(f"no interface {ifname} in {ns}")
+    return found[0]
+
+
+@dataclass
+class QueueSample:
+    """One port class's counters as the kernel reports them (cumulative except backlog)."""
+
+    minor: int
+    kind: str
+    backlog_bytes: int
+    backlog_packets: int
+    drops: int
+    marks: int
+    sent_bytes: int
+    sent_packets: int
+    overlimits: int
+
+
+def leaf_stats(ipr, index: int) -> list[QueueSample]:
+    """Counters of every leaf queue on a port (the qdiscs whose parent is an HTB class), via one netlink dump."""
+    out = []
+    for m in ipr.get_qdiscs(index=index):
+        parent = m["parent"]
+        handle = m["handle"]
+        if parent == 0xFFFFFFFF or (parent >> 16) != 1:  # the root, or something not under our HTB
+            continue
+        kind = m.get_attr("TCA_KIND")
+        s2 = m.get_attr("TCA_STATS2")
+        basic = s2.get_attr("TCA_STATS_BASIC") if s2 else None
+        queue = s2.get_attr("TCA_STATS_QUEUE") if s2 else None
+        marks = 0
+        if kind == "red":
+            x = m.get_attr("TCA_XSTATS")
+            if x is not None:
+                with contextlib.suppress(Exception):
+                    marks = int(x["marked"])
+        out.append(QueueSample(
+            minor=handle >> 16, kind=kind,
+            backlog_bytes=int(queue["backlog"]) if queue else 0,
+            backlog_packets=int(queue["qlen"]) if queue else 0,
+            drops=int(queue["drops"]) if queue else 0,
+            marks=marks,
+            sent_bytes=int(basic["bytes"]) if basic else 0,
+            sent_packets=int(basic["packets"]) if basic else 0,
+            overlimits=int(queue["overlimits"]) if queue else 0,
+        ))
+    return out
+
+
+def port_stats(ns: str, ifname: str) -> list[QueueSample]:
+    with netns.ipr(ns) as ipr:
+        idx = ipr.link_lookup(ifname=ifname)[0]
+        return leaf_stats(ipr, idx)
+
+
+def root_stats(ns: str, ifname: str) -> dict:
+    """The HTB root's own counters (what the shaper sent, in bytes as it counts them)."""
+    with netns.ipr(ns) as ipr:
+        idx = ipr.link_lookup(ifname=ifname)[0]
+        for m in ipr.get_qdiscs(index=idx):
+            if m["parent"] == 0xFFFFFFFF:
+                s2 = m.get_attr("TCA_STATS2")
+                b = s2.get_attr("TCA_STATS_BASIC")
+                q = s2.get_attr("TCA_STATS_QUEUE")
+                return {"kind": m.get_attr("TCA_KIND"), "sent_bytes": int(b["bytes"]),
+                        "sent_packets": int(b["packets"]), "drops": int(q["drops"])}
+    return {}

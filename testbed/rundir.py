@@ -1,0 +1,107 @@
+"""The run directory: where a run leaves everything analysis needs (see docs/rundir.md).
+
+This module knows paths and the manifest; it knows nothing of fabrics or analysis. `manifest.json` is written at
+the start with `complete: false` and rewritten at the end, so an interrupted run is recognisable as such.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import platform
+import subprocess
+import time
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+from testbed import __version__
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+TOOLS = {
+    "iproute2": ["ip", "-V"],
+    "iperf3": ["iperf3", "--version"],
+    "qemu": ["qemu-system-x86_64", "--version"],
+    "ethtool": ["ethtool", "--version"],
+}
+PACKAGES = ("pyroute2", "numpy", "pandas", "scapy", "matplotlib", "virtme-ng")
+
+
+def _first_line(argv: list[str]) -> str | None:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (out.stdout or out.stderr).strip()
+    return text.splitlines()[0] if text else None
+
+
+def versions() -> dict[str, Any]:
+    v: dict[str, Any] = {"testbed": __version__, "python": platform.python_version()}
+    for p in PACKAGES:
+        try:
+            v[p] = metadata.version(p)
+        except metadata.PackageNotFoundError:
+            v[p] = None
+    for name, argv in TOOLS.items():
+        v[name] = _first_line(argv)
+    return v
+
+
+def git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(PROJECT_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def default_out(scenario: str) -> Path:
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path.cwd() / "results" / f"{scenario}-{stamp}"
+
+
+class RunDir:
+    """One run's folder. Times in the CSVs are time.monotonic() seconds; t0_monotonic pins them to wall time."""
+
+    def __init__(self, path: Path, scenario: str, params: dict[str, Any], seed: int):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.manifest: dict[str, Any] = {
+            "scenario": scenario,
+            "params": params,
+            "seed": seed,
+            "started_wall": datetime.now(timezone.utc).isoformat(),
+            "t0_monotonic": time.monotonic(),
+            "t0_wall_epoch": time.time(),
+            "ended_wall": None,
+            "kernel_release": os.uname().release,
+            "in_lab_vm": os.environ.get("TESTBED_IN_VM") == "1",
+            "versions": versions(),
+            "git_commit": git_commit(),
+            "complete": False,
+        }
+        self.write_manifest()
+
+    def write_manifest(self) -> None:
+        tmp = self.path / "manifest.json.tmp"
+        tmp.write_text(json.dumps(self.manifest, indent=2, default=str) + "\n")
+        tmp.replace(self.path / "manifest.json")
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        (self.path / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        self.manifest["ended_wall"] = datetime.now(timezone.utc).isoformat()
+        self.manifest["complete"] = True
+        self.write_manifest()
+
+    def write_csv(self, name: str, columns: list[str], rows: Iterable[Iterable[Any]]) -> Path:
+        p = self.path / name
+        with open(p, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(columns)
+            for r in rows:
+                w.writerow(r)
+        return p

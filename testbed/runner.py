@@ -1,0 +1,173 @@
+"""`testbed run SCENARIO`: validate parameters, pick where to run (host or lab VM), build, run, write the run
+directory, tear everything down (on success, failure and Ctrl-C), print the summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from testbed.errors import CapabilityMissing, UsageError, require_root
+from testbed.params import Param, resolve
+
+
+@dataclass
+class RunContext:
+    rundir: Any  # testbed.rundir.RunDir
+    state: Any  # testbed.state.RunState
+    seed: int
+    progress: Callable[[str], None]
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    def on_teardown(self, fn: Callable[[], None]) -> None:
+        """Register an undo step; they run in reverse order, whatever happens."""
+        self.cleanups.append(fn)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    params: Sequence[Param]
+    needs: Sequence[str]  # doctor capability names
+    run: Callable[[dict, RunContext], dict]
+    table: Sequence[tuple[str, str]]  # (summary key, label)
+    validate: Callable[[dict], None] = lambda p: None
+
+    def help(self) -> str:
+        lines = [f"testbed run {self.name}: {self.summary}", "",
+                 f"usage: testbed run {self.name} [--set NAME=VALUE ...] [--seed N] [--out DIR] "
+                 "[--vm auto|always|never]", "", "parameters:"]
+        lines += [p.describe() for p in self.params]
+        lines += ["", f"needs: {', '.join(self.needs)}"]
+        return "\n".join(lines)
+
+
+def _options(extra: list[str]) -> argparse.Namespace:
+    from testbed.cli import _Parser
+
+    p = _Parser(prog="testbed run", add_help=False)
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--out", default=None)
+    p.add_argument("--vm", default="auto", choices=["auto", "always", "never"])
+    p.add_argument("--quiet", action="store_true")
+    return p.parse_args(extra)
+
+
+def missing_capabilities(needs: Sequence[str]) -> list[str]:
+    from testbed import doctor
+
+    return [c.name for c in doctor.run_probes(list(needs)) if not c.ok]
+
+
+def print_table(scenario: Scenario, summary: dict, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{scenario.name}: {out}")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key, label in scenario.table:
+        v = summary.get(key)
+        if isinstance(v, float):
+            v = f"{v:.4g}"
+        t.add_row(label, "-" if v is None else str(v))
+    Console().print(t)
+
+
+def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool = False) -> dict:
+    """Build, run and tear down one scenario run in this kernel; return its summary."""
+    from testbed.rundir import RunDir
+    from testbed.state import RunState
+
+    state = RunState()
+    state.save()
+    rundir = RunDir(out, scenario.name, params, seed)
+
+    def progress(msg: str) -> None:
+        if not quiet:
+            print(f"[{time.monotonic() - rundir.manifest['t0_monotonic']:6.1f}s] {msg}", file=sys.stderr,
+                  flush=True)
+
+    ctx = RunContext(rundir=rundir, state=state, seed=seed, progress=progress)
+    old = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    try:
+        summary = scenario.run(params, ctx)
+        rundir.finish(summary)
+        return summary
+    finally:
+        progress("tearing down")
+        for fn in reversed(ctx.cleanups):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - keep undoing the rest
+                print(f"testbed: teardown step failed: {e}", file=sys.stderr)
+        state.drop()
+        signal.signal(signal.SIGTERM, old)
+
+
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    from testbed import labvm, scenarios
+
+    if args.list:
+        for s in scenarios.all_scenarios():
+            print(f"{s.name:<12} {s.summary}")
+        return 0
+    if not args.scenario:
+        if args.help:
+            from testbed.cli import build_parser
+
+            build_parser().parse_args(["run", "--help"])  # pragma: no cover
+        raise UsageError("testbed run: name a scenario (testbed run --list)")
+    scenario = scenarios.get(args.scenario)
+    if args.help:
+        print(scenario.help())
+        return 0
+    opts = _options(extra)
+    params = resolve(scenario.params, opts.set)
+    scenario.validate(params)
+    require_root(f"testbed run {scenario.name}")
+    out = Path(opts.out).resolve() if opts.out else None
+
+    if not labvm.in_vm():
+        go_vm = opts.vm == "always"
+        if opts.vm in ("auto", "never"):
+            missing = missing_capabilities(scenario.needs)
+            if missing and opts.vm == "never":
+                raise CapabilityMissing(", ".join(missing), "use --vm auto, or a kernel that has it")
+            go_vm = bool(missing)
+        if go_vm:
+            from testbed.rundir import default_out
+
+            out = out or default_out(scenario.name)
+            argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
+                    "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]
+            if opts.quiet:
+                argv.append("--quiet")
+            if not opts.quiet:
+                print(f"testbed: this kernel lacks what {scenario.name} needs; running it in the lab VM",
+                      file=sys.stderr)
+            labvm.vm_kernel()  # fail early with the install hint
+            return labvm.run([sys.executable, "-m", "testbed.cli", *argv[1:]])
+    else:
+        missing = missing_capabilities(scenario.needs)
+        if missing:
+            raise CapabilityMissing(", ".join(missing))
+
+    from testbed.rundir import default_out
+
+    out = out or default_out(scenario.name)
+    summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet)
+    print_table(scenario, summary, out)
+    return 0

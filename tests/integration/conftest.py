@@ -1,0 +1,32 @@
+"""Integration tests need the real kernel features: they run inside the lab VM (`testbed vm -- pytest ...`).
+
+Run on a kernel that lacks a capability, the session fails at once with the capability's name: never a skip.
+"""
+
+import subprocess
+import sys
+
+import pytest
+
+NEEDED = ["qdisc:htb", "qdisc:bfifo", "qdisc:red+ecn", "qdisc:netem", "qdisc:prio", "qdisc:plug", "tcp:dctcp",
+          "sysctl:ecn"]
+
+
+def pytest_sessionstart(session):
+    from testbed import doctor
+
+    missing = [c.name for c in doctor.run_probes(NEEDED) if not c.ok]
+    if missing:
+        raise pytest.UsageError(
+            f"integration tests need {', '.join(missing)} which this kernel lacks: "
+            "run them in the lab VM (testbed vm -- python -m pytest tests/integration)")
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    """Every integration test leaves no project namespace behind."""
+    yield
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    left = [ln.split()[0] for ln in out.splitlines() if ln.startswith("tb-")]
+    subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True)
+    assert not left, f"namespaces left behind: {left}"
