@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install everything testbed needs on a Debian 12/13 or Ubuntu 24.04+ machine, as root. Idempotent.
 #
-#   scripts/install.sh            Debian packages, the lab-VM kernel, the virtualenv (.venv) with testbed in it
+#   scripts/install.sh               Debian packages, the lab-VM kernel, the virtualenv (.venv) with testbed in it
+#   scripts/install.sh --box-kernel  also make that kernel this machine's own boot kernel (dedicated lab VMs
+#                                    such as the Vagrant box only; needs a reboot afterwards)
 #
 # The host's own network configuration is never touched. The lab-VM kernel is fetched from Debian's
 # trixie-backports with a private apt state (the host's sources and package lists are not changed) and
@@ -12,6 +14,13 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 say() { printf 'install: %s\n' "$*"; }
 die() { printf 'install: %s\n' "$*" >&2; exit 2; }
 
+box_kernel=0
+for arg in "$@"; do
+  case "$arg" in
+    --box-kernel) box_kernel=1 ;;
+    *) die "unknown option $arg (usage: scripts/install.sh [--box-kernel])" ;;
+  esac
+done
 [ "$(id -u)" = 0 ] || die "must run as root (try: sudo $0)"
 [ -r /etc/os-release ] || die "unsupported system: no /etc/os-release (need Debian 12/13 or Ubuntu 24.04+)"
 . /etc/os-release
@@ -101,6 +110,17 @@ else
   cd "$here"
 fi
 
+if [ "$box_kernel" = 1 ]; then
+  # A dedicated lab machine boots the lab kernel itself: SoftRoCE across namespaces then works natively.
+  release=$(cat "$release_file")
+  if [ "$(uname -r)" != "$release" ]; then
+    say "installing linux-image-$release from trixie-backports as this machine's kernel (reboot to use it)"
+    echo "deb http://deb.debian.org/debian trixie-backports main" > /etc/apt/sources.list.d/testbed-backports.list
+    apt-get update -qq
+    apt-get install -y -qq -t trixie-backports "linux-image-$release" >/dev/null
+  fi
+fi
+
 # ---- the virtualenv -----------------------------------------------------------------------------------------
 # From Debian's python3 with system site packages, so that Debian's mininet and pyverbs import.
 venv="$here/.venv"
@@ -110,4 +130,5 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import mininet, pyver
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check -e "$here[dev]"
 ln -sf "$venv/bin/testbed" /usr/local/bin/testbed
-say "testbed $("$venv/bin/testbed" --version) installed in $venv (linked from /usr/local/bin/testbed)"
+version=$("$venv/bin/testbed" --version) || die "testbed does not start from $venv"
+say "testbed $version installed in $venv (linked from /usr/local/bin/testbed)"
