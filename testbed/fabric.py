@@ -1,0 +1,364 @@
+"""The fabric builder: a topology spec (topologies/) turned into kernel objects, all through netlink in-process.
+
+    fabric = Fabric(topology, run_id)
+    fabric.build(ctx.state, ctx.on_teardown)     # namespaces, veths, addresses, routes, sysctls, qdiscs
+    fabric.ns("leaf1"), fabric.ports(), fabric.describe()
+    fabric.teardown()                            # (also registered with on_teardown)
+
+What gets built, per node of the topology:
+
+* one named namespace ``tb-<run_id>-<node>`` (the spec's own ``<prefix>-<node>`` names would collide between
+  concurrent runs, so the builder adds the run id; every name starts with ``tb-`` so ``testbed clean`` finds it);
+  IPv6 is disabled in it (no DAD/MLD/RS chatter in the queue counters) and ``rp_filter`` is 0 (ECMP paths are
+  asymmetric by design);
+* one veth pair per link, created directly inside the two namespaces with the planned names, MACs and MTU;
+  segmentation and receive offloads (TSO/GSO/GRO...) off on every fabric interface, so queues hold wire-sized
+  packets;
+* the planned addresses and static routes (ECMP routes as kernel multipath routes; host default routes ``onlink``
+  with the per-route ``rto_min`` of ``HostTcpSpec.rto_min_ms``);
+* routers: ``ip_forward=1`` and ``fib_multipath_hash_policy=1`` (plus ``fib_multipath_hash_seed`` from the spec's
+  seed where the kernel has it); hosts: congestion control, ECN and buffer sysctls from ``HostTcpSpec``;
+* every egress port: HTB at the link rate with the port's queue(s) below (testbed.kernel.qdisc.install_port);
+  with classes, one HTB class per traffic class and u32 filters on the DSCP bits of the IPv4 TOS byte;
+* link delay / jitter / loss: NOT under the shaper (netem under HTB would count packets in flight as queue): the
+  egress direction a->b gets a netem on an IFB device in b's namespace, fed from b's ingress by a mirred redirect.
+  So a packet is shaped and queued at a's egress, then delayed/lost "on the wire" before b receives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from testbed.errors import UsageError
+from testbed.kernel import PREFIX, links, netns, qdisc
+
+#: Longest namespace name we create (the kernel's limit is NAME_MAX of the /run/netns bind mount, 255; keep it
+#: readable in `ip netns` listings and well inside any tool's limits).
+MAX_NS_NAME = 48
+_RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
+RTNH_F_ONLINK = 4
+ETH_P_ALL = 0x0003
+ETH_P_IP = 0x0800
+FIRST_MINOR = 0x10
+NETEM_LIMIT_PACKETS = 100_000  # netem's own FIFO must never be the one that drops
+
+
+@dataclass(frozen=True)
+class PortPlan:
+    """What goes on one egress port: HTB rate, classes (minor, name, LeafQueue, prio, share, dscps), default."""
+
+    node: str
+    ifname: str
+    peer: str
+    peer_ifname: str
+    tier: str
+    rate_mbps: float
+    mtu: int
+    classes: tuple[tuple[int, str, qdisc.LeafQueue, int, float, frozenset], ...]
+    default_minor: int
+
+    def class_label(self, minor: int) -> str:
+        for m, name, *_ in self.classes:
+            if m == minor:
+                return name
+        return f"1:{minor:x}"
+
+
+def leaf_queue(q) -> qdisc.LeafQueue:
+    """topologies.QueueSpec -> testbed.kernel.qdisc.LeafQueue (the qdisc under one HTB class)."""
+    if q.discipline == "droptail":
+        if q.buffer_bytes is not None:
+            return qdisc.LeafQueue("bfifo", limit=q.buffer_bytes, avpkt=q.avpkt_bytes)
+        return qdisc.LeafQueue("pfifo", limit=q.buffer_packets, avpkt=q.avpkt_bytes)
+    if q.discipline == "red":
+        return qdisc.LeafQueue("red", limit=q.limit_bytes, min_bytes=q.min_bytes, max_bytes=q.max_bytes,
+                               probability=q.probability, ecn=q.ecn, avpkt=q.avpkt_bytes)
+    if q.discipline == "step":
+        k = q.threshold_bytes
+        if k + q.avpkt_bytes > q.limit_bytes:
+            raise UsageError(f"step queue: K ({k} bytes) + one packet ({q.avpkt_bytes}) must fit the buffer "
+                             f"({q.limit_bytes} bytes): step marking is RED with min K, max K + avpkt")
+        return qdisc.LeafQueue("step", limit=q.limit_bytes, k_bytes=k, avpkt=q.avpkt_bytes)
+    raise UsageError(f"unknown queue discipline {q.discipline!r}")
+
+
+def plan_port(ep) -> PortPlan:
+    """topologies.EgressPort -> PortPlan. Classless: one class 1:10. With classes: 1:10, 1:11, ... in class order;
+    strict-priority classes get HTB prio = priority and a guaranteed rate of the whole link (they are served first
+    up to line rate); weighted classes get HTB prio 7 and a guaranteed share weight / sum(weights)."""
+    port = ep.port
+    mtu = ep.link.mtu
+    if port.classless:
+        return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.link.rate_mbps, mtu,
+                        ((FIRST_MINOR, f"1:{FIRST_MINOR:x}", leaf_queue(port.queue), 0, 1.0, frozenset()),),
+                        FIRST_MINOR)
+    total_w = sum(c.weight for c in port.classes if c.weight is not None) or 1
+    out = []
+    default = FIRST_MINOR
+    for i, c in enumerate(port.classes):
+        minor = FIRST_MINOR + i
+        if c.priority is not None:
+            prio, share = c.priority, 1.0
+        else:
+            prio, share = 7, c.weight / total_w
+        out.append((minor, c.name, leaf_queue(c.queue if c.queue is not None else port.queue), prio, share,
+                    frozenset(c.dscp)))
+        if c.default:
+            default = minor
+    return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.link.rate_mbps, mtu, tuple(out),
+                    default)
+
+
+class Fabric:
+    """Namespaces, links, routes and queues of one topology for one run (see the module docstring)."""
+
+    def __init__(self, topology, run_id: str):
+        if not _RUN_ID_RE.match(str(run_id)):
+            raise UsageError(f"run id must be 1..12 characters [a-z0-9] (got {run_id!r})")
+        self.topology = topology
+        self.run_id = str(run_id)
+        self._ns = {n.name: f"{PREFIX}-{self.run_id}-{n.name}" for n in topology.nodes}
+        for name in self._ns.values():
+            if len(name) > MAX_NS_NAME:
+                raise UsageError(f"namespace name {name!r} is longer than {MAX_NS_NAME} characters")
+        self.role = {n.name: n.role for n in topology.nodes}
+        # everything that can be wrong is checked here, before anything is created
+        self.port_plans: list[PortPlan] = [plan_port(ep) for ep in topology.egress_ports()]
+        self.impaired = [(l, side) for l in topology.links for side in ("a", "b")
+                         if l.spec.delay_ms > 0 or l.spec.loss_percent > 0]
+        self.created: list[str] = []
+        self.ifb: dict[tuple[str, str], str] = {}  # (receiving node, port) -> ifb device holding the netem
+        self.offloads: dict[str, dict[str, bool]] = {}
+        self.cc_default_failed: list[str] = []  # hosts where the namespace default cc could not be set
+        self.built = False
+
+    # ---- names ----
+
+    def ns(self, node: str) -> str:
+        return self._ns[node]
+
+    @property
+    def namespaces(self) -> dict[str, str]:
+        return dict(self._ns)
+
+    def ports(self) -> list[tuple[str, str, str]]:
+        """(node, namespace, ifname) of every shaped egress port, in link order."""
+        return [(p.node, self._ns[p.node], p.ifname) for p in self.port_plans]
+
+    def port_plan(self, node: str, ifname: str) -> PortPlan:
+        for p in self.port_plans:
+            if p.node == node and p.ifname == ifname:
+                return p
+        raise KeyError(f"no egress port {node}:{ifname}")
+
+    def host_ip(self, host: str) -> str:
+        return self.topology.host_ip(host)
+
+    # ---- build ----
+
+    def build(self, state, on_teardown: Callable[[Callable[[], None]], None] | None = None,
+              progress: Callable[[str], None] | None = None) -> "Fabric":
+        """Create everything; namespaces are recorded in ``state`` as they are made (so `testbed clean` finds a
+        half-built fabric) and one teardown step is registered with ``on_teardown`` before the first one."""
+        say = progress or (lambda m: None)
+        if on_teardown is not None:
+            on_teardown(self.teardown)
+        topo = self.topology
+        say(f"fabric: {len(self._ns)} namespaces, {len(topo.links)} links, {len(self.port_plans)} shaped ports")
+        for node in topo.nodes:
+            name = self._ns[node.name]
+            if state is not None:
+                state.add("namespaces", name)
+            netns.create(name)
+            self.created.append(name)
+            self._pre_sysctls(name)
+        iprs = {n: netns.ipr(ns) for n, ns in self._ns.items()}
+        try:
+            self._links(iprs)
+            self._addresses(iprs)
+            self._routes(iprs)
+            self._sysctls()
+            self._queues()
+            self._impairments(iprs)
+        finally:
+            for i in iprs.values():
+                with contextlib.suppress(Exception):
+                    i.close()
+        self.built = True
+        return self
+
+    def _pre_sysctls(self, ns: str) -> None:
+        """Before any interface exists, so the `default` values apply to all of them."""
+        with netns.entered(ns):
+            for key, val in (("net/ipv6/conf/all/disable_ipv6", "1"), ("net/ipv6/conf/default/disable_ipv6", "1"),
+                             ("net/ipv4/conf/all/rp_filter", "0"), ("net/ipv4/conf/default/rp_filter", "0")):
+                p = Path("/proc/sys") / key
+                if p.exists():
+                    p.write_text(val)
+
+    def _links(self, iprs) -> None:
+        addrs = self.topology.addresses
+        for l in self.topology.links:
+            na, nb = self._ns[l.a], self._ns[l.b]
+            mtu = l.spec.mtu
+            mac_a = addrs[(l.a, l.a_port)].mac
+            mac_b = addrs[(l.b, l.b_port)].mac
+            ia, ib = iprs[l.a], iprs[l.b]
+            ia.link("add", ifname=l.a_port, kind="veth", address=mac_a, mtu=mtu,
+                    peer={"ifname": l.b_port, "net_ns_fd": nb, "address": mac_b, "mtu": mtu})
+            ia.link("set", index=ia.link_lookup(ifname=l.a_port)[0], state="up")
+            ib.link("set", index=ib.link_lookup(ifname=l.b_port)[0], state="up")
+            for ns, ifn, node in ((na, l.a_port, l.a), (nb, l.b_port, l.b)):
+                self.offloads[f"{node}:{ifn}"] = links.offloads_off(ns, ifn)
+
+    def _addresses(self, iprs) -> None:
+        for (node, ifname), itf in self.topology.addresses.items():
+            ipr = iprs[node]
+            ipr.addr("add", index=ipr.link_lookup(ifname=ifname)[0], address=itf.ip, prefixlen=itf.prefixlen)
+
+    def _routes(self, iprs) -> None:
+        for r in self.topology.routes:
+            ipr = iprs[r.node]
+            kw: dict[str, Any] = {"dst": r.dst}
+            if r.ecmp:
+                kw["multipath"] = [{"gateway": nh.gateway, "oif": ipr.link_lookup(ifname=nh.ifname)[0],
+                                    **({"flags": RTNH_F_ONLINK} if r.onlink else {})} for nh in r.nexthops]
+            else:
+                nh = r.nexthops[0]
+                kw["oif"] = ipr.link_lookup(ifname=nh.ifname)[0]
+                if nh.gateway is not None:
+                    kw["gateway"] = nh.gateway
+                else:
+                    kw["scope"] = 253  # link
+                if r.onlink:
+                    kw["flags"] = RTNH_F_ONLINK
+            if r.rto_min_ms is not None:
+                kw["metrics"] = {"rto_min": int(r.rto_min_ms)}  # ms, as `ip route ... rto_min`
+            ipr.route("add", **kw)
+
+    def _sysctls(self) -> None:
+        topo = self.topology
+        router = dict(topo.router_sysctls())
+        seed = getattr(topo, "seed", 0)
+        for node in topo.nodes:
+            ns = self._ns[node.name]
+            values = dict(topo.tcp.sysctls()) if node.is_host else dict(router)
+            if not node.is_host and seed and Path("/proc/sys/net/ipv4/fib_multipath_hash_seed").exists():
+                values["net.ipv4.fib_multipath_hash_seed"] = str(seed)
+            with netns.entered(ns):
+                for key, val in values.items():
+                    p = Path("/proc/sys") / key.replace(".", "/")
+                    if not p.exists() and key.endswith("hash_seed"):
+                        continue
+                    try:
+                        p.write_text(val)
+                    except PermissionError:
+                        if key != "net.ipv4.tcp_congestion_control":
+                            raise
+                        # outside the initial namespace only "non-restricted" algorithms (the host's
+                        # tcp_allowed_congestion_control) can be a namespace default; sockets set it themselves
+                        self.cc_default_failed.append(node.name)
+
+    def _queues(self) -> None:
+        for p in self.port_plans:
+            ns = self._ns[p.node]
+            classes = [qdisc.PortClass(minor, q, prio=prio, rate_share=share)
+                       for minor, _, q, prio, share, _ in p.classes]
+            qdisc.install_port(ns, p.ifname, p.rate_mbps, classes, p.default_minor, mtu=p.mtu)
+            if any(dscps for *_, dscps in p.classes):
+                self._dscp_filters(ns, p)
+
+    def _dscp_filters(self, ns: str, p: PortPlan) -> None:
+        """u32 on the IPv4 TOS byte (bits 2..7 = DSCP): the first 32-bit word of the IP header, mask 0x00fc0000."""
+        with netns.ipr(ns) as ipr:
+            idx = ipr.link_lookup(ifname=p.ifname)[0]
+            for minor, _, _, _, _, dscps in p.classes:
+                for d in sorted(dscps):
+                    ipr.tc("add-filter", "u32", index=idx, parent="1:", prio=1, protocol=ETH_P_IP,
+                           keys=[f"0x{d << 18:08x}/0x00fc0000+0"], target=f"1:{minor:x}")
+
+    def _impairments(self, iprs) -> None:
+        """Delay/jitter/loss of direction a->b on an IFB in b's namespace, fed from b's ingress (see docstring)."""
+        count: dict[str, int] = {}
+        for l, side in self.impaired:
+            # traffic leaving `side` is delayed before the other end receives it
+            rx, rx_port = (l.b, l.b_port) if side == "a" else (l.a, l.a_port)
+            ipr = iprs[rx]
+            k = count.get(rx, 0)
+            count[rx] = k + 1
+            ifb = f"tbifb{k}"
+            ipr.link("add", ifname=ifb, kind="ifb")
+            ifb_idx = ipr.link_lookup(ifname=ifb)[0]
+            ipr.link("set", index=ifb_idx, state="up", mtu=l.spec.mtu)
+            port_idx = ipr.link_lookup(ifname=rx_port)[0]
+            ipr.tc("add", "ingress", index=port_idx)
+            ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=1, protocol=ETH_P_ALL,
+                   keys=["0x0/0x0+0"], target=0x10001,
+                   action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_idx}])
+            ipr.tc("add", "netem", index=ifb_idx, handle="1:", delay=int(round(l.spec.delay_ms * 1000)),
+                   jitter=int(round(l.spec.jitter_ms * 1000)), loss=l.spec.loss_percent, limit=NETEM_LIMIT_PACKETS)
+            self.ifb[(rx, rx_port)] = ifb
+
+    # ---- teardown ----
+
+    def teardown(self) -> None:
+        """Remove every namespace this fabric created (their veths, IFBs and qdiscs die with them)."""
+        for name in reversed(self.created):
+            netns.remove(name)
+        self.created.clear()
+        self.built = False
+
+    # ---- description ----
+
+    def describe(self) -> dict[str, Any]:
+        """For manifest.json: the spec's own description plus what the builder did with it."""
+        d = dict(self.topology.describe())
+        d["builder"] = {
+            "namespaces": dict(self._ns),
+            "offloads": "off on every fabric interface (TSO/GSO/GRO and every other segmentation or receive "
+                        "aggregation feature the veth offers), so queues hold wire-sized packets",
+            "ipv6": "disabled in every namespace",
+            "rp_filter": 0,
+            "shaper": "HTB at the link rate on every egress (host NICs included), leaf queue per class",
+            "ecmp": "kernel multipath routes, net.ipv4.fib_multipath_hash_policy=1",
+            "impairments": ("netem on an IFB at the receiving end's ingress (not under the shaper)"
+                            if self.impaired else "none"),
+            "classification": ("u32 on the DSCP bits per class" if any(len(p.classes) > 1 for p in self.port_plans)
+                                else "single class per port"),
+            "ports": len(self.port_plans),
+            "congestion_control": (f"{self.topology.tcp.congestion_control} as namespace default" +
+                                   (f" except {', '.join(self.cc_default_failed)} (not in the kernel's "
+                                    "tcp_allowed_congestion_control: set per socket by the agents)"
+                                    if self.cc_default_failed else "")),
+        }
+        return d
+
+
+def tcp_connect_ok(fabric: Fabric, src: str, dst: str, port: int = 5201, timeout: float = 5.0) -> bool:
+    """A TCP handshake from host src to host dst (both in the fabric): the reachability check tests use."""
+    dip = fabric.host_ip(dst)
+    with netns.entered(fabric.ns(dst)):
+        ls = socket.socket()
+    try:
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((dip, port))
+        ls.listen(4)
+        with netns.entered(fabric.ns(src)):
+            cs = socket.socket()
+        try:
+            cs.settimeout(timeout)
+            cs.connect((dip, port))
+            conn, _ = ls.accept()
+            conn.close()
+            return True
+        except OSError:
+            return False
+        finally:
+            cs.close()
+    finally:
+        ls.close()
