@@ -34,8 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import pyroute2.config
+
 from testbed.errors import UsageError
 from testbed.kernel import PREFIX, links, netns, qdisc
+
+# pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
+# runner turns SIGTERM into KeyboardInterrupt; a child that inherited that handler and is still inside pyroute2's
+# wrapper when the signal lands unwinds the *parent's* stack copy, runs the run's teardown (removing the fabric's
+# namespaces under the parent) and carries on as a second copy of the run. With this flag the child resets SIGTERM
+# to the default action first. (Belongs in testbed.kernel.netns; set here because every fabric user imports this.)
+pyroute2.config.disable_mp_signal = True
 
 #: Longest namespace name we create (the kernel's limit is NAME_MAX of the /run/netns bind mount, 255; keep it
 #: readable in `ip netns` listings and well inside any tool's limits).

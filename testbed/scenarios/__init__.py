@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-NAMES = ("smoke",)
+NAMES = ("smoke", "incast")
 
 
 def get(name: str):

@@ -1,0 +1,374 @@
+"""Incast: N senders each send a block of B bytes to one receiver at the same instant, R rounds.
+
+    leafspine (default): receiver h1 on leaf1; senders on leaf2.. (hosts_per_leaf per leaf)
+
+        h(senders) -> leaf2.. ==> spines ==> leaf1 ==[HTB host rate, the incast queue]==> h1
+
+    dumbbell: h1..hN -> s1 ==[fabric rate]==> s2 ==[HTB host rate, the incast queue]==> r1
+
+The bottleneck is the receiver's downlink port (leaf1 -> h1, or s2 -> r1): the queue under study gets
+`buffer_bytes` and the chosen discipline (droptail, RED with min = k_bytes, max = min(3 K, buffer), probability 0.1,
+or DCTCP-style step marking at K = k_bytes); every other port keeps the topology's default queue (256 KiB
+droptail), and the host NICs are shaped at the host rate like every port.
+
+Traffic is kernel TCP, one persistent connection per sender, sockets opened in-process inside each host's namespace.
+A round starts when every sender passes a barrier (each records its own start just before it writes its block) and
+ends when the receiver holds all N blocks; the next round starts only then. rounds.csv has one row per (round,
+sender): the sender's start and the time the receiver read the block's last byte.
+"""
+
+from __future__ import annotations
+
+import math
+import selectors
+import socket
+import threading
+import time
+
+from testbed.errors import UsageError
+from testbed.params import Param
+from testbed.runner import RunContext, Scenario
+
+PORT = 5301
+ROUND_TIMEOUT_S = 60.0
+
+PARAMS = [
+    Param("senders", int, 8, "", "number of incast senders (N)", min=1, max=64),
+    Param("block_bytes", int, 64_000, "bytes", "block each sender sends per round (B)", min=1000, max=100_000_000),
+    Param("rounds", int, 10, "", "incast rounds (R)", min=1, max=10_000),
+    Param("host_rate_mbps", float, 20.0, "Mbit/s", "host link rate (the receiver's downlink is the bottleneck)",
+          min=0.1, max=10_000),
+    Param("fabric_rate_mbps", float, 40.0, "Mbit/s", "leaf-spine link rate (dumbbell: the s1 -> s2 link)",
+          min=0.1, max=10_000),
+    Param("buffer_bytes", int, 64_000, "bytes", "bottleneck buffer (the receiver's leaf downlink port)",
+          min=1600, max=1 << 30),
+    Param("discipline", str, "droptail", "", "bottleneck queue discipline", choices=("droptail", "red", "step")),
+    Param("ecn", bool, False, "", "hosts negotiate ECN; RED marks instead of dropping"),
+    Param("k_bytes", int, 20_000, "bytes", "step marking threshold K; RED min threshold (max = min(3K, buffer))",
+          min=1500, max=1 << 30),
+    Param("cc", str, "cubic", "", "sender congestion control", choices=("cubic", "reno", "dctcp", "bbr")),
+    Param("rto_min_ms", int, 200, "ms", "per-route TCP rto_min on the hosts (kernel default 200)", min=1,
+          max=120_000),
+    Param("seed", int, 0, "", "multipath hash seed and sender order (0: the run's --seed)", min=0,
+          max=2**32 - 1),
+    Param("topology", str, "leafspine", "", "fabric shape", choices=("leafspine", "dumbbell")),
+    Param("spines", int, 2, "", "leaf-spine: number of spines", min=1, max=16),
+    Param("hosts_per_leaf", int, 4, "", "leaf-spine: hosts per leaf (senders fill leaf2, leaf3, ...)", min=1,
+          max=64),
+    Param("sample_interval_ms", float, 1.0, "ms", "queue sampling interval", min=0.1, max=1000),
+]
+
+
+# ---- spec ------------------------------------------------------------------------------------------------------
+
+
+def _queue(p: dict):
+    from topologies import QueueSpec
+
+    d = p["discipline"]
+    if d == "droptail":
+        return QueueSpec("droptail", buffer_bytes=p["buffer_bytes"])
+    if d == "red":
+        k = p["k_bytes"]
+        return QueueSpec("red", buffer_bytes=p["buffer_bytes"], min_bytes=k, max_bytes=min(3 * k, p["buffer_bytes"]),
+                         probability=0.1, ecn=p["ecn"])
+    return QueueSpec("step", buffer_bytes=p["buffer_bytes"], k_bytes=p["k_bytes"])
+
+
+def build_spec(p: dict, seed: int = 0):
+    """The topology of a parameter set, plus (receiver, senders, bottleneck (node, port)). UsageError when the
+    parameters cannot make a valid fabric."""
+    from topologies import DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, SpecError
+
+    n = p["senders"]
+    if p["discipline"] == "step" and p["k_bytes"] + 1500 > p["buffer_bytes"]:
+        raise UsageError(f"k_bytes ({p['k_bytes']}) + one packet (1500) must be <= buffer_bytes "
+                         f"({p['buffer_bytes']}) for step marking")
+    if p["discipline"] == "red" and p["k_bytes"] >= p["buffer_bytes"]:
+        raise UsageError(f"k_bytes ({p['k_bytes']}) must be < buffer_bytes ({p['buffer_bytes']}) for RED")
+    if p["ecn"] and p["discipline"] == "droptail":
+        pass  # legal: ECN-capable hosts behind a queue that never marks (the spec lists it as a warning)
+    seed = p["seed"] or seed
+    try:
+        tcp = HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"], rto_min_ms=p["rto_min_ms"])
+        q = _queue(p)
+        host = LinkSpec(p["host_rate_mbps"])
+        fabric = LinkSpec(p["fabric_rate_mbps"])
+        if p["topology"] == "dumbbell":
+            topo = DumbbellSpec(senders=n, sender_link=host, bottleneck_link=fabric, receiver_link=host,
+                                switch_queue=q, tcp=tcp, seed=seed % 2**32)
+            return topo, "r1", list(topo.sender_names), ("s2", "r1")
+        hpl = p["hosts_per_leaf"]
+        leaves = 1 + math.ceil(n / hpl)
+        topo = LeafSpineSpec(spines=p["spines"], leaves=leaves, hosts_per_leaf=hpl, host_link=host,
+                             fabric_link=fabric, leaf_down_queue=q, tcp=tcp, seed=seed % 2**32)
+        senders = [h for leaf in range(2, leaves + 1) for h in topo.hosts_of(f"leaf{leaf}")][:n]
+        return topo, "h1", senders, ("leaf1", "h1")
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+
+
+def _validate(p: dict) -> None:
+    build_spec(p)
+
+
+# ---- traffic ---------------------------------------------------------------------------------------------------
+
+
+class _Receiver(threading.Thread):
+    """Reads every connection with a selector; per round, notes when each sender's block is complete."""
+
+    def __init__(self, conns: dict[socket.socket, int], n: int, block: int):
+        super().__init__(name="incast-receiver", daemon=True)
+        self.conns = conns
+        self.n = n
+        self.block = block
+        self.got = [0] * n
+        self.end = [0.0] * n
+        self.done_count = 0
+        self.round_done = threading.Event()
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def arm(self) -> None:
+        with self.lock:
+            self.got = [0] * self.n
+            self.end = [0.0] * self.n
+            self.done_count = 0
+            self.round_done.clear()
+
+    def run(self) -> None:
+        sel = selectors.DefaultSelector()
+        for c, i in self.conns.items():
+            c.setblocking(False)
+            sel.register(c, selectors.EVENT_READ, i)
+        buf = bytearray(1 << 18)
+        view = memoryview(buf)
+        try:
+            while not self.stopping.is_set():
+                for key, _ in sel.select(timeout=0.1):
+                    i = key.data
+                    try:
+                        k = key.fileobj.recv_into(view)
+                    except BlockingIOError:
+                        continue
+                    now = time.monotonic()
+                    if k == 0:
+                        sel.unregister(key.fileobj)
+                        continue
+                    with self.lock:
+                        self.got[i] += k
+                        if self.got[i] > self.block:
+                            raise RuntimeError(f"sender {i} sent {self.got[i]} bytes in one round (block "
+                                               f"{self.block})")
+                        if self.got[i] == self.block:
+                            self.end[i] = now
+                            self.done_count += 1
+                            if self.done_count == self.n:
+                                self.round_done.set()
+        except BaseException as e:  # noqa: BLE001 - reported to the main thread
+            self.error = e
+            self.round_done.set()
+        finally:
+            sel.close()
+
+
+def _run(p: dict, ctx: RunContext) -> dict:
+    from testbed.fabric import Fabric
+    from testbed.kernel import counters, netns, qdisc
+    from testbed.telemetry import QueueSampler
+    from topologies import path_links, ports_on_paths
+
+    topo, receiver, senders, (bn_node, bn_port) = build_spec(p, ctx.seed)
+    n, block, rounds = p["senders"], p["block_bytes"], p["rounds"]
+    fabric = Fabric(topo, ctx.run_id)
+    ctx.rundir.manifest["topology"] = fabric.describe()
+    ctx.rundir.write_manifest()
+    ctx.progress(f"building {topo.kind}: {len(topo.nodes)} namespaces, bottleneck {bn_node}:{bn_port} "
+                 f"{p['discipline']} {p['buffer_bytes']} B at {p['host_rate_mbps']} Mbit/s")
+    fabric.build(ctx.state, ctx.on_teardown)
+    ctx.rundir.manifest["topology"] = fabric.describe()
+    ctx.rundir.write_manifest()
+
+    rip = fabric.host_ip(receiver)
+    hosts = [receiver, *senders]
+    cc = p["cc"].encode()
+    with netns.entered(fabric.ns(receiver)):
+        lsock = socket.socket()
+    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.bind((rip, PORT))
+    lsock.listen(n + 8)
+    ctx.on_teardown(lsock.close)
+    socks: list[socket.socket] = []
+    for h in senders:
+        with netns.entered(fabric.ns(h)):
+            s = socket.socket()
+        ctx.on_teardown(s.close)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc)
+        s.settimeout(30)
+        s.connect((rip, PORT))
+        socks.append(s)
+    ip_of = {fabric.host_ip(h): i for i, h in enumerate(senders)}
+    conns: dict[socket.socket, int] = {}
+    lsock.settimeout(30)
+    while len(conns) < n:
+        c, (addr, _) = lsock.accept()
+        ctx.on_teardown(c.close)
+        conns[c] = ip_of[addr]
+    ctx.progress(f"{n} connections up ({p['cc']}, ecn={p['ecn']}, rto_min {p['rto_min_ms']} ms)")
+
+    rx = _Receiver(conns, n, block)
+    rx.start()
+    barrier = threading.Barrier(n + 1)
+    starts = [[0.0] * n for _ in range(rounds)]
+    errors: list[BaseException] = []
+    payload = bytes(block)
+
+    def send(i: int, s: socket.socket) -> None:
+        try:
+            s.settimeout(None)
+            for r in range(rounds):
+                barrier.wait()
+                starts[r][i] = time.monotonic()
+                s.sendall(payload)
+        except threading.BrokenBarrierError:
+            pass
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+            barrier.abort()
+
+    threads = [threading.Thread(target=send, args=(i, s), name=f"incast-{senders[i]}", daemon=True)
+               for i, s in enumerate(socks)]
+    for t in threads:
+        t.start()
+
+    watch = set()
+    for h in senders:
+        watch |= ports_on_paths(path_links(topo, h, receiver))
+    watch = {(nd, pt) for nd, pt in watch if topo.node(nd).role != "host"}  # switch ports only
+    watch.add((bn_node, bn_port))
+    sampler = QueueSampler(fabric, interval_s=p["sample_interval_ms"] / 1000.0, ports=watch)
+    bn_ns = fabric.ns(bn_node)
+    before_q = qdisc.port_stats(bn_ns, bn_port)
+    before = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
+    sampler.start()
+    rows = []
+    t_first = t_last = 0.0
+    completed = False
+    ctx.progress(f"{rounds} rounds of {n} x {block} B")
+    try:
+        for r in range(rounds):
+            rx.arm()
+            barrier.wait(timeout=ROUND_TIMEOUT_S)
+            if not rx.round_done.wait(timeout=ROUND_TIMEOUT_S):
+                raise RuntimeError(f"round {r} did not finish in {ROUND_TIMEOUT_S} s "
+                                   f"(received {sum(rx.got)} of {n * block} bytes)")
+            if rx.error:
+                raise rx.error
+            if errors:
+                raise errors[0]
+            for i, h in enumerate(senders):
+                rows.append((r, h, starts[r][i], rx.end[i], block))
+            if r == 0:
+                t_first = min(starts[0])
+            t_last = max(rx.end)
+        completed = True
+    finally:
+        sampler.stop()
+        rx.stopping.set()
+        if not completed:
+            barrier.abort()
+    for t in threads:
+        t.join(timeout=10)
+    rx.join(timeout=5)
+    after = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
+    after_q = qdisc.port_stats(bn_ns, bn_port)
+
+    ctx.rundir.write_csv("rounds.csv", ["round", "sender", "start_s", "end_s", "bytes"],
+                         ((r, h, f"{s:.6f}", f"{e:.6f}", b) for r, h, s, e, b in rows))
+    ctx.rundir.write_csv("tcp.csv", ["host", "phase", "counter", "value"],
+                         [(h, ph, k, d[h].get(k, 0)) for ph, d in (("before", before), ("after", after))
+                          for h in hosts for k in counters.KEY_COUNTERS])
+    sampler.write(ctx.rundir)
+
+    def delta(key: str, hs=senders) -> int:
+        return sum(after[h].get(key, 0) - before[h].get(key, 0) for h in hs)
+
+    def qdelta(attr: str) -> int:
+        return sum(getattr(a, attr) for a in after_q) - sum(getattr(b, attr) for b in before_q)
+
+    round_ms = sorted((max(rx_e for (rr, _, _, rx_e, _) in rows if rr == r)
+                       - min(s for (rr, _, s, _, _) in rows if rr == r)) * 1e3 for r in range(rounds))
+    busy = sum(round_ms) / 1e3
+    drops, sent_pk, marks = qdelta("drops"), qdelta("sent_packets"), qdelta("marks")
+    q_stats = sampler.stats()
+    in_rounds = [r[4] for r in sampler.rows if r[1] == bn_node and r[2] == bn_port and t_first <= r[0] <= t_last]
+    reasons = []
+    if q_stats["cpu_busy_fraction"] > 0.9:
+        reasons.append(f"CPU {q_stats['cpu_busy_fraction']:.0%} busy: software switching may lag the shapers")
+    want = p["sample_interval_ms"] / 1000.0
+    got = q_stats["queue_sample_interval_s"]
+    if not got == got or got > 5 * want:  # NaN or too slow
+        reasons.append(f"queue sampling achieved {got * 1e3:.2f} ms, asked {want * 1e3:.2f} ms")
+    bn_bytes = qdelta("sent_bytes")
+    util = bn_bytes * 8 / busy / 1e6 / p["host_rate_mbps"] if busy > 0 else 0.0
+    if util > 1.05:
+        reasons.append(f"bottleneck sent {util:.2f} x its configured rate: shaper not in control")
+    return {
+        "senders": n,
+        "rounds": rounds,
+        "block_bytes": block,
+        "topology": topo.kind,
+        "discipline": p["discipline"],
+        "buffer_bytes": p["buffer_bytes"],
+        "goodput_mbps": n * block * rounds * 8 / busy / 1e6 if busy > 0 else 0.0,
+        "bottleneck_utilisation": util,
+        "round_ms_p50": _pct(round_ms, 50),
+        "round_ms_p95": _pct(round_ms, 95),
+        "round_ms_p99": _pct(round_ms, 99),
+        "round_ms_max": max(round_ms),
+        "round_ms_ideal": n * block * 8 / (p["host_rate_mbps"] * 1e6) * 1e3,
+        "bottleneck": f"{bn_node}:{bn_port}",
+        "bottleneck_drops": drops,
+        "bottleneck_packets": sent_pk,
+        "incast_loss_rate": drops / (drops + sent_pk) if drops + sent_pk else 0.0,
+        "ecn_marks": marks,
+        "tcp_retrans_segs": delta("TcpRetransSegs"),
+        "tcp_timeouts": delta("TcpExtTCPTimeouts"),
+        "receiver_ce_packets": delta("IpExtInCEPkts", [receiver]),
+        "queue_peak_bytes": max(in_rounds, default=0),
+        "queue_mean_bytes": sum(in_rounds) / len(in_rounds) if in_rounds else 0.0,
+        "queue_sample_interval_ms": got * 1e3 if got == got else None,
+        "queue_samples": q_stats["queue_samples"],
+        "cpu_busy_fraction": q_stats["cpu_busy_fraction"],
+        "fidelity_ok": not reasons,
+        "fidelity_reasons": "; ".join(reasons),
+    }
+
+
+def _pct(sorted_vals: list[float], q: float) -> float:
+    """Percentile by linear interpolation (numpy's default) of an already sorted list."""
+    if not sorted_vals:
+        return 0.0
+    k = (len(sorted_vals) - 1) * q / 100.0
+    lo = math.floor(k)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
+
+
+SCENARIO = Scenario(
+    name="incast",
+    summary="N senders x B bytes to one receiver at once, R rounds, over a leaf-spine or dumbbell (kernel TCP)",
+    params=PARAMS,
+    needs=("qdisc:htb", "qdisc:bfifo", "qdisc:red+ecn"),
+    run=_run,
+    validate=_validate,
+    table=(("senders", "senders"), ("block_bytes", "block (bytes)"), ("rounds", "rounds"),
+           ("goodput_mbps", "goodput (Mbit/s)"), ("round_ms_ideal", "ideal round (ms)"),
+           ("round_ms_p50", "round p50 (ms)"), ("round_ms_p99", "round p99 (ms)"), ("round_ms_max", "round max (ms)"),
+           ("bottleneck_drops", "bottleneck drops"), ("incast_loss_rate", "incast loss rate"),
+           ("ecn_marks", "ECN marks"), ("tcp_retrans_segs", "TCP retransmitted segments"),
+           ("tcp_timeouts", "TCP timeouts"), ("queue_peak_bytes", "queue peak (bytes)"),
+           ("cpu_busy_fraction", "CPU busy"), ("fidelity_ok", "fidelity ok")),
+)
