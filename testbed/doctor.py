@@ -220,9 +220,14 @@ def _rxe_across_namespaces(s: Scratch) -> str:
         time.sleep(0.5)
         server = netns.popen(nb, ["ibv_rc_pingpong", "-d", rb, "-g", "1", "-n", "20", "-s", "4096"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        time.sleep(0.5)
-        client = netns.run(na, ["ibv_rc_pingpong", "-d", ra, "-g", "1", "-n", "20", "-s", "4096",
-                                "198.18.255.2"], timeout=30)
+        # The server may not listen yet on a loaded machine: retry the client's connection for a while.
+        deadline = time.monotonic() + 20
+        while True:
+            time.sleep(0.5)
+            client = netns.run(na, ["ibv_rc_pingpong", "-d", ra, "-g", "1", "-n", "20", "-s", "4096",
+                                    "198.18.255.2"], timeout=30)
+            if client.returncode == 0 or server.poll() is not None or time.monotonic() > deadline:
+                break
         try:
             out, _ = server.communicate(timeout=15)
         except subprocess.TimeoutExpired:
@@ -313,8 +318,48 @@ def run_probes(only: list[str] | None = None) -> list[Check]:
     return results
 
 
+def _cache_path():
+    from pathlib import Path
+
+    from testbed.state import STATE_DIR
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "unknown"
+    return STATE_DIR / f"capabilities-{boot}.json"
+
+
+def _save_cache(checks: list[Check]) -> None:
+    path = _cache_path()
+    try:
+        known = json.loads(path.read_text()) if path.exists() else {}
+        known.update({c.name: c.ok for c in checks})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(known))
+    except (OSError, ValueError):
+        pass
+
+
+def missing(names: list[str]) -> list[str]:
+    """Which of the named capabilities this kernel lacks; verdicts are cached for the life of this boot (a kernel
+    cannot gain or lose a capability without a reboot here: modules cannot be loaded on hosts that lack them)."""
+    path = _cache_path()
+    try:
+        known = json.loads(path.read_text()) if path.exists() else {}
+    except (OSError, ValueError):
+        known = {}
+    todo = [n for n in names if n not in known]
+    if todo:
+        checks = run_probes(todo)
+        _save_cache(checks)
+        known.update({c.name: c.ok for c in checks})
+    return [n for n in names if not known[n]]
+
+
 def report(only: list[str] | None = None) -> dict:
     checks = run_probes(only)
+    _save_cache(checks)
     return {
         "kernel_release": os.uname().release,
         "in_lab_vm": os.environ.get("TESTBED_IN_VM") == "1",

@@ -68,7 +68,7 @@ def _options(extra: list[str]) -> argparse.Namespace:
 def missing_capabilities(needs: Sequence[str]) -> list[str]:
     from testbed import doctor
 
-    return [c.name for c in doctor.run_probes(list(needs)) if not c.ok]
+    return doctor.missing(list(needs))
 
 
 def print_table(scenario: Scenario, summary: dict, out: Path) -> None:
@@ -101,7 +101,16 @@ def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: 
                   flush=True)
 
     ctx = RunContext(rundir=rundir, state=state, seed=seed, progress=progress)
-    old = signal.signal(signal.SIGTERM, lambda *a: (_ for _ in ()).throw(KeyboardInterrupt()))
+    main_pid = os.getpid()
+
+    def on_sigterm(signum, frame):
+        # pyroute2 forks helper processes (netns work) that inherit this handler and are ended with SIGTERM:
+        # a child must just die, never run the parent's teardown.
+        if os.getpid() != main_pid:
+            os._exit(128 + signum)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         summary = scenario.run(params, ctx)
         rundir.finish(summary)

@@ -15,7 +15,7 @@ NEEDED = ["qdisc:htb", "qdisc:bfifo", "qdisc:red+ecn", "qdisc:netem", "qdisc:pri
 def pytest_sessionstart(session):
     from testbed import doctor
 
-    missing = [c.name for c in doctor.run_probes(NEEDED) if not c.ok]
+    missing = doctor.missing(NEEDED)
     if missing:
         raise pytest.UsageError(
             f"integration tests need {', '.join(missing)} which this kernel lacks: "

@@ -13,14 +13,17 @@ def _ours():
 
 
 def test_clean_after_kill(tmp_path):
-    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", "smoke", "--vm", "never", "--quiet",
+    err = open(tmp_path / "stderr", "w")
+    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", "smoke", "--vm", "never",
                           "--set", "duration_s=30", "--out", str(tmp_path / "run")],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                         stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
     deadline = time.monotonic() + 90
     while len(_ours()) < 3 and time.monotonic() < deadline:
         time.sleep(0.5)
     time.sleep(2)
-    assert len(_ours()) == 3, "the run did not build its namespaces"
+    if len(_ours()) != 3:
+        os.killpg(p.pid, signal.SIGKILL)
+        raise AssertionError("the run did not build its namespaces: " + (tmp_path / "stderr").read_text())
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     assert len(_ours()) == 3  # killed -9: nothing could clean up
@@ -44,6 +47,7 @@ def test_sigterm_tears_down(tmp_path):
     while len(_ours()) < 3 and time.monotonic() < deadline:
         time.sleep(0.5)
     time.sleep(1)
+    assert len(_ours()) == 3, p.stderr.read() if p.poll() is not None else "namespaces not built in 90 s"
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=60)
     assert _ours() == []
