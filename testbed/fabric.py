@@ -123,6 +123,35 @@ def plan_port(ep) -> PortPlan:
                     default)
 
 
+def ipr_in(ns: str):
+    """An IPRoute whose netlink socket lives in namespace `ns`, opened from this thread while it is inside `ns`.
+    Unlike IPRoute(netns=ns) (testbed.kernel.netns.ipr) it forks no child per socket, which costs a lot in the
+    software-emulated lab VM when a fabric has dozens of ports."""
+    from pyroute2 import IPRoute
+
+    with netns.entered(ns):
+        return IPRoute()
+
+
+def install_port(ipr, idx: int, rate_mbps: float, classes: list, default_minor: int, mtu: int = 1500) -> None:
+    """testbed.kernel.qdisc.install_port on an open socket and interface index (same qdiscs, same parameters):
+    HTB root 1: (default class), 1:1 at the link rate, one 1:<minor> class per PortClass, its leaf queue below."""
+    rate = qdisc._htb_rate(rate_mbps)
+    burst = max(mtu + qdisc.WIRE_OVERHEAD_BYTES, int(rate * 0.001))
+    quantum = mtu + qdisc.WIRE_OVERHEAD_BYTES
+    with contextlib.suppress(Exception):
+        ipr.tc("del", index=idx, handle="1:", root=True)
+    ipr.tc("add", "htb", index=idx, handle="1:", default=default_minor)
+    ipr.tc("add-class", "htb", index=idx, handle="1:1", parent="1:", rate=f"{rate * 8}bit", ceil=f"{rate * 8}bit",
+           burst=burst, cburst=burst, quantum=quantum)
+    for c in classes:
+        crate = max(1, int(rate * c.rate_share))
+        ipr.tc("add-class", "htb", index=idx, handle=f"1:{c.minor:x}", parent="1:1", rate=f"{crate * 8}bit",
+               ceil=f"{rate * 8}bit", burst=burst, cburst=burst, prio=c.prio, quantum=quantum)
+        kind, args = c.queue.tc_args()
+        ipr.tc("add", kind, index=idx, handle=f"{c.minor:x}:", parent=f"1:{c.minor:x}", **args)
+
+
 class Fabric:
     """Namespaces, links, routes and queues of one topology for one run (see the module docstring)."""
 
@@ -186,13 +215,13 @@ class Fabric:
             netns.create(name)
             self.created.append(name)
             self._pre_sysctls(name)
-        iprs = {n: netns.ipr(ns) for n, ns in self._ns.items()}
+        iprs = {n: ipr_in(ns) for n, ns in self._ns.items()}
         try:
             self._links(iprs)
             self._addresses(iprs)
             self._routes(iprs)
             self._sysctls()
-            self._queues()
+            self._queues(iprs)
             self._impairments(iprs)
         finally:
             for i in iprs.values():
@@ -273,23 +302,22 @@ class Fabric:
                         # tcp_allowed_congestion_control) can be a namespace default; sockets set it themselves
                         self.cc_default_failed.append(node.name)
 
-    def _queues(self) -> None:
+    def _queues(self, iprs) -> None:
         for p in self.port_plans:
-            ns = self._ns[p.node]
+            ipr = iprs[p.node]
+            idx = ipr.link_lookup(ifname=p.ifname)[0]
             classes = [qdisc.PortClass(minor, q, prio=prio, rate_share=share)
                        for minor, _, q, prio, share, _ in p.classes]
-            qdisc.install_port(ns, p.ifname, p.rate_mbps, classes, p.default_minor, mtu=p.mtu)
+            install_port(ipr, idx, p.rate_mbps, classes, p.default_minor, mtu=p.mtu)
             if any(dscps for *_, dscps in p.classes):
-                self._dscp_filters(ns, p)
+                self._dscp_filters(ipr, idx, p)
 
-    def _dscp_filters(self, ns: str, p: PortPlan) -> None:
+    def _dscp_filters(self, ipr, idx: int, p: PortPlan) -> None:
         """u32 on the IPv4 TOS byte (bits 2..7 = DSCP): the first 32-bit word of the IP header, mask 0x00fc0000."""
-        with netns.ipr(ns) as ipr:
-            idx = ipr.link_lookup(ifname=p.ifname)[0]
-            for minor, _, _, _, _, dscps in p.classes:
-                for d in sorted(dscps):
-                    ipr.tc("add-filter", "u32", index=idx, parent="1:", prio=1, protocol=ETH_P_IP,
-                           keys=[f"0x{d << 18:08x}/0x00fc0000+0"], target=f"1:{minor:x}")
+        for minor, _, _, _, _, dscps in p.classes:
+            for d in sorted(dscps):
+                ipr.tc("add-filter", "u32", index=idx, parent="1:", prio=1, protocol=ETH_P_IP,
+                       keys=[f"0x{d << 18:08x}/0x00fc0000+0"], target=f"1:{minor:x}")
 
     def _impairments(self, iprs) -> None:
         """Delay/jitter/loss of direction a->b on an IFB in b's namespace, fed from b's ingress (see docstring)."""

@@ -197,6 +197,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
     with netns.entered(fabric.ns(receiver)):
         lsock = socket.socket()
     lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc)  # accepted sockets inherit it (DCTCP's ACKs)
     lsock.bind((rip, PORT))
     lsock.listen(n + 8)
     ctx.on_teardown(lsock.close)

@@ -1,0 +1,109 @@
+"""Incast parameters and fabric planning, without a kernel: every mistake is one line before anything is built."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from testbed.errors import UsageError
+from testbed.fabric import Fabric, leaf_queue, plan_port
+from testbed.params import resolve
+from testbed.scenarios import get
+from testbed.scenarios.incast import PARAMS, _pct, build_spec
+from topologies import ClassSpec, LeafSpineSpec, LinkSpec, QueueSpec
+
+
+def p(*sets):
+    return resolve(PARAMS, list(sets))
+
+
+def test_registered_with_units_and_ranges():
+    sc = get("incast")
+    assert sc.name == "incast"
+    assert set(sc.needs) == {"qdisc:htb", "qdisc:bfifo", "qdisc:red+ecn"}
+    names = {x.name for x in sc.params}
+    assert names >= {"senders", "block_bytes", "rounds", "host_rate_mbps", "fabric_rate_mbps", "buffer_bytes",
+                     "discipline", "ecn", "k_bytes", "cc", "rto_min_ms", "seed", "topology"}
+    assert "bytes" in sc.help() and "Mbit/s" in sc.help()
+
+
+@pytest.mark.parametrize("bad", ["senders=0", "senders=lots", "discipline=codel", "cc=vegas", "buffer_bytes=10",
+                                 "topology=torus", "rto_min_ms=0", "nope=1"])
+def test_bad_values_are_usage_errors(bad):
+    with pytest.raises(UsageError):
+        p(bad)
+
+
+@pytest.mark.parametrize("sets, words", [
+    (["cc=dctcp"], "dctcp requires ECN"),
+    (["discipline=step", "k_bytes=64000", "buffer_bytes=64000"], "k_bytes"),
+    (["discipline=red", "k_bytes=70000", "buffer_bytes=64000"], "k_bytes"),
+])
+def test_inconsistent_sets_fail_validation(sets, words):
+    sc = get("incast")
+    with pytest.raises(UsageError, match=words):
+        sc.validate(p(*sets))
+
+
+def test_leafspine_places_senders_off_the_receivers_leaf():
+    topo, rx, senders, bn = build_spec(p("senders=6", "hosts_per_leaf=4"))
+    assert rx == "h1" and bn == ("leaf1", "h1")
+    assert len(senders) == 6 and all(topo.leaf_of(h) != "leaf1" for h in senders)
+    assert topo.leaves == 3
+    assert topo.port_spec("leaf_down").queue.buffer_bytes == 64_000
+    assert topo.tcp.rto_min_ms == 200
+
+
+def test_dumbbell_bottleneck_is_the_receiver_port():
+    topo, rx, senders, bn = build_spec(p("topology=dumbbell", "senders=3", "discipline=step", "k_bytes=10000"))
+    assert rx == "r1" and bn == ("s2", "r1") and senders == ["h1", "h2", "h3"]
+    eg = {(e.node, e.ifname): e for e in topo.egress_ports()}
+    assert eg[bn].port.queue.discipline == "step"
+    assert eg[bn].link.rate_mbps == 20.0
+
+
+def test_cli_rejects_before_building():
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "incast", "--set", "senders=0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert "senders" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_fabric_plan_is_pure_and_named_per_run():
+    topo = LeafSpineSpec(spines=2, leaves=2, hosts_per_leaf=2, host_link=LinkSpec(10), fabric_link=LinkSpec(10))
+    f = Fabric(topo, "ab12")
+    assert f.ns("leaf1") == "tb-ab12-leaf1"
+    assert len(f.ports()) == 2 * len(topo.links)
+    assert ("leaf1", "tb-ab12-leaf1", "spine2") in f.ports()
+    with pytest.raises(UsageError):
+        Fabric(topo, "Bad/Id")
+
+
+def test_queue_mapping():
+    assert leaf_queue(QueueSpec("droptail", buffer_bytes=5000)).tc_args() == ("bfifo", {"limit": 5000})
+    assert leaf_queue(QueueSpec("droptail", buffer_packets=50)).tc_args() == ("pfifo", {"limit": 50})
+    kind, args = leaf_queue(QueueSpec("step", buffer_bytes=100_000, k_packets=10)).tc_args()
+    assert kind == "red" and args["min"] == 15_000 and args["probability"] == 1.0 and args["instantaneous"]
+    kind, args = leaf_queue(QueueSpec("red", buffer_bytes=100_000, min_bytes=10_000, max_bytes=30_000,
+                                      probability=0.2, ecn=True)).tc_args()
+    assert kind == "red" and args["ecn"] and args["max"] == 30_000
+
+
+def test_classes_map_to_htb_classes():
+    classes = (ClassSpec("bulk", dscp=[0], weight=3, default=True), ClassSpec("ctrl", dscp=[46], priority=0),
+               ClassSpec("rest", dscp=[8, 10], weight=1))
+    topo = LeafSpineSpec(spines=1, leaves=2, hosts_per_leaf=1, host_link=LinkSpec(10), fabric_link=LinkSpec(10),
+                         classes=classes)
+    plan = plan_port(topo.egress_ports()[0])
+    assert [c[1] for c in plan.classes] == ["bulk", "ctrl", "rest"]
+    assert plan.default_minor == 0x10
+    bulk, ctrl, rest = plan.classes
+    assert bulk[4] == 0.75 and rest[4] == 0.25 and ctrl[3] == 0 and ctrl[4] == 1.0
+    assert plan.class_label(0x11) == "ctrl"
+
+
+def test_percentiles():
+    assert _pct([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert _pct([5.0], 99) == 5.0
