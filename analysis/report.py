@@ -1,0 +1,478 @@
+"""One run directory -> ``report.html`` (one self-contained file) and ``report.md`` (text tables + PNG files).
+
+Thin layer over :mod:`analysis.load`, :mod:`analysis.metrics`, :mod:`analysis.correlate` and
+:mod:`analysis.plots`; like the rest of ``analysis`` it reads only the run folder (no kernel, pure pandas).
+
+The report holds, for whatever the run has (a smoke run has only manifest/summary/tcp.csv; an incast run
+rounds/queues; a collective run ops):
+
+* a banner when the manifest's ``complete`` is not true, and every load warning;
+* the summary table (``summary.json``) and key metrics recomputed from the data (:func:`key_metrics`),
+  with sample counts beside tails;
+* the run's configuration: scenario, params, seed, kernel, lab VM, git commit, wall times, versions;
+* row counts per file (absent / empty / N rows);
+* CDFs of collective completion time and of incast round time, queue occupancy over time with op (or
+  round) phases shaded, the PFC pause timeline when ``pfc.csv`` has rows;
+* the "explain the slowest op" sentence (:func:`analysis.correlate.explain_slowest`) when ops exist.
+
+Queue series are downsampled for plotting (per port, the maximum backlog in each of at most
+:data:`PLOT_POINTS` time bins, so peaks survive); metrics always use every row.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+
+from . import metrics as m
+from .load import SCHEMAS, IncompleteRunWarning, Run, load_run
+
+__all__ = ["PLOT_POINTS", "Block", "build_blocks", "downsample_queues", "fmt", "key_metrics", "render_html",
+           "render_markdown", "write_report"]
+
+#: time bins per port when plotting queue occupancy (each keeps its maximum backlog)
+PLOT_POINTS = 2000
+#: most shaded phases drawn (closer phases are merged beyond this)
+MAX_PHASES = 400
+#: folder (inside the output folder) for the report's PNG files
+FILES_DIR = "report_files"
+
+
+# --------------------------------------------------------------------------- formatting
+
+def fmt(v: Any) -> str:
+    """A value as short text: ints plain, floats with up to 4 decimals (or 4 significant digits when tiny),
+    nan/None as ``-``, bools as ``true``/``false``."""
+    if v is None:
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return "true" if v else "false"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        x = float(v)
+        if math.isnan(x):
+            return "-"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        if x == int(x) and abs(x) < 1e15:
+            return str(int(x))
+        if abs(x) >= 1:
+            return f"{x:.4f}".rstrip("0").rstrip(".")
+        return f"{x:.4g}"
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v, default=str, sort_keys=True)
+    return str(v)
+
+
+# --------------------------------------------------------------------------- metrics from the data
+
+def _ms(p: m.Percentiles, prefix: str, out: dict) -> None:
+    out[f"{prefix}_n"] = p.n
+    out[f"{prefix}_ms_p50"] = p.p50
+    out[f"{prefix}_ms_p99"] = p.p99
+    out[f"{prefix}_ms_max"] = p.max
+
+
+def key_metrics(run: Run) -> dict[str, float]:
+    """Key numbers recomputed from the run's CSVs (not from summary.json); only those the data supports.
+
+    rounds.csv: ``rounds_n, round_ms_p50/p99/max, round_goodput_mbps`` (all bytes / summed round time);
+    ops.csv: ``ops_n, cct_ms_p50/p99/max, step_n, step_ms_p50/p99/max, step_cv, comm_wait_fraction``;
+    queues.csv: ``loss_rate`` (at the port with most drops), ``drops``, ``ecn_marks``, ``ecn_mark_fraction``,
+    ``queue_peak_bytes``, ``queue_samples``; tcp.csv: ``tcp_retrans_segs``, ``tcp_timeouts``,
+    ``retransmit_rate``; pfc.csv: ``pauses``, ``pause_fraction_max``; cpu.csv: ``cpu_busy_mean``.
+    """
+    out: dict[str, float] = {}
+    if len(run.rounds):
+        rt = m.round_times(run.rounds)
+        _ms(m.percentiles(rt["round_s"] * 1e3), "round", out)
+        out["rounds_n"] = out.pop("round_n")
+        busy = float(rt["round_s"].sum())
+        out["round_goodput_mbps"] = float(rt["bytes"].sum()) * 8 / busy / 1e6 if busy > 0 else math.nan
+    if len(run.ops):
+        ot = m.op_table(run.ops)
+        _ms(m.percentiles(ot["cct_s"] * 1e3), "cct", out)
+        out["ops_n"] = out.pop("cct_n")
+        st = m.step_times(run.ops)
+        _ms(m.percentiles(st["step_s"] * 1e3), "step", out)
+        out["step_cv"] = m.cv(st["step_s"])
+        out["comm_wait_fraction"] = m.comm_wait_fraction(run.ops)[0]
+    if len(run.queues):
+        d = m.port_counter_deltas(run.queues)
+        top = d.sort_values(["drops", "sent_packets"], ascending=False, kind="stable").iloc[0]
+        offered = float(top["drops"] + top["sent_packets"])
+        out["loss_rate"] = float(top["drops"]) / offered if offered > 0 else math.nan
+        out["drops"] = float(d["drops"].sum())
+        out["ecn_marks"] = float(d["marks"].sum())
+        sent = float(d["sent_packets"].sum())
+        out["ecn_mark_fraction"] = out["ecn_marks"] / sent if sent > 0 else math.nan
+        per_t = run.queues.groupby(["node", "port", "t_s"], sort=False)["backlog_bytes"].sum()
+        out["queue_peak_bytes"] = float(per_t.max())
+        out["queue_samples"] = int(run.queues["t_s"].nunique())
+    if len(run.tcp):
+        td = m.tcp_deltas(run.tcp)
+        if len(td):
+            out["tcp_retrans_segs"] = float(td.loc[td["counter"] == "TcpRetransSegs", "delta"].sum())
+            if (td["counter"] == "TcpExtTCPTimeouts").any():
+                out["tcp_timeouts"] = float(td.loc[td["counter"] == "TcpExtTCPTimeouts", "delta"].sum())
+            out["retransmit_rate"] = m.retransmit_rate(run.tcp)
+    if len(run.pfc):
+        start, end = run.time_window()
+        pf = m.pause_fraction(run.pfc, start, end)
+        out["pauses"] = float(pf["pauses"].sum()) if len(pf) else 0.0
+        out["pause_fraction_max"] = float(pf["fraction"].max()) if len(pf) else 0.0
+    if len(run.cpu):
+        out["cpu_busy_mean"] = float(run.cpu["busy_fraction"].mean())
+    return out
+
+
+# --------------------------------------------------------------------------- plot helpers
+
+def downsample_queues(queues: pd.DataFrame, points: int = PLOT_POINTS, ports: Iterable[str] | None = None
+                      ) -> pd.DataFrame:
+    """Backlog summed over classes per (node, port, t_s), then per port at most ``points`` time bins, each
+    holding the bin's maximum backlog at the bin's first sample time. Returns queues-shaped rows (class
+    ``"*"``) that :func:`analysis.plots.plot_queue_occupancy` accepts; ``ports`` (``"node:port"``) limits it."""
+    if queues.empty:
+        return queues
+    q = queues[["t_s", "node", "port", "backlog_bytes"]]
+    if ports is not None:
+        want = set(ports)
+        q = q[(q["node"] + ":" + q["port"]).isin(want)]
+    per_t = q.groupby(["node", "port", "t_s"], sort=False)["backlog_bytes"].sum().reset_index()
+    t = per_t["t_s"].to_numpy(dtype=float)
+    lo, hi = float(t.min()), float(t.max())
+    width = (hi - lo) / points if hi > lo else 1.0
+    per_t["bin"] = np.minimum(((t - lo) / width).astype(np.int64), points - 1)
+    g = per_t.groupby(["node", "port", "bin"], sort=True)
+    out = g.agg(t_s=("t_s", "min"), backlog_bytes=("backlog_bytes", "max")).reset_index()
+    out = out.drop(columns="bin")
+    out["class"] = "*"
+    return out[["t_s", "node", "port", "class", "backlog_bytes"]]
+
+
+def _phases(intervals: pd.DataFrame, max_phases: int = MAX_PHASES) -> pd.DataFrame:
+    """Union of [start_s, end_s] intervals; when more than ``max_phases`` remain, close gaps until they fit."""
+    if intervals.empty:
+        return pd.DataFrame({"start_s": [], "end_s": []})
+    iv = sorted(zip(intervals["start_s"].astype(float), intervals["end_s"].astype(float)))
+    span = max(e for _, e in iv) - iv[0][0]
+    gap = 0.0
+    while True:
+        merged: list[list[float]] = []
+        for s, e in iv:
+            if merged and s <= merged[-1][1] + gap:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        if len(merged) <= max_phases or span <= 0:
+            break
+        gap = span / max_phases if gap == 0 else gap * 2
+    return pd.DataFrame(merged[:max_phases], columns=["start_s", "end_s"])
+
+
+# --------------------------------------------------------------------------- report content
+
+@dataclass
+class Block:
+    """One piece of the report. kind: ``h1``, ``h2``, ``p``, ``alert``, ``list``, ``table``, ``img``, ``pre``."""
+
+    kind: str
+    content: Any = None
+    caption: str = ""
+
+
+def _kv_table(d: dict) -> pd.DataFrame:
+    return pd.DataFrame({"name": list(d.keys()), "value": [fmt(v) for v in d.values()]})
+
+
+def _file_rows(run: Run) -> pd.DataFrame:
+    rows = []
+    for name in ("manifest.json", "summary.json"):
+        p = run.path / name
+        rows.append({"file": name, "status": "present" if p.exists() else "absent",
+                     "rows": "-", "bytes": p.stat().st_size if p.exists() else 0})
+    for table in SCHEMAS:
+        fname = f"{table}.csv"
+        p = run.path / fname
+        if not p.exists():
+            rows.append({"file": fname, "status": "absent", "rows": "-", "bytes": 0})
+            continue
+        n = len(getattr(run, table))
+        rows.append({"file": fname, "status": "empty" if n == 0 else "present", "rows": str(n),
+                     "bytes": p.stat().st_size})
+    return pd.DataFrame(rows, columns=["file", "status", "rows", "bytes"])
+
+
+def _config(run: Run) -> tuple[pd.DataFrame, dict, dict]:
+    man = run.manifest
+    general = {
+        "scenario": man.get("scenario"),
+        "complete": "true" if run.complete else f"FALSE (manifest says {json.dumps(man.get('complete'))})",
+        "seed": man.get("seed"),
+        "kernel_release": man.get("kernel_release"),
+        "in_lab_vm": man.get("in_lab_vm"),
+        "git_commit": man.get("git_commit"),
+        "started_wall": man.get("started_wall"),
+        "ended_wall": man.get("ended_wall"),
+        "t0_monotonic": man.get("t0_monotonic"),
+    }
+    topo = man.get("topology")
+    if isinstance(topo, dict):
+        general["topology"] = topo.get("kind", "(see manifest.json)")
+    elif topo is not None:
+        general["topology"] = topo
+    known = set(general) | {"params", "versions", "doctor"}
+    for k, v in man.items():  # anything else a newer writer adds
+        if k not in known and not isinstance(v, (dict, list)):
+            general[k] = v
+    params = man.get("params") if isinstance(man.get("params"), dict) else {}
+    versions = man.get("versions") if isinstance(man.get("versions"), dict) else {}
+    return _kv_table(general), params, versions
+
+
+def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Block]:
+    """The report as a list of :class:`Block`; PNGs are written into ``files_dir`` (``img`` blocks carry
+    ``(absolute path, path relative to the report)``)."""
+    from . import plots  # matplotlib only when a report is made
+    from .correlate import correlate_run, explain_slowest
+
+    files_dir.mkdir(parents=True, exist_ok=True)
+    b: list[Block] = []
+    scen = run.manifest.get("scenario", "?")
+    b.append(Block("h1", f"testbed run report: {scen} ({run.name})"))
+    b.append(Block("p", f"Run directory: {run.path}"))
+    if not run.complete:
+        b.append(Block("alert", "INCOMPLETE RUN: manifest.json says complete="
+                       f"{json.dumps(run.manifest.get('complete'))} (still running or interrupted). "
+                       "Every number below may be partial."))
+    if run.warnings:
+        b.append(Block("h2", "Warnings"))
+        b.append(Block("list", list(run.warnings)))
+
+    # -- summary
+    b.append(Block("h2", "Summary (summary.json)"))
+    if run.summary:
+        b.append(Block("table", _kv_table(run.summary).rename(columns={"name": "metric"})))
+    else:
+        b.append(Block("p", "No summary.json (or it is empty)."))
+    km = key_metrics(run)
+    b.append(Block("h2", "Key metrics from the data"))
+    if km:
+        b.append(Block("p", "Recomputed from the CSVs; percentiles are nearest-rank, `_n` is the sample count "
+                       "behind them (p99 of fewer than 100 samples is the max)."))
+        b.append(Block("table", _kv_table(km).rename(columns={"name": "metric"})))
+    else:
+        b.append(Block("p", "No rounds, ops, queue, TCP, PFC or CPU rows to compute from."))
+
+    # -- explanation of the slowest op
+    ops_tab = m.op_table(run.ops) if len(run.ops) else None
+    if ops_tab is not None:
+        b.append(Block("h2", "The slowest op"))
+        corr = correlate_run(run)
+        b.append(Block("p", explain_slowest(run, table=corr)))
+        worst = corr.sort_values("cct_ms", ascending=False).head(10)
+        cols = ["iteration", "op_index", "op", "collective", "cct_ms", "peak_backlog_bytes", "peak_port", "drops",
+                "marks", "paused_ms", "worst_port"]
+        b.append(Block("table", worst[cols], "the 10 slowest ops and what the fabric did during each"))
+
+    # -- plots
+    start, end = run.time_window()
+    t0 = None if (start is None or math.isnan(start)) else start
+    figs: list[tuple[Path, str]] = []
+    if ops_tab is not None:
+        p = plots.plot_cdf({"CCT": ops_tab["cct_s"] * 1e3}, files_dir / "cdf_cct.png",
+                           xlabel="collective completion time (ms)", title="CCT CDF")
+        figs.append((p, "Collective completion time CDF"))
+    rt = m.round_times(run.rounds) if len(run.rounds) else None
+    if rt is not None:
+        p = plots.plot_cdf({"round": rt["round_s"] * 1e3}, files_dir / "cdf_round.png",
+                           xlabel="incast round time (ms)", title="round-time CDF")
+        figs.append((p, "Incast round time CDF"))
+    if len(run.queues):
+        qs = m.queue_stats(run.queues)
+        top = (qs.sort_values("max_bytes", ascending=False).head(8))
+        ports = [f"{n}:{p}" for n, p in zip(top["node"], top["port"])]
+        ds = downsample_queues(run.queues, ports=ports)
+        phases, what = None, ""
+        if ops_tab is not None:
+            phases, what = _phases(ops_tab), "ops"
+        elif rt is not None:
+            phases, what = _phases(rt), "incast rounds"
+        title = "queue occupancy, phases = incast rounds" if what == "incast rounds" else "queue occupancy"
+        p = plots.plot_queue_occupancy(ds, files_dir / "queues.png", ports=ports, ops=phases, t0=t0, title=title)
+        figs.append((p, "Queue occupancy over time (backlog summed over classes; shaded: "
+                     f"{what or 'no phases'}; top {len(ports)} ports by peak)"))
+    if len(run.pfc):
+        p = plots.plot_pause_timeline(run.pfc, files_dir / "pauses.png",
+                                      run_end=None if math.isnan(end) else end, t0=t0)
+        figs.append((p, "PFC pause timeline"))
+    if figs:
+        b.append(Block("h2", "Plots"))
+        for path, caption in figs:
+            b.append(Block("img", (Path(path), f"{rel_dir}/{Path(path).name}"), caption))
+
+    # -- tables from the data
+    if len(run.queues):
+        b.append(Block("h2", "Queues per port"))
+        qs = m.queue_stats(run.queues).merge(m.port_counter_deltas(run.queues), on=["node", "port"], how="left")
+        cols = ["node", "port", "n", "mean_bytes", "p90_bytes", "max_bytes", "drops", "marks", "sent_packets"]
+        b.append(Block("table", qs[cols], "backlog statistics (sample based) and counter increases"))
+    if len(run.tcp):
+        td = m.tcp_deltas(run.tcp)
+        if len(td):
+            b.append(Block("h2", "Host TCP counters (after - before)"))
+            piv = td.pivot_table(index="counter", columns="host", values="delta", aggfunc="sum").reset_index()
+            piv.columns = [str(c) for c in piv.columns]
+            b.append(Block("table", piv))
+    if len(run.pfc):
+        b.append(Block("h2", "PFC pauses per link"))
+        b.append(Block("table", m.pause_fraction(run.pfc, start, end)))
+
+    # -- configuration and files
+    b.append(Block("h2", "Configuration (manifest.json)"))
+    general, params, versions = _config(run)
+    b.append(Block("table", general))
+    b.append(Block("h2", "Parameters"))
+    if params:
+        b.append(Block("table", _kv_table(params).rename(columns={"name": "parameter"})))
+    else:
+        b.append(Block("p", "No params in the manifest."))
+    if versions:
+        b.append(Block("h2", "Versions"))
+        b.append(Block("table", _kv_table(versions).rename(columns={"name": "component", "value": "version"})))
+    b.append(Block("h2", "Files"))
+    b.append(Block("table", _file_rows(run)))
+    return b
+
+
+# --------------------------------------------------------------------------- rendering
+
+_CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2em auto;max-width:1100px;color:#222;
+padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.15em;margin-top:1.6em;border-bottom:1px solid #ddd;padding-bottom:.2em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
+th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.alert{background:#fde2e2;border:2px solid #c00;color:#900;padding:.7em 1em;font-weight:bold}
+figure{margin:1em 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.85em;color:#555}
+caption{caption-side:bottom;font-size:.85em;color:#555;text-align:left}
+.false{color:#c00;font-weight:bold}
+"""
+
+
+def _is_num(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def _html_table(df: pd.DataFrame, caption: str = "") -> str:
+    e = html.escape
+    head = "".join(f"<th>{e(str(c))}</th>" for c in df.columns)
+    rows = []
+    for rec in df.itertuples(index=False):
+        cells = []
+        for v in rec:
+            t = fmt(v)
+            cls = ' class="num"' if _is_num(t) else (' class="false"' if t.startswith("FALSE") else "")
+            cells.append(f"<td{cls}>{e(t)}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    cap = f"<caption>{e(caption)}</caption>" if caption else ""
+    return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def render_html(blocks: list[Block], title: str) -> str:
+    """One self-contained HTML page (inline CSS, PNGs as base64 data URIs, no scripts)."""
+    e = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+           '<meta name="viewport" content="width=device-width, initial-scale=1">',
+           f"<title>{e(title)}</title><style>{_CSS}</style></head><body>"]
+    for b in blocks:
+        if b.kind in ("h1", "h2"):
+            out.append(f"<{b.kind}>{e(b.content)}</{b.kind}>")
+        elif b.kind == "p":
+            out.append(f"<p>{e(b.content)}</p>")
+        elif b.kind == "alert":
+            out.append(f'<div class="alert" role="alert">{e(b.content)}</div>')
+        elif b.kind == "list":
+            out.append("<ul>" + "".join(f"<li>{e(str(x))}</li>" for x in b.content) + "</ul>")
+        elif b.kind == "table":
+            out.append(_html_table(b.content, b.caption))
+        elif b.kind == "img":
+            data = base64.b64encode(Path(b.content[0]).read_bytes()).decode("ascii")
+            out.append(f'<figure><img alt="{e(b.caption)}" src="data:image/png;base64,{data}">'
+                       f"<figcaption>{e(b.caption)}</figcaption></figure>")
+        elif b.kind == "pre":
+            out.append(f"<pre>{e(b.content)}</pre>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(df: pd.DataFrame) -> str:
+    """A DataFrame as a GitHub-flavoured Markdown table (values through :func:`fmt`)."""
+    cols = [str(c) for c in df.columns]
+    lines = ["| " + " | ".join(_md_cell(c) for c in cols) + " |",
+             "|" + "|".join("---:" if df[c].dtype.kind in "iuf" else "---" for c in df.columns) + "|"]
+    for rec in df.itertuples(index=False):
+        lines.append("| " + " | ".join(_md_cell(fmt(v)) for v in rec) + " |")
+    return "\n".join(lines)
+
+
+def render_markdown(blocks: list[Block]) -> str:
+    """The same blocks as Markdown; images link to their PNG files by relative path."""
+    out: list[str] = []
+    for b in blocks:
+        if b.kind == "h1":
+            out.append(f"# {b.content}")
+        elif b.kind == "h2":
+            out.append(f"## {b.content}")
+        elif b.kind == "p":
+            out.append(str(b.content))
+        elif b.kind == "alert":
+            out.append(f"> **{b.content}**")
+        elif b.kind == "list":
+            out.append("\n".join(f"- {x}" for x in b.content))
+        elif b.kind == "table":
+            out.append(md_table(b.content) + (f"\n\n*{b.caption}*" if b.caption else ""))
+        elif b.kind == "img":
+            out.append(f"![{b.caption}]({b.content[1]})\n\n*{b.caption}*")
+        elif b.kind == "pre":
+            out.append(f"```\n{b.content}\n```")
+    return "\n\n".join(out) + "\n"
+
+
+def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
+    """Write ``report.html`` (self-contained) and ``report.md`` (+ ``report_files/*.png``) for one run.
+
+    ``out_dir`` defaults to the run directory itself. Returns ``(html_path, md_path)``. Raises
+    :class:`analysis.load.RunDirError` (one line) when the folder is not a readable run directory.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", IncompleteRunWarning)  # shown in the report itself
+        run = load_run(run_dir)
+    out = Path(out_dir) if out_dir is not None else run.path
+    out.mkdir(parents=True, exist_ok=True)
+    blocks = build_blocks(run, out / FILES_DIR)
+    title = f"testbed report: {run.manifest.get('scenario', '?')} ({run.name})"
+    html_path, md_path = out / "report.html", out / "report.md"
+    html_path.write_text(render_html(blocks, title), encoding="utf-8")
+    md_path.write_text(render_markdown(blocks), encoding="utf-8")
+    return html_path, md_path
