@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-NAMES = ("smoke", "incast")
+NAMES = ("smoke", "incast", "collective")
 
 
 def get(name: str):

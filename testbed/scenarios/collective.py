@@ -1,0 +1,383 @@
+"""Collective: replay a training job's collectives with real data over kernel TCP on a leaf-spine fabric.
+
+One agent process per rank (traffic.agent) runs inside its host's namespace; the controller (traffic.controller)
+talks to the agents over a Unix socket in the run directory. Every iteration: compute phase (optional jitter and
+straggler ranks), then the collectives (a size sweep, or gradient buckets), walked as per-rank DAGs
+(traffic.collectives.make_schedule or a schedule JSON file) with real numpy buffers; every rank's result is checked
+against expected_outputs. Optional background bulk flows between chosen hosts (checkpoint traffic).
+
+Writes ops.csv, tcp_info.csv (per connection TCP_INFO at op boundaries), sweep.csv (one nccl-tests row per
+size), tcp.csv, queues.csv, cpu.csv and summary.json; prints an nccl-tests-style table.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+from testbed.errors import UsageError
+from testbed.params import Param
+from testbed.runner import RunContext, Scenario
+
+PARAMS = [
+    Param("collective", str, "allreduce", "", "allreduce|allgather|reducescatter|alltoall|broadcast|reduce|gather|"
+          "pipeline (aliases all_reduce, incast, ...)"),
+    Param("algorithm", str, "", "", "schedule algorithm (empty: the collective's default, e.g. ring)"),
+    Param("size", str, "1M", "bytes", "per-rank message size, or a comma list (1K,64K,1M) for a sweep in one run"),
+    Param("buckets", str, "", "bytes", "gradient buckets: comma list of sizes, one collective each per iteration "
+          "(replaces size)"),
+    Param("ranks", int, 4, "", "ranks (one per host)", min=2, max=1024),
+    Param("iterations", int, 5, "", "measured iterations (per size of a sweep)", min=1, max=100_000),
+    Param("warmup", int, 1, "", "unreported warm-up iterations before the measured ones", min=0, max=1000),
+    Param("chunks", int, 1, "", "pieces per transfer (pipelining)", min=1, max=4096),
+    Param("dtype", str, "float32", "", "element type", choices=("float32", "float16", "float64", "int32", "int64")),
+    Param("placement", str, "packed", "", "rank -> host placement", choices=("packed", "spread", "random")),
+    Param("schedule_file", str, "", "", "a testbed-schedule JSON file to run instead of a generated schedule"),
+    Param("host_rate_mbps", float, 20.0, "Mbit/s", "host link rate", min=0.1, max=100_000),
+    Param("fabric_rate_mbps", float, 20.0, "Mbit/s", "leaf-spine link rate", min=0.1, max=100_000),
+    Param("delay_ms", float, 0.0, "ms", "one-way delay of every link", min=0, max=1000),
+    Param("spines", int, 2, "", "spines", min=1, max=16),
+    Param("leaves", int, 2, "", "leaves", min=1, max=32),
+    Param("hosts_per_leaf", int, 2, "", "hosts per leaf", min=1, max=64),
+    Param("buffer_bytes", int, 256 * 1024, "bytes", "droptail buffer of every switch and NIC queue", min=3000,
+          max=1 << 30),
+    Param("compute_ms", float, 0.0, "ms", "compute phase per iteration", min=0, max=600_000),
+    Param("jitter", float, 0.0, "", "compute time uniform in [1-jitter, 1+jitter] x compute_ms", min=0, max=0.99),
+    Param("stragglers", str, "", "", "straggler ranks, comma list (e.g. 1,3)"),
+    Param("straggler_factor", float, 1.0, "", "a straggler's compute time multiplier", min=1, max=1000),
+    Param("straggler_prob", float, 1.0, "", "probability a straggler straggles in an iteration", min=0, max=1),
+    Param("background", str, "", "", "background bulk flows SRC>DST host pairs, e.g. h1>h3,h2>h4"),
+    Param("bg_dscp", int, 0, "", "DSCP of background flows", min=0, max=63),
+    Param("bg_rate_mbps", float, 0.0, "Mbit/s", "pace each background flow (0: unpaced bulk)", min=0, max=100_000),
+    Param("dscp", int, 0, "", "DSCP of the collective's traffic", min=0, max=63),
+    Param("cc", str, "cubic", "", "congestion control (set per socket)", choices=("cubic", "reno", "dctcp", "bbr")),
+    Param("rto_min_ms", int, 0, "ms", "per-route TCP rto_min on the hosts (0: kernel default 200)", min=0,
+          max=120_000),
+    Param("seed", int, 0, "", "inputs, placement, jitter and stragglers (0: the run's --seed)", min=0,
+          max=2**31 - 1),
+    Param("sample_interval_ms", float, 10.0, "ms", "queue sampling interval (0: no queues.csv)", min=0, max=1000),
+    Param("verify", bool, True, "", "check every rank's result against expected_outputs"),
+    Param("timeout_s", float, 600.0, "s", "the whole job must finish within this", min=1, max=86_400),
+]
+
+OPS_COLUMNS = ["iteration", "op", "op_index", "collective", "rank", "host", "start_s", "end_s", "bytes_sent",
+               "bytes_recv", "wait_s"]
+
+
+# ---- plan (pure; also what validate() runs) ---------------------------------------------------------------------
+
+
+def build_spec(p: dict, seed: int = 0):
+    from topologies import HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
+
+    try:
+        q = QueueSpec("droptail", buffer_bytes=p["buffer_bytes"])
+        tcp = HostTcpSpec(congestion_control=p["cc"], rto_min_ms=p["rto_min_ms"] or None)
+        return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
+                             host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"]),
+                             fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"]),
+                             host_queue=q, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, tcp=tcp,
+                             seed=seed % 256)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+
+
+def plan(p: dict, run_seed: int = 1) -> dict:
+    """Everything decided before the fabric exists: topology, schedules, job, placement. UsageError on bad input."""
+    from traffic import job as jobm
+    from traffic import schedule_json
+    from traffic.collectives import canonical_collective, make_schedule
+    from traffic.placement import PlacementError, place
+    from traffic.schedule import ScheduleError
+
+    seed = p["seed"] or run_seed
+    topo = build_spec(p, seed)
+    hosts = [h.name for h in topo.hosts]
+    try:
+        schedules = {}
+        if p["schedule_file"]:
+            try:
+                s = schedule_json.load(p["schedule_file"])
+            except OSError as e:
+                raise UsageError(f"schedule_file: {e.strerror}: {p['schedule_file']}") from None
+            if s.ranks > len(hosts):
+                raise UsageError(f"schedule_file: {s.ranks} ranks but the fabric has only {len(hosts)} hosts")
+            schedules["file"] = s
+            ops = [(s.collective if s.collective != "custom" else "custom", "file")]
+            segments = [jobm.Segment(tuple(ops), p["iterations"])]
+            sizes = {ops[0][0]: s.message_bytes}
+            ranks = s.ranks
+        else:
+            coll = canonical_collective(p["collective"])
+            ranks = p["ranks"]
+            if ranks > len(hosts):
+                raise UsageError(f"ranks: {ranks} ranks but the fabric has only {len(hosts)} hosts "
+                                 f"({p['leaves']} leaves x {p['hosts_per_leaf']} hosts)")
+            opts = {"dtype": p["dtype"]}
+            if p["algorithm"]:
+                opts["algorithm"] = p["algorithm"]
+            bucket_sizes = jobm.parse_sizes(p["buckets"]) if p["buckets"].strip() else []
+            sweep = jobm.parse_sizes(p["size"])
+            sizes = {}
+
+            def sched(m: int) -> str:
+                key = f"{coll}-{m}"
+                if key not in schedules:
+                    schedules[key] = make_schedule(coll, ranks, m, chunks=p["chunks"], seed=seed, **opts)
+                return key
+
+            if bucket_sizes:
+                ops = []
+                for i, m in enumerate(bucket_sizes):
+                    ops.append((f"bucket{i}", sched(m)))
+                    sizes[f"bucket{i}"] = m
+                segments = [jobm.Segment(tuple(ops), p["iterations"])]
+            else:
+                segments = []
+                for m in sweep:
+                    name = coll if len(sweep) == 1 else f"{coll}-{m}"
+                    segments.append(jobm.Segment(((name, sched(m)),), p["iterations"]))
+                    sizes[name] = m
+        stragglers = tuple(jobm.parse_int_list(p["stragglers"], "stragglers"))
+        flows = tuple(jobm.parse_flows(p["background"], p["bg_dscp"], p["bg_rate_mbps"]))
+        for f in flows:
+            for h in (f.src, f.dst):
+                if h not in hosts:
+                    raise UsageError(f"background: unknown host {h!r} (hosts: {', '.join(hosts)})")
+        job = jobm.JobSpec(ranks=ranks, segments=tuple(segments), compute_ms=p["compute_ms"], jitter=p["jitter"],
+                           stragglers=stragglers, straggler_factor=p["straggler_factor"],
+                           straggler_prob=p["straggler_prob"], warmup=p["warmup"], seed=seed, background=flows)
+        placement = place(ranks, [(h, topo.leaf_of(h)) for h in hosts], p["placement"], seed)
+    except (ScheduleError, PlacementError, jobm.JobError) as e:
+        raise UsageError(str(e)) from None
+    return {"topology": topo, "schedules": schedules, "job": job, "placement": placement, "sizes": sizes,
+            "seed": seed, "ranks": ranks}
+
+
+def _validate(p: dict) -> None:
+    plan(p)
+
+
+# ---- run ---------------------------------------------------------------------------------------------------------
+
+
+def _run(p: dict, ctx: RunContext) -> dict:
+    from testbed.fabric import Fabric
+    from testbed.kernel import counters, netns
+    from testbed.telemetry import QueueSampler
+    from traffic import job as jobm
+    from traffic.background import BackgroundFlows
+    from traffic.controller import ControlError, Controller, Member
+    from traffic.schedule import alpha_beta_bound_s
+    from traffic.tcp import INFO_KEYS
+
+    pl = plan(p, ctx.seed)
+    topo, schedules, job, placement, sizes = pl["topology"], pl["schedules"], pl["job"], pl["placement"], pl["sizes"]
+    n = pl["ranks"]
+    fabric = Fabric(topo, ctx.run_id)
+    ctx.rundir.manifest["topology"] = fabric.describe()
+    ctx.rundir.manifest["placement"] = placement.as_dict()
+    ctx.rundir.write_manifest()
+    ctx.progress(f"building leaf-spine {p['spines']}x{p['leaves']}x{p['hosts_per_leaf']}: {len(topo.nodes)} "
+                 f"namespaces, hosts {p['host_rate_mbps']:g} Mbit/s, fabric {p['fabric_rate_mbps']:g} Mbit/s")
+    fabric.build(ctx.state, ctx.on_teardown)
+    ctx.rundir.manifest["topology"] = fabric.describe()
+    ctx.rundir.write_manifest()
+
+    members = [Member(r, placement.host_of(r), fabric.ns(placement.host_of(r)),
+                      fabric.host_ip(placement.host_of(r))) for r in range(n)]
+    host_of = {m.rank: m.host for m in members}
+    job_doc = {"ranks": n, "seed": pl["seed"], "verify": p["verify"], "timeout_s": p["timeout_s"],
+               "transport": {"kind": "tcp", "cc": p["cc"], "dscp": p["dscp"]},
+               "plan": jobm.iteration_plan(job)}
+    ctl = Controller(ctx.rundir.path, job_doc, schedules, members, netns.popen, progress=ctx.progress)
+    ctx.on_teardown(ctl.stop)
+    hosts = sorted({m.host for m in members} | {h for f in job.background for h in (f.src, f.dst)})
+    bg = None
+    if job.background:
+        bg = BackgroundFlows(job.background, {h: (fabric.ns(h), fabric.host_ip(h)) for h in hosts}, netns.entered,
+                             cc=p["cc"])
+        ctx.on_teardown(bg.stop)
+    sampler = None
+    if p["sample_interval_ms"] > 0:
+        sampler = QueueSampler(fabric, interval_s=p["sample_interval_ms"] / 1000.0)
+    ctx.progress(f"{n} ranks on {', '.join(host_of[r] for r in range(n))} ({p['placement']}); "
+                 f"{job.iterations} iterations (+{job.warmup} warm-up) of "
+                 f"{', '.join(f'{k}={v}' for k, v in sizes.items())} B")
+    ctl.start()
+    before: dict = {}
+    bg_stats: list[dict] = []
+    started = []
+
+    def before_go() -> None:  # agents connected and ready: counters, sampler and background traffic from here
+        before.update({h: counters.tcp_counters(fabric.ns(h)) for h in hosts})
+        if sampler:
+            sampler.start()
+            started.append(sampler)
+        if bg:
+            bg.start()
+            started.append(bg)
+            ctx.progress(f"{len(job.background)} background flow(s) running")
+
+    try:
+        try:
+            res = ctl.run(setup_timeout_s=120, run_timeout_s=p["timeout_s"], before_go=before_go)
+        except ControlError as e:
+            raise RuntimeError(f"collective run failed: {e}") from None
+    finally:
+        if bg and bg in started:
+            bg_stats = bg.stop()
+        if sampler and sampler in started:
+            sampler.stop()
+    after = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
+    ctl.stop()
+
+    # ---- files ----
+    rows = [dict(zip(["iteration", "op", "op_index", "collective", "rank", "start_s", "end_s", "bytes_sent",
+                      "bytes_recv", "wait_s"], r)) for r in res.ops]
+    for r in rows:
+        r["host"] = host_of[r["rank"]]
+    ctx.rundir.write_csv("ops.csv", OPS_COLUMNS, ([r[c] for c in OPS_COLUMNS] for r in rows))
+    ctx.rundir.write_csv("tcp_info.csv", ["iteration", "op_index", "rank", "peer", "phase", *INFO_KEYS],
+                         ([it, k, rk, peer, ph, *[info.get(x, 0) for x in INFO_KEYS]]
+                          for it, k, rk, peer, ph, info in res.tcp_info))
+    ctx.rundir.write_csv("tcp.csv", ["host", "phase", "counter", "value"],
+                         [(h, ph, k, d[h].get(k, 0)) for ph, d in (("before", before), ("after", after))
+                          for h in hosts for k in counters.KEY_COUNTERS])
+    if sampler:
+        sampler.write(ctx.rundir)
+
+    # ---- metrics ----
+    ccts = jobm.op_cct(rows)
+    nrows = jobm.nccl_rows(ccts, n, sizes)
+    itemsize = next(iter(schedules.values())).itemsize
+    dtype = next(iter(schedules.values())).dtype
+    for r in nrows:
+        r["bound_us"] = alpha_beta_bound_s(r["collective"], n, r["message_bytes"], p["host_rate_mbps"] * 1e6 / 8,
+                                           p["delay_ms"] * 1e-3 * 4) * 1e6
+        r["time_vs_bound"] = r["time_us"] / r["bound_us"] if r["bound_us"] > 0 else math.nan
+    ctx.rundir.write_csv("sweep.csv", ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps",
+                                       "busbw_gbps", "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"],
+                         ([r["op"], r["collective"], r["message_bytes"], r["size"], r["size"] // itemsize,
+                           round(r["time_us"], 3), r["algbw_gbps"], r["busbw_gbps"], round(r["cct_us_p50"], 3),
+                           round(r["cct_us_p99"], 3), round(r["bound_us"], 3), r["time_vs_bound"], r["n"]]
+                          for r in nrows))
+    print(f"# collective {job.segments[0].ops[0][0]}: {n} ranks, {p['cc']}, hosts {p['host_rate_mbps']:g} Mbit/s, "
+          f"{job.iterations} iterations", file=sys.stdout)
+    print(jobm.format_nccl_table(nrows, dtype, itemsize), file=sys.stdout, flush=True)
+
+    # headline numbers: a sweep reports its largest size; buckets report every op of the iteration
+    if p["buckets"].strip() or len(nrows) == 1:
+        head = ccts
+        head_rows = nrows
+    else:
+        big = max(nrows, key=lambda r: r["message_bytes"])
+        head = [c for c in ccts if c["op"] == big["op"]]
+        head_rows = [big]
+    cct_ms = jobm.percentiles([c["cct_s"] * 1e3 for c in head])
+    steps = jobm.step_times(rows, res.t_measure)
+    step_ms = jobm.percentiles([s * 1e3 for s in steps])
+    mean_cct = sum(c["cct_s"] for c in head) / len(head)
+    size_total = sum(r["size"] for r in head_rows) if p["buckets"].strip() else head_rows[0]["size"]
+    coll = head[0]["collective"]
+    if p["buckets"].strip():  # per-op algbw averaged over the buckets
+        alg = sum(r["algbw_gbps"] for r in head_rows) / len(head_rows)
+        bus = sum(r["busbw_gbps"] for r in head_rows) / len(head_rows)
+        bound = sum(r["bound_us"] for r in head_rows) / 1e3
+        msg = sum(r["message_bytes"] for r in head_rows)
+    else:
+        alg, bus = head_rows[0]["algbw_gbps"], head_rows[0]["busbw_gbps"]
+        bound = head_rows[0]["bound_us"] / 1e3
+        msg = head_rows[0]["message_bytes"]
+    ti = _tcpinfo_deltas(res.tcp_info)
+
+    def delta(key: str) -> int:
+        return sum(after[h].get(key, 0) - before[h].get(key, 0) for h in hosts)
+
+    reasons = []
+    q = sampler.stats() if sampler else {}
+    if q.get("cpu_busy_fraction", 0) > 0.9:
+        reasons.append(f"CPU {q['cpu_busy_fraction']:.0%} busy: agents and software switching may lag the links")
+    mism = [m for r in res.per_rank.values() for m in r.get("mismatches", [])]
+    summary = {
+        "collective": coll,
+        "algorithm": next(iter(schedules.values())).algorithm,
+        "ranks": n,
+        "message_bytes": msg,
+        "nccl_size_bytes": size_total,
+        "sizes": ",".join(str(r["message_bytes"]) for r in nrows),
+        "ops_per_iteration": len(job.segments[0].ops),
+        "iterations": job.iterations,
+        "warmup": job.warmup,
+        "chunks": p["chunks"],
+        "placement": p["placement"],
+        "hosts": ",".join(host_of[r] for r in range(n)),
+        "cc": p["cc"],
+        "cct_ms_p50": cct_ms["p50"], "cct_ms_p95": cct_ms["p95"], "cct_ms_p99": cct_ms["p99"],
+        "cct_ms_p999": cct_ms["p999"], "cct_ms_max": cct_ms["max"], "cct_ms_mean": mean_cct * 1e3,
+        "cct_samples": cct_ms["n"],
+        "bound_ms": bound,
+        "cct_vs_bound": (mean_cct * 1e3 / bound) if bound > 0 else None,
+        "step_ms_p50": step_ms["p50"], "step_ms_p95": step_ms["p95"], "step_ms_p99": step_ms["p99"],
+        "step_ms_max": step_ms["max"], "step_ms_mean": step_ms["mean"],
+        "step_cv": jobm.cv(steps),
+        "comm_wait_fraction": jobm.comm_wait_fraction(rows, res.t_measure),
+        "algbw_gbps": alg,
+        "busbw_gbps": bus,
+        "data_verified": bool(res.verified),
+        "mismatches": "; ".join(mism[:5]),
+        "job_s": res.t_end - res.t_start,
+        "tcp_retrans_segs": delta("TcpRetransSegs"),
+        "tcp_timeouts": delta("TcpExtTCPTimeouts"),
+        "tcpinfo_total_retrans": ti["total_retrans"],
+        "tcpinfo_rtt_ms_max": ti["rtt_us_max"] / 1e3,
+        "tcpinfo_rto_ms_max": ti["rto_us_max"] / 1e3,
+        "background_flows": len(bg_stats),
+        "bg_goodput_mbps": sum(b["goodput_mbps"] for b in bg_stats),
+        "compute_ms": p["compute_ms"],
+        "stragglers": p["stragglers"],
+        "straggler_factor": p["straggler_factor"],
+        "queue_sample_interval_ms": (q["queue_sample_interval_s"] * 1e3
+                                     if q and q["queue_sample_interval_s"] == q["queue_sample_interval_s"] else None),
+        "cpu_busy_fraction": q.get("cpu_busy_fraction"),
+        "fidelity_ok": not reasons,
+        "fidelity_reasons": "; ".join(reasons),
+    }
+    if not res.verified:
+        ctx.rundir.finish(summary)  # keep the evidence, then fail the run (non-zero exit)
+        raise RuntimeError(f"data verification failed: {summary['mismatches']}")
+    return summary
+
+
+def _tcpinfo_deltas(rows) -> dict:
+    """Sum over connections of total_retrans growth across the recorded ops; max RTT and RTO seen."""
+    first: dict[tuple[int, int], int] = {}
+    last: dict[tuple[int, int], int] = {}
+    rtt = rto = 0
+    for it, k, rank, peer, phase, info in rows:
+        key = (rank, peer)
+        first.setdefault(key, info.get("total_retrans", 0))
+        last[key] = info.get("total_retrans", 0)
+        rtt = max(rtt, info.get("rtt_us", 0))
+        rto = max(rto, info.get("rto_us", 0))
+    return {"total_retrans": sum(last[k] - first[k] for k in last), "rtt_us_max": rtt, "rto_us_max": rto}
+
+
+SCENARIO = Scenario(
+    name="collective",
+    summary="collectives (all-reduce, all-gather, all-to-all, ...) with real data over kernel TCP, one agent per "
+            "host, on a leaf-spine fabric: CCT tails, step times, algbw/busbw",
+    params=PARAMS,
+    needs=("qdisc:htb", "qdisc:bfifo"),
+    run=_run,
+    validate=_validate,
+    table=(("collective", "collective"), ("ranks", "ranks"), ("message_bytes", "message (bytes)"),
+           ("iterations", "iterations"), ("cct_ms_p50", "CCT p50 (ms)"), ("cct_ms_p99", "CCT p99 (ms)"),
+           ("cct_ms_max", "CCT max (ms)"), ("bound_ms", "alpha-beta bound (ms)"), ("cct_vs_bound", "mean CCT / bound"),
+           ("step_ms_p50", "step p50 (ms)"), ("step_ms_p99", "step p99 (ms)"), ("step_cv", "step CV"),
+           ("comm_wait_fraction", "comm wait fraction"), ("algbw_gbps", "algbw (Gbit/s)"),
+           ("busbw_gbps", "busbw (Gbit/s)"), ("tcp_retrans_segs", "TCP retransmitted segments"),
+           ("bg_goodput_mbps", "background goodput (Mbit/s)"), ("data_verified", "data verified"),
+           ("fidelity_ok", "fidelity ok")),
+)

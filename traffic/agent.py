@@ -1,0 +1,339 @@
+"""One collective agent: one process per participating host, started inside the host's network namespace.
+
+    python -m traffic.agent --job RUNDIR/job.json --rank R --ip 198.18.1.1 --control RUNDIR/ctl.sock
+
+Control plane (JSON lines over a path-based AF_UNIX socket in the run directory: it works across network
+namespaces and puts no packet on the emulated network), agent <-> controller:
+
+    A: hello {rank, addr}          C: peers {addrs: {rank: addr}}     (data connections opened here, untimed)
+    A: ready {rank, cc}            C: go {t_start}                     (every agent starts at one monotonic instant)
+    A: result {rank, ops, tcp_info, verified, mismatches, ...}         C: bye
+
+Data plane: a traffic.transport.Transport (kernel TCP: traffic.tcp). For each iteration of the job plan
+(traffic.job): sleep the compute time, then walk this rank's DAG of every op: a step starts when its deps are
+complete; its local copy/reduce ops run on real numpy buffers, then its sends and receives are posted at once
+(receives with ``reduce`` land in a staging buffer and are summed in on arrival). After each op the output is
+compared with ``expected_outputs`` of inputs generated from (seed, op) by ``random_inputs``; a mismatch makes
+``verified`` false and the exit status 1. Exit status 3: any other failure (the message is on stderr and in the
+result).
+
+Measured per (iteration, op): start/end (time.monotonic(), one clock for every process of the machine), payload
+bytes sent/received, wait_s (time blocked in the transport while a receive of this op was outstanding) and, per
+connection, TCP_INFO at the op's start and end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from traffic import schedule_json
+from traffic.schedule import Schedule, random_inputs, simulate
+from traffic.transport import Transport, TransportError, make_transport
+
+EXIT_MISMATCH = 1
+EXIT_ERROR = 3
+CONTROL_CHECK_S = 0.2
+
+
+class AgentError(RuntimeError):
+    pass
+
+
+class Channel:
+    """JSON lines over a stream socket."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buf = b""
+
+    def send(self, obj: dict) -> None:
+        self.sock.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+
+    def recv(self, timeout_s: float) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AgentError(f"no message from the controller in {timeout_s:g} s")
+            self.sock.settimeout(left)
+            try:
+                part = self.sock.recv(1 << 16)
+            except socket.timeout:
+                continue
+            if not part:
+                raise AgentError("the controller closed the control connection")
+            self.buf += part
+        line, self.buf = self.buf.split(b"\n", 1)
+        msg = json.loads(line)
+        if msg.get("type") == "abort":
+            raise AgentError(f"aborted by the controller: {msg.get('reason', '')}")
+        return msg
+
+    def check(self) -> None:
+        """Raise if the controller has gone or sent abort (non-blocking)."""
+        self.sock.setblocking(False)
+        try:
+            part = self.sock.recv(1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        finally:
+            self.sock.setblocking(True)
+        if not part:
+            raise AgentError("the controller closed the control connection")
+        self.buf += part
+        if b'"abort"' in self.buf:
+            raise AgentError("aborted by the controller")
+
+
+class OpState:
+    """Buffers, inputs and the expected result of one schedule on this rank (allocated once, reused)."""
+
+    def __init__(self, key: str, schedule: Schedule, rank: int, seed: int, verify: bool):
+        self.key = key
+        self.s = schedule
+        self.rank = rank
+        prog = schedule.programs[rank]
+        dt = np.dtype(schedule.dtype)
+        self.isz = dt.itemsize
+        inputs = random_inputs(schedule, seed=seed)
+        self.bufs = {name: (inputs[rank].copy() if name == "input" else np.zeros(size, dtype=dt))
+                     for name, size in prog.buffers}
+        self.u8 = {name: a.view(np.uint8) for name, a in self.bufs.items()}
+        self.expected = None
+        if verify:
+            if schedule.collective == "custom":
+                self.expected = simulate(schedule, inputs)[rank]
+            else:
+                self.expected = schedule.expected_outputs(inputs)[rank]
+        self.steps = prog.steps
+        self.children: list[list[int]] = [[] for _ in self.steps]
+        for i, st in enumerate(self.steps):
+            for d in st.deps:
+                self.children[d].append(i)
+        self.staging: dict[tuple[int, int], np.ndarray] = {}
+        for i, st in enumerate(self.steps):
+            for j, rv in enumerate(st.recvs):
+                if rv.op == "reduce":
+                    self.staging[(i, j)] = np.empty(rv.dst.count, dtype=dt)
+        self.bytes_sent = schedule.bytes_sent(rank)
+        self.bytes_recv = schedule.bytes_received(rank)
+        self.peers = sorted({op.peer for st in self.steps for op in (*st.sends, *st.recvs)})
+
+    def view(self, region) -> np.ndarray:
+        return self.bufs[region.buffer][region.offset:region.offset + region.count]
+
+    def bytes_view(self, region) -> memoryview:
+        a = region.offset * self.isz
+        return memoryview(self.u8[region.buffer][a:a + region.count * self.isz])
+
+    def reset(self) -> None:
+        for name, a in self.bufs.items():
+            if name != "input":
+                a.fill(0)
+
+    def check(self) -> tuple[bool, str]:
+        if self.expected is None:
+            return True, ""
+        out = self.bufs["output"]
+        if out.shape == self.expected.shape and np.array_equal(out, self.expected):
+            return True, ""
+        if out.shape != self.expected.shape:
+            return False, f"output has {out.size} elements, expected {self.expected.size}"
+        bad = int(np.count_nonzero(out != self.expected))
+        first = int(np.flatnonzero(out != self.expected)[0])
+        return False, (f"{bad} of {out.size} elements differ (first at {first}: got {out[first]!r}, "
+                       f"expected {self.expected[first]!r})")
+
+
+def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None) -> tuple[float, float, float]:
+    """Walk the rank's DAG of one op to completion; return (start, end, wait_s)."""
+    op.reset()
+    steps = op.steps
+    n = len(steps)
+    waiting = [len(st.deps) for st in steps]
+    outstanding = [0] * n
+    done = 0
+    finished: list[int] = []
+    wait0 = t.blocked_recv_s
+    start = time.monotonic()
+
+    def begin(i: int) -> None:
+        st = steps[i]
+        for lo in st.local:
+            dst = op.view(lo.dst)
+            if lo.op == "copy":
+                dst[...] = op.view(lo.src)
+            else:
+                np.add(dst, op.view(lo.src), out=dst)
+        outstanding[i] = len(st.sends) + len(st.recvs)
+        for j, rv in enumerate(st.recvs):
+            if rv.op == "reduce":
+                buf = memoryview(op.staging[(i, j)].view(np.uint8))
+            else:
+                buf = op.bytes_view(rv.dst)
+            t.post_recv(rv.peer, rv.tag, buf, context=(i, j))
+        for sd in st.sends:
+            t.post_send(sd.peer, sd.tag, op.bytes_view(sd.src), context=(i, -1))
+        if outstanding[i] == 0:
+            finished.append(i)
+
+    for i in range(n):
+        if waiting[i] == 0:
+            begin(i)
+    next_check = start + CONTROL_CHECK_S
+    while done < n:
+        while finished:
+            i = finished.pop()
+            done += 1
+            for c in op.children[i]:
+                waiting[c] -= 1
+                if waiting[c] == 0:
+                    begin(c)
+        if done == n:
+            break
+        for req in t.progress(0.05):
+            i, j = req.context
+            if j >= 0:
+                rv = steps[i].recvs[j]
+                if rv.op == "reduce":
+                    dst = op.view(rv.dst)
+                    np.add(dst, op.staging[(i, j)], out=dst)
+            outstanding[i] -= 1
+            if outstanding[i] == 0:
+                finished.append(i)
+        now = time.monotonic()
+        if now > deadline:
+            raise AgentError(f"op {op.key} not complete by the deadline ({done} of {n} steps done)")
+        if chan is not None and now > next_check:
+            chan.check()
+            next_check = now + CONTROL_CHECK_S
+    return start, time.monotonic(), t.blocked_recv_s - wait0
+
+
+def sleep_until(t_end: float, chan: Channel | None) -> None:
+    while True:
+        left = t_end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, CONTROL_CHECK_S))
+        if chan is not None and left > CONTROL_CHECK_S:
+            chan.check()
+
+
+def load_job(path: Path) -> tuple[dict, dict[str, Schedule]]:
+    job = json.loads(path.read_text())
+    if job.get("format") != "testbed-collective-job":
+        raise AgentError(f"{path}: not a testbed-collective-job file")
+    scheds = {k: schedule_json.load(path.parent / f) for k, f in job["schedules"].items()}
+    return job, scheds
+
+
+def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: Channel) -> int:
+    tr = job["transport"]
+    timeout = float(job.get("timeout_s", 300))
+    deadline = time.monotonic() + timeout
+    t = make_transport(tr.get("kind", "tcp"), rank, ip=ip, cc=tr.get("cc"), dscp=int(tr.get("dscp", 0)),
+                       sndbuf=int(tr.get("sndbuf", 0)), rcvbuf=int(tr.get("rcvbuf", 0)))
+    result: dict = {"type": "result", "rank": rank, "ops": [], "tcp_info": [], "verified": True, "mismatches": [],
+                    "error": None}
+    try:
+        addr = t.listen()
+        chan.send({"type": "hello", "rank": rank, "addr": addr, "pid": os.getpid()})
+        msg = chan.recv(timeout)
+        seed = int(job["seed"])
+        states = {k: OpState(k, s, rank, seed + 7919 * i, bool(job.get("verify", True)))
+                  for i, (k, s) in enumerate(sorted(scheds.items()))}
+        peers = sorted({p for st in states.values() for p in st.peers})
+        addrs = {int(k): v for k, v in msg["addrs"].items()}
+        t.connect({p: addrs[p] for p in peers}, timeout_s=min(60.0, timeout))
+        chan.send({"type": "ready", "rank": rank, **t.describe()})
+        go = chan.recv(timeout)
+        t_start = float(go["t_start"])
+        sleep_until(t_start, chan)
+        rows = result["ops"]
+        info_rows = result["tcp_info"]
+        result["t_measure"] = t_start  # end of the last warm-up iteration on this rank: step-time origin
+        for it in job["plan"]:
+            iteration, record = it["iteration"], it["record"]
+            c_s = float(it["compute_s"][rank])
+            if c_s > 0:
+                sleep_until(time.monotonic() + c_s, chan)
+            for k, (name, key) in enumerate(it["ops"]):
+                st = states[key]
+                before = t.conn_info() if record else {}
+                t0, t1, wait = run_op(t, st, deadline, chan)
+                if record:
+                    after = t.conn_info()
+                    for phase, d in (("start", before), ("end", after)):
+                        for peer, info in sorted(d.items()):
+                            info_rows.append([iteration, k, rank, peer, phase, info])
+                    rows.append([iteration, name, k, st.s.collective, rank, round(t0, 6), round(t1, 6),
+                                 st.bytes_sent, st.bytes_recv, round(wait, 6)])
+                if not record:
+                    result["t_measure"] = t1
+                ok, why = st.check()
+                if not ok:
+                    result["verified"] = False
+                    if len(result["mismatches"]) < 20:
+                        result["mismatches"].append(f"iteration {iteration} op {name}: {why}")
+        result["transport"] = t.describe()
+        result["bytes_out"] = getattr(t, "bytes_out", None)
+        result["bytes_in"] = getattr(t, "bytes_in", None)
+        chan.send(result)
+        try:
+            chan.recv(30)  # bye: peers may still be reading what we sent; close only when everyone is done
+        except AgentError:
+            pass
+        return 0 if result["verified"] else EXIT_MISMATCH
+    except (AgentError, TransportError, OSError, ValueError, KeyError) as e:
+        msg = f"rank {rank}: {e}"
+        print(f"traffic.agent: {msg}", file=sys.stderr)
+        result["error"] = msg
+        try:
+            chan.send(result)
+        except OSError:
+            pass
+        return EXIT_ERROR
+    finally:
+        t.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m traffic.agent", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--job", required=True, help="job.json written by the controller")
+    ap.add_argument("--rank", type=int, required=True)
+    ap.add_argument("--ip", required=True, help="this host's data-plane address")
+    ap.add_argument("--control", required=True, help="the controller's AF_UNIX socket (path)")
+    a = ap.parse_args(argv)
+    try:
+        job, scheds = load_job(Path(a.job))
+    except Exception as e:  # noqa: BLE001 - one line, then the controller sees the exit status
+        print(f"traffic.agent: rank {a.rank}: cannot load the job: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    cs = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        cs.settimeout(30)
+        cs.connect(a.control)
+    except OSError as e:
+        print(f"traffic.agent: rank {a.rank}: control socket {a.control}: {e}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        return run_agent(job, scheds, a.rank, a.ip, Channel(cs))
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        return EXIT_ERROR
+    finally:
+        cs.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

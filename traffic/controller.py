@@ -1,0 +1,294 @@
+"""The controller side of a collective run: write the job, start one agent per rank, run the control plane.
+
+    ctl = Controller(workdir, job, schedules, members, spawn)   # members: [Member(rank, host, namespace, ip)]
+    ctl.start()                 # job.json + schedule-*.json + ctl.sock in workdir, agents started via spawn()
+    res = ctl.run()             # hello -> peers -> ready -> go -> results -> bye; raises ControlError on failure
+    ctl.stop()                  # (always) kill agents still running, close the socket
+
+``spawn(namespace, argv, **popen_kwargs) -> subprocess.Popen`` starts a process inside a host's namespace
+(testbed.kernel.netns.popen). This module knows nothing of fabrics, so benchmarks and tests can drive it directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from traffic import schedule_json
+from traffic.schedule import Schedule
+
+SOCK_NAME = "ctl.sock"
+
+
+class ControlError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Member:
+    rank: int
+    host: str
+    namespace: str
+    ip: str
+
+
+@dataclass
+class Results:
+    t_start: float
+    t_ready: float
+    t_end: float
+    per_rank: dict[int, dict]
+
+    @property
+    def t_measure(self) -> float:
+        """When the slowest rank finished its warm-up (= t_start without warm-up): end(-1) of step times."""
+        return max((float(r.get("t_measure", self.t_start)) for r in self.per_rank.values()), default=self.t_start)
+
+    @property
+    def verified(self) -> bool:
+        return all(r.get("verified") for r in self.per_rank.values())
+
+    @property
+    def ops(self) -> list[list]:
+        return sorted((row for r in self.per_rank.values() for row in r["ops"]), key=lambda x: (x[0], x[2], x[4]))
+
+    @property
+    def tcp_info(self) -> list[list]:
+        return [row for r in sorted(self.per_rank) for row in self.per_rank[r]["tcp_info"]]
+
+
+class _Peer:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buf = b""
+        self.rank: int | None = None
+        self.eof = False
+
+    def send(self, obj: dict) -> None:
+        self.sock.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
+
+    def read(self) -> list[dict]:
+        try:
+            part = self.sock.recv(1 << 20)
+        except (BlockingIOError, InterruptedError):
+            return []
+        except OSError:
+            part = b""
+        if not part:
+            self.eof = True
+            return []
+        self.buf += part
+        out = []
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            out.append(json.loads(line))
+        return out
+
+
+class Controller:
+    def __init__(self, workdir: Path, job: dict, schedules: dict[str, Schedule], members: list[Member],
+                 spawn: Callable, progress: Callable[[str], None] | None = None, python: str | None = None,
+                 start_delay_s: float = 0.3):
+        self.workdir = Path(workdir)
+        self.job = job
+        self.schedules = schedules
+        self.members = sorted(members, key=lambda m: m.rank)
+        self.spawn = spawn
+        self.say = progress or (lambda m: None)
+        self.python = python or sys.executable
+        self.start_delay_s = start_delay_s
+        self.procs: dict[int, object] = {}
+        self.listener: socket.socket | None = None
+        self.peers: list[_Peer] = []
+        self._dirfd: int | None = None
+
+    # ---- files and processes ----
+
+    def _bind(self) -> None:
+        path = self.workdir / SOCK_NAME
+        if path.exists():
+            path.unlink()
+        ls = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        name = str(path)
+        if len(name.encode()) > 100:  # sun_path is 108 bytes: go through a short /proc path to the same place
+            self._dirfd = os.open(self.workdir, os.O_RDONLY | os.O_DIRECTORY)
+            name = f"/proc/self/fd/{self._dirfd}/{SOCK_NAME}"
+        ls.bind(name)
+        ls.listen(len(self.members) + 4)
+        self.listener = ls
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        files = {}
+        for key, s in self.schedules.items():
+            fn = f"schedule-{key}.json"
+            schedule_json.dump(s, self.workdir / fn)
+            files[key] = fn
+        job = dict(self.job, schedules=files, format="testbed-collective-job", version=1)
+        (self.workdir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
+        self._bind()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        for m in self.members:
+            argv = [self.python, "-m", "traffic.agent", "--job", "job.json", "--rank", str(m.rank), "--ip", m.ip,
+                    "--control", SOCK_NAME]
+            log = open(self.workdir / f"agent-{m.rank}.log", "wb")
+            try:
+                self.procs[m.rank] = self.spawn(m.namespace, argv, cwd=str(self.workdir), env=env,
+                                                stdout=log, stderr=log, stdin=subprocess_devnull())
+            finally:
+                log.close()
+        self.say(f"{len(self.members)} agents started")
+
+    def agent_log(self, rank: int) -> str:
+        p = self.workdir / f"agent-{rank}.log"
+        try:
+            return p.read_text(errors="replace").strip()
+        except OSError:
+            return ""
+
+    def _failed_agents(self) -> list[str]:
+        out = []
+        for r, p in self.procs.items():
+            rc = p.poll()
+            if rc is not None and rc != 0:
+                last = (self.agent_log(r).splitlines() or ["(no output)"])[-1]
+                out.append(f"rank {r} exited with status {rc}: {last}")
+        return out
+
+    # ---- the control plane ----
+
+    def _accept_all(self, deadline: float) -> None:
+        self.listener.settimeout(0.2)
+        while len(self.peers) < len(self.members):
+            if time.monotonic() > deadline:
+                raise ControlError(f"only {len(self.peers)} of {len(self.members)} agents connected")
+            bad = self._failed_agents()
+            if bad:
+                raise ControlError("; ".join(bad))
+            try:
+                s, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            s.setblocking(False)
+            self.peers.append(_Peer(s))
+
+    def _collect(self, kind: str, deadline: float, by_rank: dict[int, dict]) -> None:
+        """Read until every agent sent a message of type ``kind`` (stored by rank)."""
+        sel = selectors.DefaultSelector()
+        for p in self.peers:
+            if not p.eof:
+                sel.register(p.sock, selectors.EVENT_READ, p)
+        try:
+            while len(by_rank) < len(self.members):
+                if time.monotonic() > deadline:
+                    missing = sorted({m.rank for m in self.members} - set(by_rank))
+                    raise ControlError(f"ranks {missing} sent no {kind} in time")
+                for key, _ in sel.select(0.2):
+                    p = key.data
+                    for msg in p.read():
+                        if "rank" in msg:
+                            p.rank = int(msg["rank"])
+                        if msg.get("type") == "result" and msg.get("error"):
+                            raise ControlError(msg["error"])
+                        if msg.get("type") == kind:
+                            by_rank[int(msg["rank"])] = msg
+                    if p.eof:
+                        sel.unregister(p.sock)
+                        if p.rank is None or p.rank not in by_rank:
+                            time.sleep(0.1)
+                            bad = self._failed_agents()
+                            raise ControlError("; ".join(bad) or f"agent of rank {p.rank} hung up before its {kind}")
+                bad = self._failed_agents()
+                if bad:
+                    raise ControlError("; ".join(bad))
+        finally:
+            sel.close()
+
+    def _broadcast(self, obj: dict) -> None:
+        for p in self.peers:
+            if not p.eof:
+                try:
+                    p.sock.setblocking(True)
+                    p.send(obj)
+                finally:
+                    p.sock.setblocking(False)
+
+    def run(self, setup_timeout_s: float = 120.0, run_timeout_s: float = 600.0,
+            before_go: Callable[[], None] | None = None) -> Results:
+        """The whole control plane; ``before_go`` runs once every agent is connected and ready, just before the
+        start instant is sent (start samplers and background traffic there)."""
+        deadline = time.monotonic() + setup_timeout_s
+        self._accept_all(deadline)
+        hellos: dict[int, dict] = {}
+        self._collect("hello", deadline, hellos)
+        self._broadcast({"type": "peers", "addrs": {str(r): h["addr"] for r, h in hellos.items()}})
+        ready: dict[int, dict] = {}
+        self._collect("ready", deadline, ready)
+        self.ready = ready
+        if before_go is not None:
+            before_go()
+        t_ready = time.monotonic()
+        t_start = t_ready + self.start_delay_s
+        self._broadcast({"type": "go", "t_start": t_start})
+        self.say(f"go: {len(self.members)} ranks connected ({', '.join(sorted(set(c for r in ready.values() for c in r.get('cc', []))))})")
+        results: dict[int, dict] = {}
+        self._collect("result", time.monotonic() + run_timeout_s, results)
+        t_end = time.monotonic()
+        self._broadcast({"type": "bye"})
+        for r, p in self.procs.items():
+            try:
+                p.wait(timeout=30)
+            except Exception:  # noqa: BLE001
+                pass
+        return Results(t_start, t_ready, t_end, results)
+
+    def stop(self, reason: str = "") -> None:
+        """Tell agents to stop (if any still listen), end the processes we started, close the socket."""
+        for p in self.peers:
+            try:
+                p.sock.setblocking(True)
+                p.sock.settimeout(1)
+                p.send({"type": "abort", "reason": reason})
+            except OSError:
+                pass
+        for r, p in self.procs.items():
+            if p.poll() is None:
+                try:
+                    p.wait(timeout=2)
+                except Exception:  # noqa: BLE001
+                    p.kill()
+                    try:
+                        p.wait(timeout=5)
+                    except Exception:  # noqa: BLE001
+                        pass
+        for p in self.peers:
+            try:
+                p.sock.close()
+            except OSError:
+                pass
+        self.peers = []
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+            try:
+                (self.workdir / SOCK_NAME).unlink()
+            except OSError:
+                pass
+        if self._dirfd is not None:
+            os.close(self._dirfd)
+            self._dirfd = None
+
+
+def subprocess_devnull():
+    import subprocess
+
+    return subprocess.DEVNULL

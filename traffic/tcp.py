@@ -1,0 +1,375 @@
+"""Kernel-TCP transport for collective agents (the traffic.transport.Transport interface).
+
+* One persistent TCP connection per unordered peer pair, full duplex: rank a connects to every peer b > a and
+  accepts from every peer b < a; the connecting side sends an 8-byte hello (magic, rank) first.
+* Per socket, before connect (and on the listener, so accepted sockets inherit it, then set again after accept):
+  TCP_CONGESTION (never the namespace default sysctl: a non-initial namespace may only default to algorithms the
+  initial namespace allows), TCP_NODELAY, optional IP_TOS (DSCP << 2), optional SO_SNDBUF/SO_RCVBUF.
+* Framing: every message is a 12-byte header (tag u32, length u64, little-endian) and its payload. Sends to one
+  peer leave in posting order. Receives are eager: a message whose receive is posted lands directly in the
+  destination memory; one that arrives first is held in a private buffer and copied when its receive is posted.
+* One thread, non-blocking sockets and a selector: a rank sends and receives at the same time on all
+  connections, so ring schedules never deadlock on full socket buffers.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import struct
+import time
+from collections import deque
+from typing import Any
+
+from traffic.transport import Request, Transport, TransportError
+
+HDR = struct.Struct("<IQ")
+HELLO = struct.Struct("<4sI")
+MAGIC = b"TBAG"
+MAX_MESSAGE = 1 << 34
+_RECV_ROUND_BYTES = 8 << 20  # per connection per progress round, so one busy peer cannot starve the others
+
+# struct tcp_info (include/uapi/linux/tcp.h) up to tcpi_reord_seen
+_TCP_INFO_LEN = 232
+_TCP_INFO_FIELDS = (
+    ["state", "ca_state", "retransmits", "probes", "backoff", "options", "wscale", "flags8"]
+    + ["rto_us", "ato_us", "snd_mss", "rcv_mss", "unacked", "sacked", "lost", "retrans", "fackets",
+       "last_data_sent_ms", "last_ack_sent_ms", "last_data_recv_ms", "last_ack_recv_ms", "pmtu", "rcv_ssthresh",
+       "rtt_us", "rttvar_us", "snd_ssthresh", "snd_cwnd", "advmss", "reordering", "rcv_rtt_us", "rcv_space",
+       "total_retrans"]
+    + ["pacing_rate", "max_pacing_rate", "bytes_acked", "bytes_received"]
+    + ["segs_out", "segs_in", "notsent_bytes", "min_rtt_us", "data_segs_in", "data_segs_out"]
+    + ["delivery_rate", "busy_time_us", "rwnd_limited_us", "sndbuf_limited_us"]
+    + ["delivered", "delivered_ce", "bytes_sent", "bytes_retrans", "dsack_dups", "reord_seen"]
+)
+_TCP_INFO = struct.Struct("<8B24I4Q6I4Q2I2Q2I")
+assert _TCP_INFO.size == 224 and len(_TCP_INFO_FIELDS) == 8 + 24 + 4 + 6 + 4 + 6
+#: the TCP_INFO fields an agent records at op boundaries (tcp_info.csv)
+INFO_KEYS = ("state", "ca_state", "retransmits", "backoff", "rto_us", "rtt_us", "rttvar_us", "min_rtt_us",
+             "snd_cwnd", "snd_ssthresh", "unacked", "lost", "retrans", "total_retrans", "bytes_acked",
+             "bytes_received", "bytes_retrans", "segs_out", "delivered_ce", "delivery_rate", "notsent_bytes")
+
+
+def tcp_info(sock: socket.socket) -> dict[str, int]:
+    """The socket's struct tcp_info as a dict (fields the running kernel does not fill read as 0)."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _TCP_INFO_LEN)
+    raw = raw[: _TCP_INFO.size].ljust(_TCP_INFO.size, b"\0")
+    return dict(zip(_TCP_INFO_FIELDS, _TCP_INFO.unpack(raw)))
+
+
+def set_cc(sock: socket.socket, cc: str | None) -> str:
+    """Set TCP_CONGESTION on the socket (when cc is given); return what the socket actually uses."""
+    if cc:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc.encode())
+        except OSError as e:
+            raise TransportError(f"setsockopt TCP_CONGESTION {cc!r}: {e.strerror} (is tcp_{cc} loaded?)") from None
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, 16).split(b"\0", 1)[0].decode()
+
+
+class _Conn:
+    __slots__ = ("peer", "sock", "sendq", "hdr", "hdr_got", "cur", "mask", "eof")
+
+    def __init__(self, peer: int, sock: socket.socket):
+        self.peer = peer
+        self.sock = sock
+        self.sendq: deque[list] = deque()  # [header bytes, payload memoryview, offset, request]
+        self.hdr = bytearray(HDR.size)
+        self.hdr_got = 0
+        self.cur: list | None = None  # [tag, nbytes, target memoryview, got, request or None, held bytearray]
+        self.mask = 0
+        self.eof = False
+
+
+class TcpTransport(Transport):
+    name = "tcp"
+
+    def __init__(self, rank: int, ip: str = "0.0.0.0", cc: str | None = None, dscp: int = 0,
+                 sndbuf: int = 0, rcvbuf: int = 0, nodelay: bool = True):
+        super().__init__(rank)
+        if not 0 <= int(dscp) <= 63:
+            raise ValueError(f"dscp must be 0..63 (got {dscp})")
+        self.ip = ip
+        self.cc = cc
+        self.dscp = int(dscp)
+        self.sndbuf = int(sndbuf)
+        self.rcvbuf = int(rcvbuf)
+        self.nodelay = nodelay
+        self.cc_actual: dict[int, str] = {}
+        self.conns: dict[int, _Conn] = {}
+        self.sel = selectors.DefaultSelector()
+        self.listener: socket.socket | None = None
+        self.posted: dict[tuple[int, int], Request] = {}  # (peer, tag) -> posted, not yet matched receive
+        self.held: dict[tuple[int, int], bytearray] = {}  # arrived before their receive was posted
+        self.ready: list[Request] = []  # completed outside progress(), reported by the next call
+        self.pending_recvs = 0
+        self.blocked_recv_s = 0.0  # time blocked in select while at least one receive was outstanding
+        self.bytes_out = 0
+        self.bytes_in = 0
+
+    # ---- setup ----
+
+    def _options(self, s: socket.socket) -> str:
+        actual = set_cc(s, self.cc)
+        if self.nodelay:
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.dscp:
+            s.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, self.dscp << 2)
+        if self.sndbuf:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.sndbuf)
+        if self.rcvbuf:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+        return actual
+
+    def listen(self) -> dict:
+        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._options(ls)
+        ls.bind((self.ip, 0))
+        ls.listen(256)
+        self.listener = ls
+        return {"ip": self.ip, "port": ls.getsockname()[1]}
+
+    def connect(self, peers: dict[int, dict], timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        for peer in sorted(p for p in peers if p > self.rank):
+            addr = peers[peer]
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.cc_actual[peer] = self._options(s)
+            s.settimeout(max(0.1, deadline - time.monotonic()))
+            try:
+                s.bind((self.ip, 0))
+                s.connect((addr["ip"], int(addr["port"])))
+                s.sendall(HELLO.pack(MAGIC, self.rank))
+            except OSError as e:
+                s.close()
+                raise TransportError(f"rank {self.rank}: connect to rank {peer} at {addr['ip']}:{addr['port']}: "
+                                     f"{e}") from None
+            self._add(peer, s)
+        want = {p for p in peers if p < self.rank}
+        if want and self.listener is None:
+            raise TransportError("connect() before listen()")
+        while want:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TransportError(f"rank {self.rank}: ranks {sorted(want)} did not connect in {timeout_s:g} s")
+            self.listener.settimeout(left)
+            try:
+                s, _ = self.listener.accept()
+                s.settimeout(max(0.1, deadline - time.monotonic()))
+                hello = b""
+                while len(hello) < HELLO.size:
+                    part = s.recv(HELLO.size - len(hello))
+                    if not part:
+                        raise OSError("closed before hello")
+                    hello += part
+            except OSError as e:
+                raise TransportError(f"rank {self.rank}: accepting peers {sorted(want)}: {e}") from None
+            magic, peer = HELLO.unpack(hello)
+            if magic != MAGIC or peer not in want:
+                s.close()
+                raise TransportError(f"rank {self.rank}: unexpected hello {hello!r} (waiting for {sorted(want)})")
+            want.discard(peer)
+            self.cc_actual[peer] = self._options(s)
+            self._add(peer, s)
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+
+    def _add(self, peer: int, s: socket.socket) -> None:
+        s.setblocking(False)
+        c = _Conn(peer, s)
+        self.conns[peer] = c
+        c.mask = selectors.EVENT_READ
+        self.sel.register(s, c.mask, c)
+
+    # ---- posting ----
+
+    def post_send(self, peer: int, tag: int, buf: memoryview, context: Any = None) -> Request:
+        c = self.conns.get(peer)
+        if c is None:
+            raise TransportError(f"rank {self.rank}: no connection to rank {peer}")
+        mv = memoryview(buf).cast("B")
+        req = Request("send", peer, tag, len(mv), mv, context=context)
+        was_empty = not c.sendq
+        c.sendq.append([HDR.pack(tag, len(mv)), mv, 0, req])
+        if was_empty:
+            self._send(c)
+            self._update_mask(c)
+        return req
+
+    def post_recv(self, peer: int, tag: int, buf: memoryview, context: Any = None) -> Request:
+        if peer not in self.conns:
+            raise TransportError(f"rank {self.rank}: no connection to rank {peer}")
+        mv = memoryview(buf).cast("B")
+        req = Request("recv", peer, tag, len(mv), mv, context=context)
+        key = (peer, tag)
+        if key in self.posted:
+            raise TransportError(f"rank {self.rank}: receive from {peer} tag {tag} posted twice")
+        held = self.held.pop(key, None)
+        if held is not None:
+            self._deliver_held(req, held)
+            self.ready.append(req)
+            return req
+        self.posted[key] = req
+        self.pending_recvs += 1
+        return req
+
+    def _deliver_held(self, req: Request, held: bytearray) -> None:
+        if len(held) != req.nbytes:
+            raise TransportError(f"rank {self.rank}: message from {req.peer} tag {req.tag} has {len(held)} bytes, "
+                                 f"the receive expects {req.nbytes}")
+        req.buf[:] = held
+        req.done = True
+        req.t_done = time.monotonic()
+
+    # ---- progress ----
+
+    def _update_mask(self, c: _Conn) -> None:
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if c.sendq else 0)
+        if want != c.mask:
+            c.mask = want
+            self.sel.modify(c.sock, want, c)
+
+    def _send(self, c: _Conn) -> None:
+        while c.sendq:
+            item = c.sendq[0]
+            hdr, mv, off, req = item
+            hl = len(hdr)
+            parts = [hdr[off:], mv] if off < hl else [mv[off - hl:]]
+            try:
+                n = c.sock.sendmsg(parts)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as e:
+                raise TransportError(f"rank {self.rank}: send to rank {c.peer}: {e}") from None
+            item[2] = off + n
+            self.bytes_out += n
+            if item[2] < hl + len(mv):
+                return  # socket buffer full
+            c.sendq.popleft()
+            req.done = True
+            req.t_done = time.monotonic()
+            self.ready.append(req)
+
+    def _recv(self, c: _Conn) -> None:
+        budget = _RECV_ROUND_BYTES
+        s = c.sock
+        while budget > 0:
+            try:
+                if c.cur is None:
+                    n = s.recv_into(memoryview(c.hdr)[c.hdr_got:])
+                    if n == 0:
+                        self._eof(c)
+                        return
+                    c.hdr_got += n
+                    if c.hdr_got < HDR.size:
+                        continue
+                    c.hdr_got = 0
+                    tag, nbytes = HDR.unpack(c.hdr)
+                    if nbytes > MAX_MESSAGE:
+                        raise TransportError(f"rank {self.rank}: bad frame from rank {c.peer} ({nbytes} bytes)")
+                    req = self.posted.get((c.peer, tag))
+                    if req is not None:
+                        if req.nbytes != nbytes:
+                            raise TransportError(f"rank {self.rank}: message from {c.peer} tag {tag} has {nbytes} "
+                                                 f"bytes, the receive expects {req.nbytes}")
+                        c.cur = [tag, nbytes, req.buf, 0, req, None]
+                    else:
+                        held = bytearray(nbytes)
+                        c.cur = [tag, nbytes, memoryview(held), 0, None, held]
+                    if nbytes == 0:
+                        self._finish(c)
+                    continue
+                cur = c.cur
+                n = s.recv_into(cur[2][cur[3]:])
+                if n == 0:
+                    self._eof(c)
+                    return
+                cur[3] += n
+                budget -= n
+                self.bytes_in += n
+                if cur[3] == cur[1]:
+                    self._finish(c)
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionError as e:
+                raise TransportError(f"rank {self.rank}: receive from rank {c.peer}: {e}") from None
+
+    def _finish(self, c: _Conn) -> None:
+        tag, nbytes, _, _, req, held = c.cur
+        c.cur = None
+        key = (c.peer, tag)
+        if req is None:
+            req = self.posted.get(key)  # posted while the message was arriving
+            if req is None:
+                if key in self.held:
+                    raise TransportError(f"rank {self.rank}: rank {c.peer} sent tag {tag} twice")
+                self.held[key] = held
+                return
+            self._deliver_held(req, held)
+        else:
+            req.done = True
+            req.t_done = time.monotonic()
+        del self.posted[key]
+        self.pending_recvs -= 1
+        self.ready.append(req)
+
+    def _eof(self, c: _Conn) -> None:
+        c.eof = True
+        self.sel.unregister(c.sock)
+        if c.cur is not None or any(p == c.peer for p, _ in self.posted):
+            raise TransportError(f"rank {self.rank}: rank {c.peer} closed its connection with data outstanding")
+
+    def progress(self, timeout_s: float) -> list[Request]:
+        if self.ready:
+            timeout_s = 0.0
+        t = time.monotonic()
+        events = self.sel.select(timeout_s) if self.conns else []
+        waited = time.monotonic() - t  # ~0 when something was ready: only real waiting adds up
+        self.blocked_s += waited
+        if self.pending_recvs:
+            self.blocked_recv_s += waited
+        for key, mask in events:
+            c = key.data
+            if mask & selectors.EVENT_READ:
+                self._recv(c)
+            if mask & selectors.EVENT_WRITE and not c.eof:
+                self._send(c)
+            if not c.eof:
+                self._update_mask(c)
+        out, self.ready = self.ready, []
+        return out
+
+    # ---- statistics and teardown ----
+
+    def conn_info(self) -> dict[int, dict[str, float]]:
+        out = {}
+        for peer, c in self.conns.items():
+            try:
+                info = tcp_info(c.sock)
+            except OSError:
+                continue
+            out[peer] = {k: info[k] for k in INFO_KEYS}
+        return out
+
+    def describe(self) -> dict:
+        return {"transport": self.name, "cc": sorted(set(self.cc_actual.values())), "dscp": self.dscp,
+                "connections": len(self.conns)}
+
+    def close(self) -> None:
+        for c in self.conns.values():
+            try:
+                if not c.eof:
+                    self.sel.unregister(c.sock)
+            except (KeyError, ValueError):
+                pass
+            try:
+                c.sock.close()
+            except OSError:
+                pass
+        self.conns.clear()
+        if self.listener is not None:
+            self.listener.close()
+            self.listener = None
+        self.sel.close()
