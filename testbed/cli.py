@@ -4,6 +4,9 @@
     testbed vm [--] CMD ...      run CMD as root inside the lab VM (a full stock kernel)
     testbed run SCENARIO ...     build a fabric, run a scenario's traffic, write a run directory
     testbed clean                remove everything a killed run left behind
+    testbed report RUN_DIR       write report.html / report.md for a run directory
+    testbed compare RUN_DIR...   key metrics of several runs side by side
+    testbed sweep SCENARIO ...   one run per value of one parameter, then a table and plots
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
 """
@@ -54,6 +57,73 @@ def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
     return runner.main(args, extra)
 
 
+def _run_dir_arg(path: str):
+    """A run directory given on the command line: UsageError (one line) when it is missing or unreadable."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"no such run directory: {path}")
+    if not p.is_dir():
+        raise UsageError(f"not a run directory (not a folder): {path}")
+    if not (p / "manifest.json").is_file():
+        raise UsageError(f"not a run directory (no manifest.json): {path}")
+    return p
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from analysis.load import RunDirError
+    from analysis.report import write_report
+
+    run_dir = _run_dir_arg(args.run_dir)
+    try:
+        html_path, md_path = write_report(run_dir, args.out)
+    except RunDirError as e:
+        raise UsageError(str(e)) from None
+    print(html_path)
+    print(md_path)
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    import math
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from analysis.compare import compare
+    from analysis.load import RunDirError
+    from analysis.report import fmt
+
+    dirs = [_run_dir_arg(d) for d in args.run_dirs]
+    try:
+        df = compare(dirs, out=args.out)
+    except RunDirError as e:
+        raise UsageError(str(e)) from None
+    runs = [c for c in df.columns[2:] if "/" not in c]
+    t = Table(title=f"{len(runs)} runs; x first = ratio to {runs[0]}")
+    t.add_column("metric", no_wrap=True)
+    t.add_column("from")
+    for c in df.columns[2:]:
+        t.add_column(c if "/" not in c else f"{c.split('/')[0]} x first", justify="right")
+    for _, r in df.iterrows():
+        cells = [fmt(r[c]) if not (isinstance(r[c], float) and math.isnan(r[c])) else "-" for c in df.columns[2:]]
+        t.add_row(str(r["metric"]), str(r["source"]), *cells)
+    Console().print(t)
+    if args.out:
+        from pathlib import Path
+
+        print(Path(args.out) / "compare.csv")
+        print(Path(args.out) / "compare.md")
+    return 0
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from testbed import sweep
+
+    return sweep.main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="testbed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=__version__)
@@ -92,6 +162,38 @@ def build_parser() -> argparse.ArgumentParser:
                        "removed. Touches nothing the project did not create.")
     c.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     c.set_defaults(func=_cmd_clean)
+
+    rp = sub.add_parser("report", help="write report.html and report.md for a run directory",
+                        description="Write report.html (one self-contained file: tables and plots embedded) and "
+                        "report.md (text tables, plots as PNG files in report_files/) for RUN_DIR, and print their "
+                        "paths. Reads only the folder; needs no root and no kernel features.")
+    rp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (has manifest.json)")
+    rp.add_argument("--out", default=None, metavar="DIR", help="write the report here (default: RUN_DIR)")
+    rp.set_defaults(func=_cmd_report)
+
+    cp = sub.add_parser("compare", help="key metrics of several runs side by side, with ratios to the first",
+                        description="Print the numeric summary metrics and the key metrics recomputed from the "
+                        "data of each RUN_DIR side by side, with each run's ratio to the first. With --out, also "
+                        "write compare.csv and compare.md there. Needs no root.")
+    cp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories; the first is the baseline")
+    cp.add_argument("--out", default=None, metavar="DIR", help="write compare.csv and compare.md into DIR")
+    cp.set_defaults(func=_cmd_compare)
+
+    sw = sub.add_parser("sweep", help="run a scenario once per value of one parameter, then tabulate and plot",
+                        description="Run SCENARIO once per value of the one parameter given as a comma list "
+                        "(--set senders=2,4,8) into DIR/<name>=<value>/, then write DIR/sweep.csv (one row per "
+                        "point: the value and every numeric summary metric), DIR/sweep.md and DIR/sweep_<metric>.png. "
+                        "Every point is validated before the first run. When this kernel lacks what the scenario "
+                        "needs, the whole sweep runs inside one lab VM.")
+    sw.add_argument("scenario", metavar="SCENARIO", help="scenario name (testbed run --list)")
+    sw.add_argument("--set", action="append", default=[], metavar="NAME=V1,V2,...",
+                    help="a parameter value; exactly one parameter takes a comma list (repeatable)")
+    sw.add_argument("--seed", type=int, default=1, help="seed of every point (default 1)")
+    sw.add_argument("--out", default=None, metavar="DIR", help="sweep folder (default results/sweep-SCENARIO-TIME)")
+    sw.add_argument("--vm", default="auto", choices=["auto", "always", "never"],
+                    help="run in the lab VM: auto (when this kernel lacks a capability), always, never")
+    sw.add_argument("--quiet", action="store_true", help="only the sweep's own progress lines")
+    sw.set_defaults(func=_cmd_sweep)
 
     r = sub.add_parser("run", help="run a scenario (see --list)", add_help=False,
                        description="Run SCENARIO: build its fabric, run its traffic, write a run directory, "
