@@ -154,9 +154,12 @@ class OpState:
                        f"expected {self.expected[first]!r})")
 
 
-def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None) -> tuple[float, float, float]:
-    """Walk the rank's DAG of one op to completion; return (start, end, wait_s)."""
+def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None, seq: int = 0) -> tuple[float, float, float]:
+    """Walk the rank's DAG of one op to completion; return (start, end, wait_s). ``seq`` numbers the op
+    executions of the job (the same on every rank): schedule tags repeat in every op, so the wire tag is
+    seq << 32 | tag."""
     op.reset()
+    hi = seq << 32
     steps = op.steps
     n = len(steps)
     waiting = [len(st.deps) for st in steps]
@@ -180,9 +183,9 @@ def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None) -> 
                 buf = memoryview(op.staging[(i, j)].view(np.uint8))
             else:
                 buf = op.bytes_view(rv.dst)
-            t.post_recv(rv.peer, rv.tag, buf, context=(i, j))
+            t.post_recv(rv.peer, hi | rv.tag, buf, context=(i, j))
         for sd in st.sends:
-            t.post_send(sd.peer, sd.tag, op.bytes_view(sd.src), context=(i, -1))
+            t.post_send(sd.peer, hi | sd.tag, op.bytes_view(sd.src), context=(i, -1))
         if outstanding[i] == 0:
             finished.append(i)
 
@@ -262,6 +265,7 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
         rows = result["ops"]
         info_rows = result["tcp_info"]
         result["t_measure"] = t_start  # end of the last warm-up iteration on this rank: step-time origin
+        seq = 0
         for it in job["plan"]:
             iteration, record = it["iteration"], it["record"]
             c_s = float(it["compute_s"][rank])
@@ -270,7 +274,8 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
             for k, (name, key) in enumerate(it["ops"]):
                 st = states[key]
                 before = t.conn_info() if record else {}
-                t0, t1, wait = run_op(t, st, deadline, chan)
+                t0, t1, wait = run_op(t, st, deadline, chan, seq)
+                seq += 1
                 if record:
                     after = t.conn_info()
                     for phase, d in (("start", before), ("end", after)):
@@ -295,7 +300,7 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
             pass
         return 0 if result["verified"] else EXIT_MISMATCH
     except (AgentError, TransportError, OSError, ValueError, KeyError) as e:
-        msg = f"rank {rank}: {e}"
+        msg = str(e) if str(e).startswith("rank ") else f"rank {rank}: {e}"
         print(f"traffic.agent: {msg}", file=sys.stderr)
         result["error"] = msg
         try:

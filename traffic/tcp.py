@@ -5,7 +5,7 @@
 * Per socket, before connect (and on the listener, so accepted sockets inherit it, then set again after accept):
   TCP_CONGESTION (never the namespace default sysctl: a non-initial namespace may only default to algorithms the
   initial namespace allows), TCP_NODELAY, optional IP_TOS (DSCP << 2), optional SO_SNDBUF/SO_RCVBUF.
-* Framing: every message is a 12-byte header (tag u32, length u64, little-endian) and its payload. Sends to one
+* Framing: every message is a 16-byte header (tag u64, length u64, little-endian) and its payload. Sends to one
   peer leave in posting order. Receives are eager: a message whose receive is posted lands directly in the
   destination memory; one that arrives first is held in a private buffer and copied when its receive is posted.
 * One thread, non-blocking sockets and a selector: a rank sends and receives at the same time on all
@@ -23,7 +23,7 @@ from typing import Any
 
 from traffic.transport import Request, Transport, TransportError
 
-HDR = struct.Struct("<IQ")
+HDR = struct.Struct("<QQ")
 HELLO = struct.Struct("<4sI")
 MAGIC = b"TBAG"
 MAX_MESSAGE = 1 << 34

@@ -9,7 +9,8 @@ Semantics (the same as the schedule model's, docs/schedules.md):
 * ``post_send(peer, tag, buf)``: send the bytes of ``buf`` to ``peer`` labelled ``tag``; the request is done when
   the data has left ``buf`` (handed to the transport; the caller may then reuse the memory).
 * ``post_recv(peer, tag, buf)``: receive message ``tag`` from ``peer`` into the writable buffer ``buf`` (exactly
-  ``len(buf)`` bytes); done when the data is in ``buf``. A message may arrive before its receive is posted: the
+  ``len(buf)`` bytes); done when the data is in ``buf``. Tags are unsigned 64-bit and unique per ordered peer
+  pair for the connection's lifetime (agents put the op's sequence number in the high 32 bits). A message may arrive before its receive is posted: the
   transport must then hold it (TCP does: eager) or the sender must wait for the receive (rendezvous, RDMA); the
   schedules are deadlock-free under both (``Schedule.validate``).
 * ``progress(timeout)``: move data; returns the requests that completed since the last call (waits up to
