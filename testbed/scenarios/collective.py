@@ -101,6 +101,8 @@ def plan(p: dict, run_seed: int = 1) -> dict:
                 s = schedule_json.load(p["schedule_file"])
             except OSError as e:
                 raise UsageError(f"schedule_file: {e.strerror}: {p['schedule_file']}") from None
+            except ScheduleError as e:
+                raise UsageError(f"schedule_file: {e}") from None
             if s.ranks > len(hosts):
                 raise UsageError(f"schedule_file: {s.ranks} ranks but the fabric has only {len(hosts)} hosts")
             schedules["file"] = s
