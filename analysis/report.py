@@ -83,7 +83,8 @@ def _ms(p: m.Percentiles, prefix: str, out: dict) -> None:
     out[f"{prefix}_ms_max"] = p.max
 
 
-def key_metrics(run: Run) -> dict[str, float]:
+def key_metrics(run: Run, *, queue_stats: pd.DataFrame | None = None,
+                port_deltas: pd.DataFrame | None = None) -> dict[str, float]:
     """Key numbers recomputed from the run's CSVs (not from summary.json); only those the data supports.
 
     rounds.csv: ``rounds_n, round_ms_p50/p99/max, round_goodput_mbps`` (all bytes / summed round time);
@@ -91,6 +92,8 @@ def key_metrics(run: Run) -> dict[str, float]:
     queues.csv: ``loss_rate`` (at the port with most drops), ``drops``, ``ecn_marks``, ``ecn_mark_fraction``,
     ``queue_peak_bytes``, ``queue_samples``; tcp.csv: ``tcp_retrans_segs``, ``tcp_timeouts``,
     ``retransmit_rate``; pfc.csv: ``pauses``, ``pause_fraction_max``; cpu.csv: ``cpu_busy_mean``.
+    ``queue_stats`` / ``port_deltas``: precomputed :func:`metrics.queue_stats` / :func:`metrics.port_counter_deltas`
+    of ``run.queues`` (they are the expensive part on a long run).
     """
     out: dict[str, float] = {}
     if len(run.rounds):
@@ -108,7 +111,7 @@ def key_metrics(run: Run) -> dict[str, float]:
         out["step_cv"] = m.cv(st["step_s"])
         out["comm_wait_fraction"] = m.comm_wait_fraction(run.ops)[0]
     if len(run.queues):
-        d = m.port_counter_deltas(run.queues)
+        d = m.port_counter_deltas(run.queues) if port_deltas is None else port_deltas
         top = d.sort_values(["drops", "sent_packets"], ascending=False, kind="stable").iloc[0]
         offered = float(top["drops"] + top["sent_packets"])
         out["loss_rate"] = float(top["drops"]) / offered if offered > 0 else math.nan
@@ -116,8 +119,8 @@ def key_metrics(run: Run) -> dict[str, float]:
         out["ecn_marks"] = float(d["marks"].sum())
         sent = float(d["sent_packets"].sum())
         out["ecn_mark_fraction"] = out["ecn_marks"] / sent if sent > 0 else math.nan
-        per_t = run.queues.groupby(["node", "port", "t_s"], sort=False)["backlog_bytes"].sum()
-        out["queue_peak_bytes"] = float(per_t.max())
+        qs = m.queue_stats(run.queues) if queue_stats is None else queue_stats
+        out["queue_peak_bytes"] = float(qs["max_bytes"].max())
         out["queue_samples"] = int(run.queues["t_s"].nunique())
     if len(run.tcp):
         td = m.tcp_deltas(run.tcp)
@@ -145,18 +148,32 @@ def downsample_queues(queues: pd.DataFrame, points: int = PLOT_POINTS, ports: It
     ``"*"``) that :func:`analysis.plots.plot_queue_occupancy` accepts; ``ports`` (``"node:port"``) limits it."""
     if queues.empty:
         return queues
-    q = queues[["t_s", "node", "port", "backlog_bytes"]]
+    node_codes, node_names = pd.factorize(queues["node"], sort=False)
+    port_codes, port_names = pd.factorize(queues["port"], sort=False)
+    key = node_codes.astype(np.int64) * max(len(port_names), 1) + port_codes
     if ports is not None:
         want = set(ports)
-        q = q[(q["node"] + ":" + q["port"]).isin(want)]
-    per_t = q.groupby(["node", "port", "t_s"], sort=False)["backlog_bytes"].sum().reset_index()
-    t = per_t["t_s"].to_numpy(dtype=float)
-    lo, hi = float(t.min()), float(t.max())
+        keep_keys = [i * max(len(port_names), 1) + j for i, nd in enumerate(node_names)
+                     for j, pt in enumerate(port_names) if f"{nd}:{pt}" in want]
+        mask = np.isin(key, keep_keys)
+    else:
+        mask = np.ones(len(key), dtype=bool)
+    t = queues["t_s"].to_numpy(dtype=float)[mask]
+    frame = pd.DataFrame({"key": key[mask], "t_s": t,
+                          "backlog_bytes": queues["backlog_bytes"].to_numpy(dtype=np.int64)[mask]})
+    if frame.empty:
+        return queues.iloc[:0]
+    per_t = frame.groupby(["key", "t_s"], sort=False)["backlog_bytes"].sum().reset_index()
+    tt = per_t["t_s"].to_numpy(dtype=float)
+    lo, hi = float(tt.min()), float(tt.max())
     width = (hi - lo) / points if hi > lo else 1.0
-    per_t["bin"] = np.minimum(((t - lo) / width).astype(np.int64), points - 1)
-    g = per_t.groupby(["node", "port", "bin"], sort=True)
-    out = g.agg(t_s=("t_s", "min"), backlog_bytes=("backlog_bytes", "max")).reset_index()
-    out = out.drop(columns="bin")
+    per_t["bin"] = np.minimum(((tt - lo) / width).astype(np.int64), points - 1)
+    out = per_t.groupby(["key", "bin"], sort=True).agg(t_s=("t_s", "min"), backlog_bytes=("backlog_bytes", "max"))
+    out = out.reset_index()
+    k = out["key"].to_numpy()
+    n_ports = max(len(port_names), 1)
+    out["node"] = np.asarray(node_names, dtype=object)[k // n_ports]
+    out["port"] = np.asarray(port_names, dtype=object)[k % n_ports]
     out["class"] = "*"
     return out[["t_s", "node", "port", "class", "backlog_bytes"]]
 
@@ -266,10 +283,12 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
         b.append(Block("table", _kv_table(run.summary).rename(columns={"name": "metric"})))
     else:
         b.append(Block("p", "No summary.json (or it is empty)."))
-    km = key_metrics(run)
+    qstats = m.queue_stats(run.queues) if len(run.queues) else None
+    qdeltas = m.port_counter_deltas(run.queues) if len(run.queues) else None
+    km = key_metrics(run, queue_stats=qstats, port_deltas=qdeltas)
     b.append(Block("h2", "Key metrics from the data"))
     if km:
-        b.append(Block("p", "Recomputed from the CSVs; percentiles are nearest-rank, `_n` is the sample count "
+        b.append(Block("p", "Recomputed from the CSVs; percentiles are nearest-rank and each _n row is the sample count "
                        "behind them (p99 of fewer than 100 samples is the max)."))
         b.append(Block("table", _kv_table(km).rename(columns={"name": "metric"})))
     else:
@@ -300,8 +319,7 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
                            xlabel="incast round time (ms)", title="round-time CDF")
         figs.append((p, "Incast round time CDF"))
     if len(run.queues):
-        qs = m.queue_stats(run.queues)
-        top = (qs.sort_values("max_bytes", ascending=False).head(8))
+        top = qstats.sort_values("max_bytes", ascending=False, kind="stable").head(8)
         ports = [f"{n}:{p}" for n, p in zip(top["node"], top["port"])]
         ds = downsample_queues(run.queues, ports=ports)
         phases, what = None, ""
@@ -325,7 +343,7 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
     # -- tables from the data
     if len(run.queues):
         b.append(Block("h2", "Queues per port"))
-        qs = m.queue_stats(run.queues).merge(m.port_counter_deltas(run.queues), on=["node", "port"], how="left")
+        qs = qstats.merge(qdeltas, on=["node", "port"], how="left")
         cols = ["node", "port", "n", "mean_bytes", "p90_bytes", "max_bytes", "drops", "marks", "sent_packets"]
         b.append(Block("table", qs[cols], "backlog statistics (sample based) and counter increases"))
     if len(run.tcp):
