@@ -288,8 +288,8 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
     km = key_metrics(run, queue_stats=qstats, port_deltas=qdeltas)
     b.append(Block("h2", "Key metrics from the data"))
     if km:
-        b.append(Block("p", "Recomputed from the CSVs; percentiles are nearest-rank and each _n row is the sample count "
-                       "behind them (p99 of fewer than 100 samples is the max)."))
+        b.append(Block("p", "Recomputed from the CSVs; percentiles are nearest-rank and each _n row is the sample "
+                       "count behind them (p99 of fewer than 100 samples is the max)."))
         b.append(Block("table", _kv_table(km).rename(columns={"name": "metric"})))
     else:
         b.append(Block("p", "No rounds, ops, queue, TCP, PFC or CPU rows to compute from."))
