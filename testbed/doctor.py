@@ -327,7 +327,7 @@ def _cache_path():
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = "unknown"
-    return STATE_DIR / f"capabilities-{boot}.json"
+    return STATE_DIR / "capabilities" / f"{boot}.json"
 
 
 def _save_cache(checks: list[Check]) -> None:

@@ -74,15 +74,20 @@ def entered(name: str):
         os.close(back)
 
 
+def in_namespace(name: str, argv: list[str]) -> list[str]:
+    """argv wrapped to exec inside namespace `name` (nsenter: no Python code runs between fork and exec, which
+    matters because pyroute2 keeps threads and a preexec_fn in a threaded process can deadlock)."""
+    return ["nsenter", f"--net={NETNS_DIR / name}", "--", *argv]
+
+
 def popen(name: str, argv: list[str], **kw) -> subprocess.Popen:
     """Start argv inside namespace `name` (popen-style: exit status and output are the caller's to check)."""
-    return subprocess.Popen(argv, preexec_fn=lambda: _setns(name), **kw)
+    return subprocess.Popen(in_namespace(name, argv), **kw)
 
 
 def run(name: str, argv: list[str], timeout: float = 30, check: bool = False) -> subprocess.CompletedProcess:
     """Run argv inside namespace `name` to completion, capturing output."""
-    return subprocess.run(argv, preexec_fn=lambda: _setns(name), capture_output=True, text=True,
-                          timeout=timeout, check=check)
+    return subprocess.run(in_namespace(name, argv), capture_output=True, text=True, timeout=timeout, check=check)
 
 
 def sysctl_read(name: str | None, key: str) -> str:

@@ -29,7 +29,7 @@ def test_clean_after_kill(tmp_path):
     assert len(_ours()) == 3  # killed -9: nothing could clean up
     manifest = (tmp_path / "run" / "manifest.json").read_text()
     assert '"complete": false' in manifest
-    r = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     assert "removed 3 namespaces" in r.stdout, r.stdout
     assert _ours() == []
