@@ -125,11 +125,27 @@ class RawQdiscDump:
         self.sock.close()
 
     def leaf_stats(self) -> dict[int, list[qdisc.QueueSample]]:
+        """{ifindex: [QueueSample of each leaf queue under HTB 1:]}, one dump of the whole namespace."""
+        out: dict[int, list[qdisc.QueueSample]] = {}
+        for ifindex, parent, q in self.all_stats():
+            if parent != 0xFFFFFFFF and (parent >> 16) == 1:
+                out.setdefault(ifindex, []).append(q)
+        return out
+
+    def root_stats(self, ifindex: int) -> qdisc.QueueSample | None:
+        """The root qdisc's own counters on one interface (for HTB: what the shaper sent)."""
+        for i, parent, q in self.all_stats():
+            if i == ifindex and parent == 0xFFFFFFFF:
+                return q
+        return None
+
+    def all_stats(self) -> list[tuple[int, int, qdisc.QueueSample]]:
+        """(ifindex, parent, QueueSample) of every qdisc in the namespace (minor = handle major of the qdisc)."""
         self.seq += 1
         req = _NLMSG_HDR.pack(_NLMSG_HDR.size + _TCMSG.size, _RTM_GETQDISC, 0x301, self.seq, 0) + \
             _TCMSG.pack(0, 0, 0, 0, 0)
         self.sock.send(req)
-        out: dict[int, list[qdisc.QueueSample]] = {}
+        out: list[tuple[int, int, qdisc.QueueSample]] = []
         buf = self.buf
         while True:
             n = self.sock.recv_into(buf)
@@ -144,14 +160,12 @@ class RawQdiscDump:
                     err = -struct.unpack_from("=i", buf, off + 16)[0]
                     raise OSError(err, f"RTM_GETQDISC: {os.strerror(err)}")
                 if typ == _RTM_NEWQDISC and seq == self.seq:
-                    self._one(buf, off + 16, off + ln, out)
+                    out.append(self._one(buf, off + 16, off + ln))
                 off += (ln + 3) & ~3
 
     @staticmethod
-    def _one(buf, off: int, end: int, out: dict) -> None:
+    def _one(buf, off: int, end: int) -> tuple[int, int, qdisc.QueueSample]:
         _, ifindex, handle, parent, _ = _TCMSG.unpack_from(buf, off)
-        if parent == 0xFFFFFFFF or (parent >> 16) != 1:
-            return
         kind = ""
         bbytes = bpk = 0
         pk64 = None
@@ -173,9 +187,9 @@ class RawQdiscDump:
                 xstats = (a, b)
         if kind == "red" and xstats and xstats[1] - xstats[0] >= 16:
             marks = _RED_X.unpack_from(buf, xstats[0])[3]
-        out.setdefault(ifindex, []).append(qdisc.QueueSample(
+        return ifindex, parent, qdisc.QueueSample(
             minor=handle >> 16, kind=kind, backlog_bytes=q[1], backlog_packets=q[0], drops=q[2], marks=marks,
-            sent_bytes=bbytes, sent_packets=pk64 if pk64 is not None else bpk, overlimits=q[4]))
+            sent_bytes=bbytes, sent_packets=pk64 if pk64 is not None else bpk, overlimits=q[4])
 
 
 class _OneDump:
