@@ -13,8 +13,10 @@ Data plane: a traffic.transport.Transport (kernel TCP: traffic.tcp). For each it
 (traffic.job): sleep the compute time, then walk this rank's DAG of every op: a step starts when its deps are
 complete; its local copy/reduce ops run on real numpy buffers, then its sends and receives are posted at once
 (receives with ``reduce`` land in a staging buffer and are summed in on arrival). After each op the output is
-compared with ``expected_outputs`` of inputs generated from (seed, op) by ``random_inputs``; a mismatch makes
-``verified`` false and the exit status 1. Exit status 3: any other failure (the message is on stderr and in the
+compared with ``expected_outputs`` of inputs generated from (seed, op) by ``random_inputs`` -- after every warm-up
+op and, once the job is over, the last execution of every op (never between measured ops: comparing megabytes
+there would delay this rank's next op and show up as network time) -- a mismatch makes ``verified`` false and the
+exit status 1. Exit status 3: any other failure (the message is on stderr and in the
 result).
 
 Measured per (iteration, op): start/end (time.monotonic(), one clock for every process of the machine), payload
@@ -266,6 +268,15 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
         info_rows = result["tcp_info"]
         result["t_measure"] = t_start  # end of the last warm-up iteration on this rank: step-time origin
         seq = 0
+        last: dict[str, str] = {}
+
+        def verify(st: OpState, where: str) -> None:
+            ok, why = st.check()
+            if not ok:
+                result["verified"] = False
+                if len(result["mismatches"]) < 20:
+                    result["mismatches"].append(f"{where}: {why}")
+
         for it in job["plan"]:
             iteration, record = it["iteration"], it["record"]
             c_s = float(it["compute_s"][rank])
@@ -285,11 +296,11 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
                                  st.bytes_sent, st.bytes_recv, round(wait, 6)])
                 if not record:
                     result["t_measure"] = t1
-                ok, why = st.check()
-                if not ok:
-                    result["verified"] = False
-                    if len(result["mismatches"]) < 20:
-                        result["mismatches"].append(f"iteration {iteration} op {name}: {why}")
+                    verify(st, f"warm-up iteration {iteration} op {name}")
+                else:
+                    last[key] = f"iteration {iteration} op {name}"
+        for key, where in last.items():  # outside the timed region: the last execution of every schedule
+            verify(states[key], where)
         result["transport"] = t.describe()
         result["bytes_out"] = getattr(t, "bytes_out", None)
         result["bytes_in"] = getattr(t, "bytes_in", None)

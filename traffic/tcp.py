@@ -6,8 +6,11 @@
   TCP_CONGESTION (never the namespace default sysctl: a non-initial namespace may only default to algorithms the
   initial namespace allows), TCP_NODELAY, optional IP_TOS (DSCP << 2), optional SO_SNDBUF/SO_RCVBUF.
 * Framing: every message is a 16-byte header (tag u64, length u64, little-endian) and its payload. Sends to one
-  peer leave in posting order. Receives are eager: a message whose receive is posted lands directly in the
-  destination memory; one that arrives first is held in a private buffer and copied when its receive is posted.
+  peer leave in posting order. A message whose receive is posted lands directly in the destination memory. When
+  a header arrives and no receive from that peer is posted at all, the payload is left in the socket (the
+  connection stops being read: TCP flow control pushes back on the sender, as a rendezvous would) until a
+  receive from that peer is posted; if that receive is for a later message, the one in front is read into a
+  private buffer and copied when its own receive is posted (schedules are deadlock-free either way).
 * One thread, non-blocking sockets and a selector: a rank sends and receives at the same time on all
   connections, so ring schedules never deadlock on full socket buffers.
 """
@@ -21,6 +24,8 @@ import time
 from collections import deque
 from typing import Any
 
+import numpy as np
+
 from traffic.transport import Request, Transport, TransportError
 
 HDR = struct.Struct("<QQ")
@@ -28,6 +33,7 @@ HELLO = struct.Struct("<4sI")
 MAGIC = b"TBAG"
 MAX_MESSAGE = 1 << 34
 _RECV_ROUND_BYTES = 8 << 20  # per connection per progress round, so one busy peer cannot starve the others
+_IO_CHUNK = 1 << 20  # bytes per send/recv syscall: huge single calls are measurably slower (page pinning, cache)
 
 # struct tcp_info (include/uapi/linux/tcp.h) up to tcpi_reord_seen
 _TCP_INFO_LEN = 232
@@ -68,7 +74,7 @@ def set_cc(sock: socket.socket, cc: str | None) -> str:
 
 
 class _Conn:
-    __slots__ = ("peer", "sock", "sendq", "hdr", "hdr_got", "cur", "mask", "eof")
+    __slots__ = ("peer", "sock", "sendq", "hdr", "hdr_got", "cur", "mask", "eof", "paused", "posted")
 
     def __init__(self, peer: int, sock: socket.socket):
         self.peer = peer
@@ -79,6 +85,8 @@ class _Conn:
         self.cur: list | None = None  # [tag, nbytes, target memoryview, got, request or None, held bytearray]
         self.mask = 0
         self.eof = False
+        self.paused = False  # a message header is in, no receive from this peer is posted: leave its payload
+        self.posted = 0  # receives from this peer posted and not yet matched
 
 
 class TcpTransport(Transport):
@@ -213,6 +221,20 @@ class TcpTransport(Transport):
             return req
         self.posted[key] = req
         self.pending_recvs += 1
+        c = self.conns[peer]
+        c.posted += 1
+        if c.paused:  # the message at the head of the stream: straight into this buffer, or held if another tag
+            cur = c.cur
+            if cur[0] == tag:
+                if cur[1] != req.nbytes:
+                    raise TransportError(f"rank {self.rank}: message from {peer} tag {tag} has {cur[1]} bytes, "
+                                         f"the receive expects {req.nbytes}")
+                cur[2], cur[4] = req.buf, req
+            else:
+                held = np.empty(cur[1], dtype=np.uint8)
+                cur[2], cur[5] = memoryview(held), held
+            c.paused = False
+            self._update_mask(c)
         return req
 
     def _deliver_held(self, req: Request, held: bytearray) -> None:
@@ -226,7 +248,10 @@ class TcpTransport(Transport):
     # ---- progress ----
 
     def _update_mask(self, c: _Conn) -> None:
-        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if c.sendq else 0)
+        want = (0 if c.paused else selectors.EVENT_READ) | (selectors.EVENT_WRITE if c.sendq else 0)
+        if want == 0:
+            want = selectors.EVENT_READ  # selectors cannot register nothing: harmless, _recv returns at once
+
         if want != c.mask:
             c.mask = want
             self.sel.modify(c.sock, want, c)
@@ -236,7 +261,7 @@ class TcpTransport(Transport):
             item = c.sendq[0]
             hdr, mv, off, req = item
             hl = len(hdr)
-            parts = [hdr[off:], mv] if off < hl else [mv[off - hl:]]
+            parts = [hdr[off:], mv[:_IO_CHUNK]] if off < hl else [mv[off - hl:off - hl + _IO_CHUNK]]
             try:
                 n = c.sock.sendmsg(parts)
             except (BlockingIOError, InterruptedError):
@@ -246,13 +271,17 @@ class TcpTransport(Transport):
             item[2] = off + n
             self.bytes_out += n
             if item[2] < hl + len(mv):
-                return  # socket buffer full
+                if n < sum(len(x) for x in parts):
+                    return  # socket buffer full
+                continue
             c.sendq.popleft()
             req.done = True
             req.t_done = time.monotonic()
             self.ready.append(req)
 
     def _recv(self, c: _Conn) -> None:
+        if c.paused:
+            return
         budget = _RECV_ROUND_BYTES
         s = c.sock
         while budget > 0:
@@ -275,14 +304,20 @@ class TcpTransport(Transport):
                             raise TransportError(f"rank {self.rank}: message from {c.peer} tag {tag} has {nbytes} "
                                                  f"bytes, the receive expects {req.nbytes}")
                         c.cur = [tag, nbytes, req.buf, 0, req, None]
-                    else:
-                        held = bytearray(nbytes)
+                    elif c.posted == 0 and nbytes > 0:
+                        # nothing from this peer is awaited yet: leave the payload in the socket (back-pressure on
+                        # the sender, like a rendezvous) until a receive from this peer is posted
+                        c.cur = [tag, nbytes, None, 0, None, None]
+                        c.paused = True
+                        return
+                    else:  # another receive from this peer is waiting behind this message: hold it
+                        held = np.empty(nbytes, dtype=np.uint8)
                         c.cur = [tag, nbytes, memoryview(held), 0, None, held]
                     if nbytes == 0:
                         self._finish(c)
                     continue
                 cur = c.cur
-                n = s.recv_into(cur[2][cur[3]:])
+                n = s.recv_into(cur[2][cur[3]:cur[3] + _IO_CHUNK])
                 if n == 0:
                     self._eof(c)
                     return
@@ -312,6 +347,7 @@ class TcpTransport(Transport):
             req.done = True
             req.t_done = time.monotonic()
         del self.posted[key]
+        c.posted -= 1
         self.pending_recvs -= 1
         self.ready.append(req)
 
