@@ -332,10 +332,10 @@ def format_nccl_table(rows: Sequence[dict], dtype: str = "float", itemsize: int 
     """The nccl-tests layout: size, count, type, time (us), algbw, busbw (GB/s as nccl-tests prints; we add
     Gbit/s because emulated links are slow)."""
     head = (f"{'size':>12} {'count':>12} {'type':>7} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} "
-            f"{'busbw(Gb/s)':>12} {'p99(us)':>12} {'n':>5}")
+            f"{'busbw(Gb/s)':>12} {'p99(us)':>12} {'n':>5}  op")
     lines = [f"#{head[1:]}"]
     for r in rows:
         lines.append(f"{r['size']:>12} {r['size'] // itemsize:>12} {dtype:>7} {r['time_us']:>12.1f} "
                      f"{r['algbw_gbps'] / 8:>12.4f} {r['busbw_gbps'] / 8:>12.4f} {r['busbw_gbps']:>12.4f} "
-                     f"{r['cct_us_p99']:>12.1f} {r['n']:>5}")
+                     f"{r['cct_us_p99']:>12.1f} {r['n']:>5}  {r['op']}")
     return "\n".join(lines)
