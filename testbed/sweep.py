@@ -7,6 +7,9 @@ Every point is a normal run directory, ``OUT/<name>=<value>/``; afterwards the s
 * ``OUT/sweep.md`` — the same as a Markdown table;
 * ``OUT/sweep_<metric>.png`` — each key metric present (:data:`PLOT_METRICS`) against the parameter.
 
+A comma that belongs to a value (e.g. the collective scenario's in-run size list) is written ``\\,``:
+``--set ranks=2,4 --set 'size=1K\\,1M'`` sweeps ranks and passes size ``1K,1M`` to every point.
+
 Every point's parameters are validated before the first run (one line, exit status 2). When this kernel
 lacks what the scenario needs, the *whole* sweep re-executes inside one lab VM (`... --vm never`), not one VM
 per point. A point that fails at run time is recorded (``complete`` false, its error in the log) and the
@@ -18,6 +21,7 @@ This module may import ``analysis``; the fabric never does.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -70,13 +74,14 @@ def plan(scenario: Any, sets: Sequence[str]) -> Plan:
         if k in names:
             raise UsageError(f"parameter {k!r} is set more than once")
         names.append(k)
-        if "," in v:
-            vals = [x.strip() for x in v.split(",")]
+        parts = [x.replace("\\,", ",") for x in re.split(r"(?<!\\),", v)]
+        if len(parts) > 1:
+            vals = [x.strip() for x in parts]
             if any(x == "" for x in vals):
                 raise UsageError(f"{k}: empty value in the list {v!r}")
             swept.append((k, vals))
         else:
-            fixed.append(f"{k}={v}")
+            fixed.append(f"{k}={parts[0]}")
     if len(swept) != 1:
         if not swept:
             raise UsageError("sweep needs one parameter with a comma list, e.g. --set senders=2,4,8")
@@ -212,7 +217,7 @@ def print_table(df: "Any", name: str) -> None:
         cols.append("complete")
     t = Table(title=f"sweep over {name}")
     for c in cols:
-        t.add_column(c, justify="right")
+        t.add_column(c, justify="right", overflow="fold")
     for _, r in df.iterrows():
         t.add_row(*[fmt(r.get(c)) for c in cols])
     Console().print(t)
