@@ -317,3 +317,14 @@ def test_report_numbers_match_metrics(tmp_path):
     md = write_report(run.path)[1].read_text()
     assert p.resolves(0.99)
     assert f"| round_ms_p99 | {fmt(p.p99)} |" in md and f"| rounds_n | {p.n} |" in md
+
+
+def test_report_and_compare_import_nothing_from_the_fabric():
+    import subprocess
+    import sys
+
+    probe = ("import sys, json, analysis.report, analysis.compare; print(json.dumps(sorted(m for m in sys.modules "
+             "if m.split('.')[0] in ('testbed', 'topologies', 'traffic') or m == 'matplotlib.pyplot')))")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                         text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
