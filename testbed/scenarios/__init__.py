@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-NAMES = ("smoke", "incast", "collective")
+NAMES = ("smoke", "incast", "dctcp", "collective", "pfc-hol")
 
 
 def get(name: str):
@@ -12,7 +12,7 @@ def get(name: str):
 
     if name not in NAMES:
         raise UsageError(f"unknown scenario {name!r} (known: {', '.join(NAMES)})")
-    return importlib.import_module(f"testbed.scenarios.{name}").SCENARIO
+    return importlib.import_module(f"testbed.scenarios.{name.replace('-', '_')}").SCENARIO
 
 
 def all_scenarios():

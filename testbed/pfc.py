@@ -1,0 +1,569 @@
+"""PFC (802.1Qbb priority flow control) emulation: lossless classes with XOFF/XON pauses that really stop the
+upstream transmitter, driven by a controller process that watches queue occupancy through netlink.
+
+    pfc = PfcController(fabric, interval_s=0.001, watchdog_ms=0)
+    pfc.install()          # a plug qdisc in every lossless class of every port (released: traffic flows)
+    pfc.start() ... traffic ... pfc.stop()   # a forked process; stop() releases every pause it holds
+    pfc.write(rundir)      # pfc.csv (+ queues.csv from the same dumps), pfc.summary() -> flat metrics
+
+Mechanism. Each port is HTB 1: -> 1:1 (link) -> 1:<minor> per class -> leaf qdisc <minor>:. For a lossless class
+the leaf is replaced by a ``plug`` qdisc with the class queue's byte limit (drop-tail, like the bfifo it replaces);
+for a RED/step (ECN marking) leaf, the plug becomes RED's child (RED parent <minor>:1) so marking stays and the
+plug holds the packets. ``plug block`` (TCQ_PLUG_BUFFER) stops the class's dequeue at once (packets already in the
+queue wait, arriving ones queue behind them); ``plug release_indefinite`` resumes it. Both are one RTM_NEWQDISC
+change message on a raw netlink socket kept open in the port's namespace.
+
+Why a plug and not an HTB rate change: HTB keeps a class's token debt across a rate change; a packet sent at a
+"pause" rate of a few bit/s leaves a debt of up to HTB's mbuffer (60 s), so the class would stay silent long after
+the resume. A rate floor high enough to avoid that is not a pause. The plug stops and resumes exactly.
+
+Control. The queues sit on the switches' *egress*. Every poll, one RTM_GETQDISC dump per switch namespace (as the
+telemetry sampler does; host namespaces, which are only ever paused, every ``host_every`` polls for the record)
+gives the backlog of every lossless class. The loop runs in its own process (a thread would share the interpreter
+lock with the scenario's traffic threads and slow both down). A switch S's egress queue S->X above XOFF
+makes S "congested towards X" for that priority until it drains to XON or below; while S is congested towards any X
+for a priority, every neighbour U != X of S has its egress U->S paused for that priority (U's port is what feeds S:
+a hardware switch would send a PFC XOFF frame out of its ingress port towards U). A paused port's own queue then
+grows and can pause *its* upstream: congestion spreads hop by hop, head-of-line blocking flows that only share a
+link with the congested one.
+
+Hardware PFC accounts buffer per *ingress* port and priority; this emulation sees only the egress queues, so it
+pauses every neighbour that could feed S, including ones that sent little (attribution "all feeders").
+
+Reaction time: a crossing happens somewhere between the last sample below XOFF and the first one above; the
+pause holds once the kernel acknowledged the plug change. ``reaction`` = ack time - last sample below XOFF (an upper
+bound), ``control`` = ack time - the sample that saw the crossing. Headroom must absorb what the upstream sends
+in the reaction time: ``headroom_needed = upstream rate x reaction_max + 2 frames`` (one in the veth, one being
+dequeued).
+
+Watchdog: a port paused longer than ``watchdog_ms`` is released and ignores pauses of that priority for
+``watchdog_restore_ms`` (hardware PFC watchdogs do the same against pause storms and deadlocks); event ``watchdog``.
+
+pfc.csv rows (t_s, node, port, prio, event, backlog_bytes):
+  ``xoff`` / ``xon``   the port node:port (an upstream egress) was paused / resumed for 802.1p priority prio;
+                       backlog is that port's own class backlog at the last sample;
+  ``above_xoff`` / ``below_xon``  the congested queue node:port crossed XOFF / drained to XON (the trigger);
+  ``watchdog``         the watchdog released node:port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from testbed.kernel import netns
+
+PFC_COLUMNS = ["t_s", "node", "port", "prio", "event", "backlog_bytes"]
+
+# ---- raw netlink: plug qdisc add / change / delete ---------------------------------------------------------------
+
+_NLMSG_HDR = struct.Struct("=LHHLL")
+_TCMSG = struct.Struct("=BxxxiIII")
+_RTA = struct.Struct("=HH")
+_PLUG_QOPT = struct.Struct("=iI")  # struct tc_plug_qopt { int action; __u32 limit; }
+RTM_NEWQDISC, RTM_DELQDISC = 36, 37
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
+NLMSG_ERROR = 2
+TCA_KIND, TCA_OPTIONS = 1, 2
+PLUG_BUFFER, PLUG_RELEASE_ONE, PLUG_RELEASE_INDEFINITE, PLUG_LIMIT = 0, 1, 2, 3
+
+
+def tc_handle(major: int, minor: int = 0) -> int:
+    return ((major & 0xFFFF) << 16) | (minor & 0xFFFF)
+
+
+def _rta(typ: int, payload: bytes) -> bytes:
+    ln = _RTA.size + len(payload)
+    return _RTA.pack(ln, typ) + payload + b"\0" * ((4 - ln % 4) % 4)
+
+
+def plug_message(msg_type: int, flags: int, seq: int, ifindex: int, handle: int, parent: int,
+                 action: int | None = None, limit: int = 0) -> bytes:
+    """One RTM_NEWQDISC / RTM_DELQDISC for a plug qdisc (options only when action is not None)."""
+    body = _TCMSG.pack(0, ifindex, handle, parent, 0) + _rta(TCA_KIND, b"plug\0")
+    if action is not None:
+        body += _rta(TCA_OPTIONS, _PLUG_QOPT.pack(action, limit))
+    return _NLMSG_HDR.pack(_NLMSG_HDR.size + len(body), msg_type, flags, seq, 0) + body
+
+
+class PlugSocket:
+    """A NETLINK_ROUTE socket opened inside one namespace, for plug qdisc changes (each acknowledged)."""
+
+    def __init__(self, ns: str | None):
+        if ns:
+            with netns.entered(ns):
+                self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        else:
+            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+        self.sock.bind((0, 0))
+        self.seq = 0
+        self.buf = bytearray(65536)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _call(self, msg_type: int, flags: int, ifindex: int, handle: int, parent: int, action=None,
+              limit: int = 0) -> None:
+        self.seq += 1
+        self.sock.send(plug_message(msg_type, flags | NLM_F_REQUEST | NLM_F_ACK, self.seq, ifindex, handle, parent,
+                                    action, limit))
+        while True:
+            n = self.sock.recv_into(self.buf)
+            off = 0
+            while off + 16 <= n:
+                ln, typ, _, seq, _ = _NLMSG_HDR.unpack_from(self.buf, off)
+                if ln < 16:
+                    break
+                if typ == NLMSG_ERROR and seq == self.seq:
+                    err = -struct.unpack_from("=i", self.buf, off + 16)[0]
+                    if err:
+                        raise OSError(err, f"plug qdisc {handle >> 16:x}: on ifindex {ifindex}: "
+                                           f"{os.strerror(err)}")
+                    return
+                off += (ln + 3) & ~3
+
+    def add(self, ifindex: int, handle: int, parent: int, limit: int) -> None:
+        """Create a plug (limit in bytes) and leave it released (a new plug starts blocked)."""
+        self._call(RTM_NEWQDISC, NLM_F_CREATE | NLM_F_EXCL, ifindex, handle, parent, PLUG_BUFFER, limit)
+        self.set(ifindex, handle, parent, PLUG_RELEASE_INDEFINITE)
+
+    def set(self, ifindex: int, handle: int, parent: int, action: int) -> None:
+        self._call(RTM_NEWQDISC, 0, ifindex, handle, parent, action, 0)
+
+    def block(self, ifindex: int, handle: int, parent: int) -> None:
+        self.set(ifindex, handle, parent, PLUG_BUFFER)
+
+    def release(self, ifindex: int, handle: int, parent: int) -> None:
+        self.set(ifindex, handle, parent, PLUG_RELEASE_INDEFINITE)
+
+
+def delete_qdisc(ipr, ifindex: int, handle: int, parent: int) -> None:
+    ipr.tc("del", index=ifindex, handle=handle, parent=parent)
+
+
+# ---- the model ---------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LosslessQueue:
+    """One lossless class on one egress port: where its plug is, its thresholds, its pause state."""
+
+    node: str
+    port: str
+    peer: str
+    ns: str
+    ifindex: int
+    minor: int
+    cls: str
+    pcp: int
+    xoff: int
+    xon: int
+    headroom: int
+    limit: int
+    rate_bps: float  # link rate in bytes per second
+    is_switch: bool
+    leaf_kind: str = "bfifo"
+    plug_handle: int = 0
+    plug_parent: int = 0
+    # as a watched (downstream) queue
+    congested: bool = False
+    t_below: float = 0.0  # last sample at or below XOFF
+    t_above: float = 0.0  # sample that saw the crossing
+    peak_over_xoff: int = 0
+    # as a paused (upstream) port
+    paused: bool = False
+    paused_since: float = 0.0
+    paused_total: float = 0.0
+    pause_events: int = 0
+    watchdog_events: int = 0
+    ignore_until: float = 0.0
+    backlog: int = 0
+    drops: int = 0
+    sent_at_pause: int | None = None
+    leak_bytes_max: int = 0
+    feeders: list = field(default_factory=list)  # for a switch port: keys of upstream ports to pause
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.node, self.port, self.minor)
+
+
+def lossless_classes(topology) -> dict[tuple[str, str], list]:
+    """{(node, ifname): [(ClassSpec, index in the port's class list), ...]} of every lossless class per egress."""
+    out = {}
+    for ep in topology.egress_ports():
+        found = [(c, i) for i, c in enumerate(ep.port.classes) if c.lossless]
+        if found:
+            out[(ep.node, ep.ifname)] = found
+    return out
+
+
+def feeders_of(topology) -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """For every router egress (S, X): the egress ports (U, ifname) of S's neighbours U != X pointing at S."""
+    into: dict[str, list[tuple[str, str]]] = {}
+    for ep in topology.egress_ports():
+        into.setdefault(ep.peer, []).append((ep.node, ep.ifname))
+    out = {}
+    for ep in topology.egress_ports():
+        if topology.node(ep.node).role == "host":
+            continue
+        out[(ep.node, ep.ifname)] = [(u, uif) for u, uif in into.get(ep.node, []) if u != ep.peer]
+    return out
+
+
+def headroom_needed(rate_bytes_per_s: float, reaction_s: float, mtu: int = 1500) -> int:
+    """Bytes an upstream at line rate still delivers after XOFF is crossed: rate x reaction + 2 frames."""
+    return int(rate_bytes_per_s * reaction_s + 2 * (mtu + 14))
+
+
+def _pct(vals: list[float], q: float) -> float:
+    if not vals:
+        return float("nan")
+    s = sorted(vals)
+    k = (len(s) - 1) * q / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+class PfcController:
+    """See the module docstring. enabled=False: nothing is installed or paused; the same dumps still feed
+    queues.csv, and pfc.summary() reports zeros (the lossy baseline uses the same sampling load)."""
+
+    def __init__(self, fabric, interval_s: float = 0.001, watchdog_ms: float = 0.0, watchdog_restore_ms: float = 200.0,
+                 enabled: bool = True, host_every: int = 10, min_sleep_s: float = 0.0005):
+        from testbed.fabric import FIRST_MINOR
+
+        self.host_every = max(1, int(host_every))
+        self.min_sleep_s = min_sleep_s
+
+        self.fabric = fabric
+        self.topology = fabric.topology
+        self.interval_s = float(interval_s)
+        self.watchdog_s = watchdog_ms / 1000.0
+        self.restore_s = watchdog_restore_ms / 1000.0
+        self.enabled = enabled
+        self.events: list[tuple] = []
+        self.queue_rows: list[tuple] = []
+        self.reactions: list[float] = []  # ack - last sample below XOFF
+        self.controls: list[float] = []  # ack - sample that saw the crossing
+        self.ticks = 0
+        self.t_start = self.t_stop = 0.0
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        topo = self.topology
+        ll = lossless_classes(topo)
+        feeders = feeders_of(topo)
+        self.queues: dict[tuple[str, str, int], LosslessQueue] = {}
+        plans = {(p.node, p.ifname): p for p in fabric.port_plans}
+        for (node, ifn), found in ll.items():
+            plan = plans[(node, ifn)]
+            for c, i in found:
+                minor = FIRST_MINOR + i
+                leaf = next(q for m, _, q, *_ in plan.classes if m == minor)
+                self.queues[(node, ifn, minor)] = LosslessQueue(
+                    node=node, port=ifn, peer=plan.peer, ns=fabric.ns(node), ifindex=0, minor=minor, cls=c.name,
+                    pcp=c.pcp, xoff=c.xoff_bytes, xon=c.xon_bytes, headroom=c.headroom_bytes, limit=leaf.limit,
+                    rate_bps=plan.rate_mbps * 1e6 / 8, is_switch=topo.node(node).role != "host",
+                    leaf_kind=leaf.kind)
+        for q in self.queues.values():
+            if q.is_switch:
+                q.feeders = [(u, uif, q.minor) for u, uif in feeders.get((q.node, q.port), [])
+                             if (u, uif, q.minor) in self.queues]
+        self._plans = plans
+
+    # ---- setup ----
+
+    def install(self) -> None:
+        """Put a released plug into every lossless class (no-op when disabled)."""
+        by_ns: dict[str, list[LosslessQueue]] = {}
+        for q in self.queues.values():
+            by_ns.setdefault(q.ns, []).append(q)
+        for ns, qs in by_ns.items():
+            with netns.entered(ns):
+                idx_of = {name: i for i, name in socket.if_nameindex()}
+            for q in qs:
+                q.ifindex = idx_of[q.port]
+            if not self.enabled:
+                continue
+            from testbed.fabric import ipr_in
+
+            ipr = ipr_in(ns)
+            ps = PlugSocket(ns)
+            try:
+                for q in qs:
+                    leaf = tc_handle(q.minor)
+                    cls = tc_handle(1, q.minor)
+                    if q.leaf_kind == "bfifo":
+                        delete_qdisc(ipr, q.ifindex, leaf, cls)
+                        q.plug_handle, q.plug_parent = leaf, cls
+                    elif q.leaf_kind in ("red", "step"):
+                        q.plug_handle, q.plug_parent = tc_handle(0x100 + q.minor), tc_handle(q.minor, 1)
+                    else:
+                        raise ValueError(f"{q.node}:{q.port}: a lossless class needs a byte-limited queue "
+                                         f"(droptail in bytes, red with ecn, step), not {q.leaf_kind}")
+                    ps.add(q.ifindex, q.plug_handle, q.plug_parent, q.limit)
+            finally:
+                ps.close()
+                ipr.close()
+
+    # ---- control ----
+
+    def start(self) -> "PfcController":
+        """Run the control loop in a forked child process (its own interpreter lock: the traffic threads of the
+        scenario and the controller do not slow each other down); results come back over a pipe at stop()."""
+        import multiprocessing as mp
+
+        from testbed import telemetry  # noqa: F401  (imported before the fork)
+
+        ctx = mp.get_context("fork")
+        self._mp_stop = ctx.Event()
+        ready = ctx.Event()
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        self._pipe = parent_end
+        self._proc = ctx.Process(target=self._child, args=(child_end, ready), name="pfc-controller", daemon=True)
+        self._proc.start()
+        child_end.close()
+        if not ready.wait(timeout=30) or not self._proc.is_alive():
+            self.stop()
+            raise RuntimeError(f"PFC controller did not start ({self._error or 'no error reported'})")
+        return self
+
+    def _child(self, pipe, ready) -> None:
+        self._stop = self._mp_stop  # type: ignore[assignment]
+        self._ready = ready  # type: ignore[assignment]
+        try:
+            self._loop()
+        finally:
+            ready.set()
+            pipe.send({
+                "error": repr(self._error) if self._error else None,
+                "events": self.events, "queue_rows": self.queue_rows, "reactions": self.reactions,
+                "controls": self.controls, "ticks": self.ticks, "t_start": self.t_start, "t_stop": self.t_stop,
+                "queues": {k: (q.paused_total, q.pause_events, q.watchdog_events, q.peak_over_xoff,
+                               q.leak_bytes_max) for k, q in self.queues.items()},
+            })
+            pipe.close()
+
+    def stop(self) -> None:
+        proc = getattr(self, "_proc", None)
+        if proc is None:
+            return
+        self._mp_stop.set()
+        res = None
+        if self._pipe.poll(60):
+            res = self._pipe.recv()
+        proc.join(timeout=10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+        self._proc = None
+        if res is None:
+            raise RuntimeError("PFC controller process ended without reporting (ports may have stayed paused)")
+        self.events, self.queue_rows = res["events"], res["queue_rows"]
+        self.reactions, self.controls = res["reactions"], res["controls"]
+        self.ticks, self.t_start, self.t_stop = res["ticks"], res["t_start"], res["t_stop"]
+        for k, vals in res["queues"].items():
+            q = self.queues[k]
+            q.paused_total, q.pause_events, q.watchdog_events, q.peak_over_xoff, q.leak_bytes_max = vals
+        if res["error"]:
+            raise RuntimeError(f"PFC controller failed: {res['error']}")
+
+    def _loop(self) -> None:
+        from testbed.telemetry import RawQdiscDump
+
+        dumps: dict[str, RawQdiscDump] = {}
+        plugs: dict[str, PlugSocket] = {}
+        try:
+            nss: dict[str, list[LosslessQueue]] = {}
+            for q in self.queues.values():
+                nss.setdefault(q.ns, []).append(q)
+            # switches first: their samples drive the pauses
+            order = sorted(nss, key=lambda ns: not any(q.is_switch for q in nss[ns]))
+            for ns in order:
+                dumps[ns] = RawQdiscDump(ns)
+                plugs[ns] = PlugSocket(ns)
+            labels = {}
+            for ns in order:
+                for q in nss[ns]:
+                    labels[(q.ifindex, q.minor)] = q
+            is_switch_ns = {ns: any(q.is_switch for q in nss[ns]) for ns in order}
+            plan_of = {(q.node, q.port): self._plans[(q.node, q.port)] for q in self.queues.values()}
+        except BaseException as e:  # noqa: BLE001 - reported by start()
+            self._error = e
+            self._ready.set()
+            return
+        self._ready.set()
+        rows = self.queue_rows
+        try:
+            self.t_start = next_t = time.monotonic()
+            while not self._stop.is_set():
+                sample_hosts = self.ticks % self.host_every == 0
+                for ns in order:
+                    if not is_switch_ns[ns] and not sample_hosts:
+                        continue
+                    per_if = dumps[ns].leaf_stats()
+                    t = time.monotonic()
+                    touched = False
+                    for q in nss[ns]:
+                        for s in per_if.get(q.ifindex, ()):
+                            if s.minor != q.minor:
+                                continue
+                            q.backlog, q.drops = s.backlog_bytes, s.drops
+                            rows.append((t, q.node, q.port, plan_of[(q.node, q.port)].class_label(s.minor),
+                                         s.backlog_bytes, s.backlog_packets, s.drops, s.marks, s.sent_bytes,
+                                         s.sent_packets, s.overlimits))
+                            if q.paused:
+                                if q.sent_at_pause is None:
+                                    q.sent_at_pause = s.sent_bytes
+                                else:
+                                    q.leak_bytes_max = max(q.leak_bytes_max, s.sent_bytes - q.sent_at_pause)
+                            if q.is_switch and self.enabled:
+                                touched |= self._watch(q, t, s.backlog_bytes)
+                    if touched:
+                        self._drive(ns_queues=nss[ns], plugs=plugs)
+                if self.enabled and self.watchdog_s > 0:
+                    self._watchdog(plugs)
+                self.ticks += 1
+                next_t += self.interval_s
+                delay = next_t - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                else:  # late: never spin, the kernel's packet processing needs the CPU more than we do
+                    time.sleep(self.min_sleep_s)
+                    next_t = time.monotonic()
+        except BaseException as e:  # noqa: BLE001
+            self._error = e
+        finally:
+            self.t_stop = time.monotonic()
+            for q in self.queues.values():  # never leave a port paused behind us
+                if q.paused:
+                    with contextlib.suppress(Exception):
+                        plugs[q.ns].release(q.ifindex, q.plug_handle, q.plug_parent)
+                    q.paused_total += self.t_stop - q.paused_since
+                    q.paused = False
+                    self.events.append((self.t_stop, q.node, q.port, q.pcp, "xon", q.backlog))
+            for s in list(dumps.values()) + list(plugs.values()):
+                with contextlib.suppress(Exception):
+                    s.close()
+
+    def _watch(self, q: LosslessQueue, t: float, backlog: int) -> bool:
+        """Hysteresis on one switch egress queue; True when its congested state changed."""
+        if not q.congested:
+            if backlog >= q.xoff:
+                q.congested = True
+                q.t_above = t
+                q.peak_over_xoff = max(q.peak_over_xoff, backlog - q.xoff)
+                self.events.append((t, q.node, q.port, q.pcp, "above_xoff", backlog))
+                return True
+            q.t_below = t
+            return False
+        q.peak_over_xoff = max(q.peak_over_xoff, backlog - q.xoff)
+        if backlog <= q.xon:
+            q.congested = False
+            q.t_below = t
+            self.events.append((t, q.node, q.port, q.pcp, "below_xon", backlog))
+            return True
+        return False
+
+    def _drive(self, ns_queues: list[LosslessQueue], plugs: dict) -> None:
+        """Pause / resume the feeders of the switch whose queues are ns_queues."""
+        want: dict[tuple, LosslessQueue | None] = {}
+        for q in ns_queues:
+            if not q.is_switch:
+                continue
+            for k in q.feeders:
+                if q.congested:
+                    trig = want.get(k)
+                    if trig is None or q.t_above > trig.t_above:
+                        want[k] = q
+                else:
+                    want.setdefault(k, None)
+        for k, trig in want.items():
+            u = self.queues[k]
+            if (trig is not None) == u.paused:
+                continue
+            now = time.monotonic()
+            if trig is not None:
+                if now < u.ignore_until:
+                    continue
+                plugs[u.ns].block(u.ifindex, u.plug_handle, u.plug_parent)
+                ack = time.monotonic()
+                u.paused, u.paused_since, u.sent_at_pause = True, ack, None
+                u.pause_events += 1
+                self.reactions.append(ack - trig.t_below)
+                self.controls.append(ack - trig.t_above)
+                self.events.append((ack, u.node, u.port, u.pcp, "xoff", u.backlog))
+            else:
+                plugs[u.ns].release(u.ifindex, u.plug_handle, u.plug_parent)
+                ack = time.monotonic()
+                u.paused = False
+                u.paused_total += ack - u.paused_since
+                self.events.append((ack, u.node, u.port, u.pcp, "xon", u.backlog))
+
+    def _watchdog(self, plugs: dict) -> None:
+        now = time.monotonic()
+        for u in self.queues.values():
+            if u.paused and now - u.paused_since > self.watchdog_s:
+                plugs[u.ns].release(u.ifindex, u.plug_handle, u.plug_parent)
+                ack = time.monotonic()
+                u.paused = False
+                u.paused_total += ack - u.paused_since
+                u.watchdog_events += 1
+                u.ignore_until = ack + self.restore_s
+                self.events.append((ack, u.node, u.port, u.pcp, "watchdog", u.backlog))
+
+    # ---- results ----
+
+    @property
+    def achieved_interval_s(self) -> float:
+        if self.ticks < 2:
+            return float("nan")
+        return (self.t_stop - self.t_start) / self.ticks
+
+    def write(self, rundir, queues: bool = True) -> None:
+        from testbed.telemetry import QUEUE_COLUMNS
+
+        rundir.write_csv("pfc.csv", PFC_COLUMNS,
+                         ((f"{t:.6f}", n, p, pr, ev, b) for t, n, p, pr, ev, b in sorted(self.events)))
+        if queues:
+            rundir.write_csv("queues.csv", QUEUE_COLUMNS, ((f"{r[0]:.6f}", *r[1:]) for r in self.queue_rows))
+
+    def summary(self) -> dict:
+        span = max(self.t_stop - self.t_start, 1e-9)
+        ups = [q for q in self.queues.values() if q.pause_events]
+        worst = max(ups, key=lambda q: q.paused_total, default=None)
+        react_max = max(self.reactions, default=float("nan"))
+        fastest_feeder = max((q.rate_bps for q in self.queues.values()), default=0.0)
+        need = headroom_needed(fastest_feeder, react_max) if self.reactions else 0
+        headroom = min((q.headroom for q in self.queues.values() if q.is_switch), default=0)
+        return {
+            "pfc_enabled": self.enabled,
+            "pfc_pause_events": sum(q.pause_events for q in self.queues.values()),
+            "pfc_paused_ms_total": sum(q.paused_total for q in self.queues.values()) * 1e3,
+            "pfc_paused_fraction_max": (worst.paused_total / span) if worst else 0.0,
+            "pfc_paused_port_max": f"{worst.node}:{worst.port}" if worst else "",
+            "pfc_pause_events_by_port": "; ".join(f"{q.node}:{q.port}={q.pause_events}"
+                                                  for q in sorted(ups, key=lambda q: (q.node, q.port))),
+            "pfc_watchdog_events": sum(q.watchdog_events for q in self.queues.values()),
+            "pfc_xoff_crossings": sum(1 for e in self.events if e[4] == "above_xoff"),
+            "pfc_reaction_ms_mean": (sum(self.reactions) / len(self.reactions) * 1e3) if self.reactions else None,
+            "pfc_reaction_ms_p95": _pct(self.reactions, 95) * 1e3 if self.reactions else None,
+            "pfc_reaction_ms_max": react_max * 1e3 if self.reactions else None,
+            "pfc_control_ms_mean": (sum(self.controls) / len(self.controls) * 1e3) if self.controls else None,
+            "pfc_control_ms_max": max(self.controls) * 1e3 if self.controls else None,
+            "pfc_poll_interval_ms": self.achieved_interval_s * 1e3 if self.ticks >= 2 else None,
+            "pfc_paused_leak_bytes_max": max((q.leak_bytes_max for q in self.queues.values()), default=0),
+            "pfc_headroom_used_max_bytes": max((q.peak_over_xoff for q in self.queues.values()), default=0),
+            "pfc_headroom_bytes": headroom,
+            "pfc_headroom_needed_bytes": need,
+            "pfc_headroom_ok": bool(need <= headroom) if self.reactions else True,
+        }
