@@ -1,0 +1,28 @@
+"""DCTCP with step marking at K keeps the bottleneck's queue near K; CUBIC over drop-tail fills the buffer."""
+
+from testbed.runner import run_scenario
+from testbed.scenarios import get
+
+DCTCP = get("dctcp")
+
+
+def run(tmp_path, name, **kw):
+    p = {x.name: x.default for x in DCTCP.params}
+    p.update(duration_s=6, warmup_s=2, senders=2, host_rate_mbps=20, buffer_bytes=150_000, k_bytes=30_000, **kw)
+    DCTCP.validate(p)
+    return run_scenario(DCTCP, p, 1, tmp_path / name, quiet=True)
+
+
+def test_dctcp_holds_the_queue_near_k_while_cubic_fills_the_buffer(tmp_path):
+    d = run(tmp_path, "dctcp", cc="dctcp", ecn=True, discipline="step")
+    c = run(tmp_path, "cubic", cc="cubic", ecn=False, discipline="droptail")
+    k_pk = 30_000 / 1514
+    buf_pk = 150_000 / 1514
+    assert d["ecn_marks"] > 0 and d["bottleneck_drops"] == 0, d
+    assert c["bottleneck_drops"] > 0 and c["ecn_marks"] == 0, c
+    # ordering, and bands: DCTCP's median within [K/4, 2.5 K]; CUBIC's p90 above half the buffer
+    assert d["queue_median_packets"] < c["queue_median_packets"], (d, c)
+    assert 0.25 * k_pk <= d["queue_median_packets"] <= 2.5 * k_pk, d
+    assert c["queue_p90_packets"] >= 0.5 * buf_pk, c
+    # same link, similar throughput
+    assert d["goodput_mbps"] > 0.7 * c["goodput_mbps"], (d, c)
