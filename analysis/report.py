@@ -179,7 +179,8 @@ def downsample_queues(queues: pd.DataFrame, points: int = PLOT_POINTS, ports: It
 
 
 def _phases(intervals: pd.DataFrame, max_phases: int = MAX_PHASES) -> pd.DataFrame:
-    """Union of [start_s, end_s] intervals; when more than ``max_phases`` remain, close gaps until they fit."""
+    """Union of overlapping [start_s, end_s] intervals (back-to-back phases stay apart); when more than
+    ``max_phases`` remain, close gaps until they fit."""
     if intervals.empty:
         return pd.DataFrame({"start_s": [], "end_s": []})
     iv = sorted(zip(intervals["start_s"].astype(float), intervals["end_s"].astype(float)))
@@ -188,7 +189,7 @@ def _phases(intervals: pd.DataFrame, max_phases: int = MAX_PHASES) -> pd.DataFra
     while True:
         merged: list[list[float]] = []
         for s, e in iv:
-            if merged and s <= merged[-1][1] + gap:
+            if merged and (s < merged[-1][1] or (gap > 0 and s <= merged[-1][1] + gap)):
                 merged[-1][1] = max(merged[-1][1], e)
             else:
                 merged.append([s, e])
@@ -196,6 +197,37 @@ def _phases(intervals: pd.DataFrame, max_phases: int = MAX_PHASES) -> pd.DataFra
             break
         gap = span / max_phases if gap == 0 else gap * 2
     return pd.DataFrame(merged[:max_phases], columns=["start_s", "end_s"])
+
+
+def _plot_occupancy(ds: pd.DataFrame, path: Path, ports: list[str], phases: pd.DataFrame | None,
+                    t0: float | None, what: str) -> Path:
+    """Backlog over time per port (``ds`` from :func:`downsample_queues`) with phases shaded in alternating
+    colours, so back-to-back ops or rounds stay distinguishable (plots.plot_queue_occupancy shades them all
+    alike)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.0, 4.0), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    t0 = float(ds["t_s"].min()) if t0 is None else t0
+    if phases is not None and len(phases):
+        for i, (s, e) in enumerate(zip(phases["start_s"], phases["end_s"])):
+            ax.axvspan(s - t0, e - t0, color="tab:blue" if i % 2 == 0 else "tab:green", alpha=0.10, linewidth=0)
+    label = ds["node"].astype(str) + ":" + ds["port"].astype(str)
+    for port in ports:
+        d = ds[label == port].sort_values("t_s")
+        ax.step(d["t_s"] - t0, d["backlog_bytes"] / 1e3, where="post", label=port, linewidth=1)
+    ax.set_xlabel("time since run start (s)")
+    ax.set_ylabel("backlog (kB)")
+    ax.set_title("queue occupancy" + (f"  (shaded: {what}, alternating colours)" if what else ""))
+    ax.grid(True, alpha=0.3)
+    if ports:
+        ax.legend(loc="upper right", fontsize="small")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return path
 
 
 # --------------------------------------------------------------------------- report content
@@ -327,8 +359,7 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
             phases, what = _phases(ops_tab), "ops"
         elif rt is not None:
             phases, what = _phases(rt), "incast rounds"
-        title = "queue occupancy, phases = incast rounds" if what == "incast rounds" else "queue occupancy"
-        p = plots.plot_queue_occupancy(ds, files_dir / "queues.png", ports=ports, ops=phases, t0=t0, title=title)
+        p = _plot_occupancy(ds, files_dir / "queues.png", ports, phases, t0, what)
         figs.append((p, "Queue occupancy over time (backlog summed over classes; shaded: "
                      f"{what or 'no phases'}; top {len(ports)} ports by peak)"))
     if len(run.pfc):

@@ -109,7 +109,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     for _, r in df.iterrows():
         cells = [fmt(r[c]) if not (isinstance(r[c], float) and math.isnan(r[c])) else "-" for c in df.columns[2:]]
         t.add_row(str(r["metric"]), str(r["source"]), *cells)
-    Console().print(t)
+    Console(width=None if sys.stdout.isatty() else 200).print(t)  # a pipe or log file: do not cut numbers
     if args.out:
         from pathlib import Path
 

@@ -220,7 +220,7 @@ def print_table(df: "Any", name: str) -> None:
         t.add_column(c, justify="right", overflow="fold")
     for _, r in df.iterrows():
         t.add_row(*[fmt(r.get(c)) for c in cols])
-    Console().print(t)
+    Console(width=None if sys.stdout.isatty() else 200).print(t)  # a pipe or log file: do not cut numbers
 
 
 def main(args: argparse.Namespace) -> int:

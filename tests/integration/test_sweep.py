@@ -1,0 +1,110 @@
+"""`testbed sweep` on the real kernel (inside the lab VM): a 3-point sweep of incast senders.
+
+The sweep runs in-process (`testbed.cli.main([... "--vm", "never"])`, as the lab VM's re-executed sweep does),
+writes one run directory per point, sweep.csv / sweep.md and the metric plots. Then the points' own data
+(rounds.csv, queues.csv) must show the incast lesson: more senders into one 20 Mbit/s port with a 16 kB buffer
+-> longer rounds, more drops and a higher loss rate at the bottleneck.
+
+The checks read the CSVs with the csv module, not pandas: under the lab VM's emulated `-cpu max` (no KVM) pandas
+once died with SIGSEGV inside a groupby here; `analysis` itself is tested on the host (tests/unit, tests/host).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+from testbed import cli
+
+SENDERS = (1, 4, 8)
+FIXED = {"block_bytes": "64000", "rounds": "3", "buffer_bytes": "16000", "host_rate_mbps": "20",
+         "fabric_rate_mbps": "40", "discipline": "droptail"}
+
+
+def _rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _nondecreasing(xs, what):
+    xs = list(xs)
+    assert all(b >= a for a, b in zip(xs, xs[1:])), f"{what} not monotone in senders {SENDERS}: {xs}"
+
+
+def _p99(values):
+    x = sorted(values)
+    return x[max(1, math.ceil(round(0.99 * len(x), 9))) - 1]
+
+
+def _own_data(run):
+    """From the point's rounds.csv and queues.csv alone: (round p99 s, drops, loss rate) at the bottleneck."""
+    rounds = {}
+    for r in _rows(run / "rounds.csv"):
+        lo, hi, n = rounds.get(r["round"], (math.inf, -math.inf, 0))
+        rounds[r["round"]] = (min(lo, float(r["start_s"])), max(hi, float(r["end_s"])), n + 1)
+    node, port = json.loads((run / "summary.json").read_text())["bottleneck"].split(":")
+    per_class = {}
+    for r in _rows(run / "queues.csv"):
+        if r["node"] == node and r["port"] == port:
+            per_class.setdefault(r["class"], []).append((float(r["t_s"]), int(r["drops"]), int(r["sent_packets"])))
+    drops = sent = 0
+    for samples in per_class.values():  # cumulative counters: last - first per class
+        samples.sort()
+        drops += samples[-1][1] - samples[0][1]
+        sent += samples[-1][2] - samples[0][2]
+    return rounds, _p99([hi - lo for lo, hi, _ in rounds.values()]), drops, drops / (drops + sent) if drops + sent else 0.0
+
+
+def test_incast_sender_sweep(tmp_path, capsys):
+    try:  # diagnostics for the CI log: which SIMD paths numpy takes on this (possibly emulated) CPU
+        import numpy as np
+
+        feats = np._core._multiarray_umath.__cpu_features__
+        print("numpy", np.__version__, "cpu features:", " ".join(k for k, v in feats.items() if v))
+    except Exception as e:  # noqa: BLE001
+        print("numpy cpu features unknown:", e)
+    out = tmp_path / "sweep"
+    argv = ["sweep", "incast", "--set", "senders=" + ",".join(map(str, SENDERS)),
+            *sum((["--set", f"{k}={v}"] for k, v in FIXED.items()), []), "--out", str(out), "--vm", "never",
+            "--quiet"]
+    rc = cli.main(argv)
+    printed = capsys.readouterr()
+    with capsys.disabled():
+        print(printed.out)
+        print(printed.err[-3000:])
+    assert rc == 0, printed.err
+
+    # the combined table: one row per point, the swept value and every numeric summary metric
+    table = _rows(out / "sweep.csv")
+    assert [int(r["senders"]) for r in table] == list(SENDERS)
+    assert [r["run_dir"] for r in table] == [f"senders={n}" for n in SENDERS]
+    assert all(r["complete"] == "True" for r in table)
+    for col in ("goodput_mbps", "round_ms_p99", "incast_loss_rate", "bottleneck_drops", "tcp_retrans_segs"):
+        assert col in table[0]
+        assert (out / f"sweep_{col}.png").stat().st_size > 1000
+    md = (out / "sweep.md").read_text()
+    assert "| senders |" in md and "sweep_round_ms_p99.png" in md
+
+    # the table repeats each point's summary.json
+    for row in table:
+        summary = json.loads((out / row["run_dir"] / "summary.json").read_text())
+        for k in ("goodput_mbps", "round_ms_p99", "incast_loss_rate", "bottleneck_drops"):
+            assert abs(float(row[k]) - summary[k]) <= 1e-9 * max(1.0, abs(summary[k])), (k, row[k], summary[k])
+
+    # what the runs' own data show (rounds.csv / queues.csv, not the summaries)
+    p99, drops, loss = [], [], []
+    for n in SENDERS:
+        run = out / f"senders={n}"
+        assert json.loads((run / "manifest.json").read_text())["complete"] is True
+        rounds, r99, d, lr = _own_data(run)
+        assert len(rounds) == 3 and all(k == n for _, _, k in rounds.values())
+        p99.append(r99)
+        drops.append(d)
+        loss.append(lr)
+    with capsys.disabled():
+        print("senders", SENDERS, "round p99 s", p99, "drops", drops, "loss", loss)
+    _nondecreasing(p99, "round p99")
+    _nondecreasing(drops, "bottleneck drops")
+    _nondecreasing(loss, "incast loss rate")
+    assert p99[-1] > p99[0] and drops[-1] > 0 and loss[-1] > loss[0]
