@@ -55,6 +55,7 @@ ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 FIRST_MINOR = 0x10
 NETEM_LIMIT_PACKETS = 100_000  # netem's own FIFO must never be the one that drops
+SHAPER_SLACK_MS = 1.0  # HTB burst beyond one frame, in ms of line rate (see install_port)
 
 
 @dataclass(frozen=True)
@@ -133,11 +134,15 @@ def ipr_in(ns: str):
         return IPRoute()
 
 
-def install_port(ipr, idx: int, rate_mbps: float, classes: list, default_minor: int, mtu: int = 1500) -> None:
-    """testbed.kernel.qdisc.install_port on an open socket and interface index (same qdiscs, same parameters):
-    HTB root 1: (default class), 1:1 at the link rate, one 1:<minor> class per PortClass, its leaf queue below."""
+def install_port(ipr, idx: int, rate_mbps: float, classes: list, default_minor: int, mtu: int = 1500,
+                 slack_ms: float = SHAPER_SLACK_MS) -> None:
+    """testbed.kernel.qdisc.install_port on an open socket and interface index (same qdiscs and parameters except
+    the burst): HTB root 1: (default class), 1:1 at the link rate, one 1:<minor> class per PortClass, its leaf queue
+    below. Burst = one frame + `slack_ms` of line rate (install_port: the larger of the two): with a burst of exactly
+    one frame, every microsecond the HTB watchdog timer fires late is transmission time lost for good, and in the
+    software-emulated VM timers fire late by far more than on hardware (10 Mbit/s measured 0.77-0.97 of the rate)."""
     rate = qdisc._htb_rate(rate_mbps)
-    burst = max(mtu + qdisc.WIRE_OVERHEAD_BYTES, int(rate * 0.001))
+    burst = mtu + qdisc.WIRE_OVERHEAD_BYTES + int(rate * slack_ms / 1000.0)
     quantum = mtu + qdisc.WIRE_OVERHEAD_BYTES
     with contextlib.suppress(Exception):
         ipr.tc("del", index=idx, handle="1:", root=True)
@@ -155,7 +160,7 @@ def install_port(ipr, idx: int, rate_mbps: float, classes: list, default_minor: 
 class Fabric:
     """Namespaces, links, routes and queues of one topology for one run (see the module docstring)."""
 
-    def __init__(self, topology, run_id: str):
+    def __init__(self, topology, run_id: str, rxe: bool = False):
         if not _RUN_ID_RE.match(str(run_id)):
             raise UsageError(f"run id must be 1..12 characters [a-z0-9] (got {run_id!r})")
         self.topology = topology
@@ -173,6 +178,8 @@ class Fabric:
         self.ifb: dict[tuple[str, str], str] = {}  # (receiving node, port) -> ifb device holding the netem
         self.offloads: dict[str, dict[str, bool]] = {}
         self.cc_default_failed: list[str] = []  # hosts where the namespace default cc could not be set
+        self.want_rxe = rxe
+        self.rxe: dict[str, tuple[str, str]] = {}  # host -> (rxe device, netdev): SoftRoCE on the host's NIC
         self.built = False
 
     # ---- names ----
@@ -227,6 +234,8 @@ class Fabric:
             for i in iprs.values():
                 with contextlib.suppress(Exception):
                     i.close()
+        if self.want_rxe:
+            self._rxe(state)
         self.built = True
         return self
 
@@ -341,10 +350,53 @@ class Fabric:
                    jitter=int(round(l.spec.jitter_ms * 1000)), loss=l.spec.loss_percent, limit=NETEM_LIMIT_PACKETS)
             self.ifb[(rx, rx_port)] = ifb
 
+    def rxe_name(self, host: str) -> str:
+        return f"{PREFIX}-{self.run_id}-{host}-rxe"
+
+    def _rxe(self, state) -> None:
+        """One rxe (SoftRoCE) device per host on its fabric interface, created inside the host's namespace (its
+        MTU follows the interface's). Recorded in ``state`` before creation so `testbed clean` finds it."""
+        for (node, ifname) in self.topology.addresses:
+            if self.role.get(node) != "host" or node in self.rxe:
+                continue
+            dev = self.rxe_name(node)
+            if state is not None:
+                state.add("rxe", dev)
+            r = netns.run(self._ns[node], ["rdma", "link", "add", dev, "type", "rxe", "netdev", ifname], timeout=30)
+            if r.returncode != 0:
+                raise RuntimeError(f"rdma link add {dev} on {node}:{ifname}: "
+                                   f"{(r.stderr or r.stdout).strip() or r.returncode}")
+            self.rxe[node] = (dev, ifname)
+
+    def add_loss(self, node: str, ifname: str, loss_percent: float) -> str:
+        """Random loss on packets *arriving* at node:ifname (netem on an IFB fed from the port's ingress, the same
+        construction as link impairments; the port's egress HTB is untouched). Returns the IFB's name."""
+        with netns.entered(self._ns[node]):
+            from pyroute2 import IPRoute
+
+            with IPRoute() as ipr:
+                ifb = f"{PREFIX}ifbl{len(self.ifb)}"
+                ipr.link("add", ifname=ifb, kind="ifb")
+                ifb_idx = ipr.link_lookup(ifname=ifb)[0]
+                port_idx = ipr.link_lookup(ifname=ifname)[0]
+                mtu = ipr.get_links(port_idx)[0].get_attr("IFLA_MTU")
+                ipr.link("set", index=ifb_idx, state="up", mtu=mtu)
+                ipr.tc("add", "ingress", index=port_idx)
+                ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=1, protocol=ETH_P_ALL,
+                       keys=["0x0/0x0+0"], target=0x10001,
+                       action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_idx}])
+                ipr.tc("add", "netem", index=ifb_idx, handle="1:", loss=loss_percent, limit=NETEM_LIMIT_PACKETS)
+        self.ifb[(node, ifname)] = ifb
+        return ifb
+
     # ---- teardown ----
 
     def teardown(self) -> None:
         """Remove every namespace this fabric created (their veths, IFBs and qdiscs die with them)."""
+        for host, (dev, _) in list(self.rxe.items()):
+            with contextlib.suppress(Exception):
+                netns.run(self._ns[host], ["rdma", "link", "delete", dev], timeout=30)
+            del self.rxe[host]
         for name in reversed(self.created):
             netns.remove(name)
         self.created.clear()
@@ -361,13 +413,15 @@ class Fabric:
                         "aggregation feature the veth offers), so queues hold wire-sized packets",
             "ipv6": "disabled in every namespace",
             "rp_filter": 0,
-            "shaper": "HTB at the link rate on every egress (host NICs included), leaf queue per class",
+            "shaper": "HTB at the link rate on every egress (host NICs included), leaf queue per class; burst = one "
+                      f"frame + {SHAPER_SLACK_MS} ms of line rate",
             "ecmp": "kernel multipath routes, net.ipv4.fib_multipath_hash_policy=1",
             "impairments": ("netem on an IFB at the receiving end's ingress (not under the shaper)"
                             if self.impaired else "none"),
             "classification": ("u32 on the DSCP bits per class" if any(len(p.classes) > 1 for p in self.port_plans)
                                 else "single class per port"),
             "ports": len(self.port_plans),
+            "rxe": {h: {"device": d, "netdev": n} for h, (d, n) in self.rxe.items()} or "none",
             "congestion_control": (f"{self.topology.tcp.congestion_control} as namespace default" +
                                    (f" except {', '.join(self.cc_default_failed)} (not in the kernel's "
                                     "tcp_allowed_congestion_control: set per socket by the agents)"

@@ -15,7 +15,7 @@ from testbed.fabric import Fabric, tcp_connect_ok
 from testbed.kernel import netns, qdisc
 from testbed.state import RunState
 from testbed.telemetry import QueueSampler, RawQdiscDump
-from topologies import DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec
+from topologies import ClassSpec, DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec
 
 
 def leafspine(rate=50.0, **kw) -> LeafSpineSpec:
@@ -73,8 +73,9 @@ def bulk(fab: Fabric, pairs: list[tuple[str, str]], seconds: float, port: int = 
     buf = bytes(1 << 16)
 
     def pump(c):
-        c.settimeout(2)
+        c.settimeout(10)
         with contextlib.suppress(OSError):
+            c.sendall(buf * 4)  # every flow carries something, however late its thread starts in a starved VM
             while time.monotonic() < stop:
                 c.send(buf)
         c.close()
@@ -237,3 +238,34 @@ class _Dir:
             w = csv.writer(f)
             w.writerow(columns)
             w.writerows(rows)
+
+
+def test_dscp_classes_land_in_their_htb_class():
+    classes = (ClassSpec("bulk", dscp=[0], weight=1, default=True), ClassSpec("ctrl", dscp=[46], priority=0))
+    topo = LeafSpineSpec(spines=1, leaves=2, hosts_per_leaf=1, host_link=LinkSpec(20), fabric_link=LinkSpec(20),
+                         classes=classes)
+    with built(topo) as fab:
+        rip = fab.host_ip("h2")
+        with netns.entered(fab.ns("h2")):
+            ls = socket.socket()
+        ls.bind((rip, 5420))
+        ls.listen(1)
+        with netns.entered(fab.ns("h1")):
+            c = socket.socket()
+        c.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, 46 << 2)
+        c.connect((rip, 5420))
+        conn, _ = ls.accept()
+        c.sendall(bytes(200_000))
+        c.close()
+        n = 0
+        while n < 200_000:
+            b = conn.recv(1 << 16)
+            if not b:
+                break
+            n += len(b)
+        conn.close()
+        ls.close()
+        by_class = {fab.port_plan("leaf1", "spine1").class_label(q.minor): q.sent_bytes
+                    for q in qdisc.port_stats(fab.ns("leaf1"), "spine1")}
+        print("leaf1 -> spine1 bytes per class:", by_class)
+        assert by_class["ctrl"] > 200_000 and by_class["bulk"] < 20_000, by_class
