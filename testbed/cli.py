@@ -80,6 +80,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         html_path, md_path = write_report(run_dir, args.out)
     except RunDirError as e:
         raise UsageError(str(e)) from None
+    except PermissionError as e:
+        raise UsageError(f"cannot write the report: {e.strerror}: {e.filename} (choose a folder with --out DIR)"
+                         ) from None
     print(html_path)
     print(md_path)
     return 0
@@ -100,6 +103,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         df = compare(dirs, out=args.out)
     except RunDirError as e:
         raise UsageError(str(e)) from None
+    except PermissionError as e:
+        raise UsageError(f"cannot write compare.csv/md: {e.strerror}: {e.filename}") from None
     runs = [c for c in df.columns[2:] if "/" not in c]
     t = Table(title=f"{len(runs)} runs; x first = ratio to {runs[0]}")
     t.add_column("metric", no_wrap=True)

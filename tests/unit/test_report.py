@@ -328,3 +328,15 @@ def test_report_and_compare_import_nothing_from_the_fabric():
     out = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[2], capture_output=True,
                          text=True, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_cli_report_unwritable_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    import analysis.report as report
+
+    def denied(run_dir, out=None):
+        raise PermissionError(13, "Permission denied", str(run_dir))
+
+    monkeypatch.setattr(report, "write_report", denied)
+    assert cli.main(["report", str(RUNS / "small_collective")]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--out DIR" in err
