@@ -247,7 +247,8 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
     timeout = float(job.get("timeout_s", 300))
     deadline = time.monotonic() + timeout
     t = make_transport(tr.get("kind", "tcp"), rank, ip=ip, cc=tr.get("cc"), dscp=int(tr.get("dscp", 0)),
-                       sndbuf=int(tr.get("sndbuf", 0)), rcvbuf=int(tr.get("rcvbuf", 0)))
+                       sndbuf=int(tr.get("sndbuf", 0)), rcvbuf=int(tr.get("rcvbuf", 0)),
+                       **tr.get("rdma", {}))  # RDMA-only options (traffic.rdma.RdmaTransport)
     result: dict = {"type": "result", "rank": rank, "ops": [], "tcp_info": [], "verified": True, "mismatches": [],
                     "error": None}
     try:
@@ -302,6 +303,8 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
         for key, where in last.items():  # outside the timed region: the last execution of every schedule
             verify(states[key], where)
         result["transport"] = t.describe()
+        tm = os.times()
+        result["cpu_s"] = tm.user + tm.system
         result["bytes_out"] = getattr(t, "bytes_out", None)
         result["bytes_in"] = getattr(t, "bytes_in", None)
         chan.send(result)

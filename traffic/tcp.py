@@ -33,6 +33,7 @@ HELLO = struct.Struct("<4sI")
 MAGIC = b"TBAG"
 MAX_MESSAGE = 1 << 34
 _RECV_ROUND_BYTES = 8 << 20  # per connection per progress round, so one busy peer cannot starve the others
+_LOWAT_MAX = 128 << 10  # wake the reader only when this much of the current message (or all of it) is queued
 _IO_CHUNK = 1 << 20  # bytes per send/recv syscall: huge single calls are measurably slower (page pinning, cache)
 
 # struct tcp_info (include/uapi/linux/tcp.h) up to tcpi_reord_seen
@@ -74,7 +75,7 @@ def set_cc(sock: socket.socket, cc: str | None) -> str:
 
 
 class _Conn:
-    __slots__ = ("peer", "sock", "sendq", "hdr", "hdr_got", "cur", "mask", "eof", "paused", "posted")
+    __slots__ = ("peer", "sock", "sendq", "hdr", "hdr_got", "cur", "mask", "eof", "paused", "posted", "lowat")
 
     def __init__(self, peer: int, sock: socket.socket):
         self.peer = peer
@@ -87,6 +88,7 @@ class _Conn:
         self.eof = False
         self.paused = False  # a message header is in, no receive from this peer is posted: leave its payload
         self.posted = 0  # receives from this peer posted and not yet matched
+        self.lowat = 1  # SO_RCVLOWAT now set on the socket
 
 
 class TcpTransport(Transport):
@@ -327,9 +329,23 @@ class TcpTransport(Transport):
                 if cur[3] == cur[1]:
                     self._finish(c)
             except (BlockingIOError, InterruptedError):
+                self._lowat(c)
                 return
             except ConnectionError as e:
                 raise TransportError(f"rank {self.rank}: receive from rank {c.peer}: {e}") from None
+
+    def _lowat(self, c: _Conn) -> None:
+        """SO_RCVLOWAT = what the current message still needs (capped): one wake-up per ~128 KiB instead of one
+        per packet (receive offloads are off in the fabric), never more than the sender will send."""
+        cur = c.cur
+        cap = min(_LOWAT_MAX, self.rcvbuf // 4) if self.rcvbuf else _LOWAT_MAX
+        want = 1 if cur is None or cur[2] is None else max(1, min(cur[1] - cur[3], cap))
+        if want != c.lowat:
+            try:
+                c.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
+                c.lowat = want
+            except OSError:
+                pass
 
     def _finish(self, c: _Conn) -> None:
         tag, nbytes, _, _, req, held = c.cur

@@ -59,6 +59,18 @@ PARAMS = [
     Param("sample_interval_ms", float, 10.0, "ms", "queue sampling interval (0: no queues.csv)", min=0, max=1000),
     Param("verify", bool, True, "", "check every rank's result against expected_outputs"),
     Param("timeout_s", float, 600.0, "s", "the whole job must finish within this", min=1, max=86_400),
+    Param("transport", str, "tcp", "", "data plane of the agents: kernel TCP, or RDMA (RC verbs over an rxe "
+          "SoftRoCE device per host; needs rxe:netns)", choices=("tcp", "rdma")),
+    Param("rdma_mtu", int, 0, "bytes", "RDMA path MTU (256|512|1024|2048|4096; 0: the rxe port's active MTU, "
+          "set by the link MTU)", min=0, max=4096),
+    Param("rdma_timeout", int, 16, "", "RC local ACK timeout exponent: 4.096 us x 2^value", min=1, max=31),
+    Param("rdma_retry_cnt", int, 7, "", "RC transport retries before the QP fails", min=0, max=7),
+    Param("rdma_rnr_retry", int, 7, "", "RC receiver-not-ready retries (7: forever)", min=0, max=7),
+    Param("rdma_min_rnr_timer", int, 12, "", "RC minimum RNR NAK timer, IB encoding (12: 0.64 ms; rdma_cm's "
+          "default 0 means 655 ms)", min=0, max=31),
+    Param("loss_percent", float, 0.0, "%", "random loss on packets arriving at loss_host's NIC (netem on an IFB at "
+          "its ingress)", min=0, max=100),
+    Param("loss_host", str, "h1", "", "the host whose link gets loss_percent"),
 ]
 
 OPS_COLUMNS = ["iteration", "op", "op_index", "collective", "rank", "host", "start_s", "end_s", "bytes_sent",
@@ -158,7 +170,23 @@ def plan(p: dict, run_seed: int = 1) -> dict:
 
 
 def _validate(p: dict) -> None:
-    plan(p)
+    pl = plan(p)
+    _check_rdma(p, pl["topology"])
+    if p["loss_percent"] > 0 and p["loss_host"] not in [h.name for h in pl["topology"].hosts]:
+        raise UsageError(f"loss_host: unknown host {p['loss_host']!r}")
+
+
+def _check_rdma(p: dict, topo) -> None:
+    """rdma_mtu must be an IB MTU the rxe port on the host link can take (rxe: link MTU - 80 header bytes)."""
+    from traffic.rdma import IB_MTU_ENUM, rxe_mtu_for_netdev
+
+    m = p["rdma_mtu"]
+    if m and m not in IB_MTU_ENUM:
+        raise UsageError(f"rdma_mtu: must be 0 or one of {', '.join(map(str, sorted(IB_MTU_ENUM)))} (got {m})")
+    link_mtu = topo.host_link.mtu
+    if p["transport"] == "rdma" and m and m > rxe_mtu_for_netdev(link_mtu):
+        raise UsageError(f"rdma_mtu: {m} does not fit the host links' MTU {link_mtu} (rxe's largest MTU there is "
+                         f"{rxe_mtu_for_netdev(link_mtu)})")
 
 
 # ---- run ---------------------------------------------------------------------------------------------------------
@@ -172,18 +200,33 @@ def _run(p: dict, ctx: RunContext) -> dict:
     from traffic.background import BackgroundFlows
     from traffic.controller import ControlError, Controller, Member
     from traffic.schedule import alpha_beta_bound_s
+    from traffic.rdma import RECOVERY_COUNTERS, rdma_counters
     from traffic.tcp import INFO_KEYS
 
     pl = plan(p, ctx.seed)
     topo, schedules, job, placement, sizes = pl["topology"], pl["schedules"], pl["job"], pl["placement"], pl["sizes"]
     n = pl["ranks"]
-    fabric = Fabric(topo, ctx.run_id)
+    rdma = p["transport"] == "rdma"
+    if rdma:
+        from testbed import doctor
+        from testbed.errors import CapabilityMissing
+
+        _check_rdma(p, topo)
+        if doctor.missing(["rxe:netns"]):
+            raise CapabilityMissing("rxe:netns", "transport=rdma needs SoftRoCE across namespaces: run it in the "
+                                    "lab VM (testbed vm -- ...)")
+    fabric = Fabric(topo, ctx.run_id, rxe=rdma)
     ctx.rundir.manifest["topology"] = fabric.describe()
     ctx.rundir.manifest["placement"] = placement.as_dict()
     ctx.rundir.write_manifest()
     ctx.progress(f"building leaf-spine {p['spines']}x{p['leaves']}x{p['hosts_per_leaf']}: {len(topo.nodes)} "
                  f"namespaces, hosts {p['host_rate_mbps']:g} Mbit/s, fabric {p['fabric_rate_mbps']:g} Mbit/s")
     fabric.build(ctx.state, ctx.on_teardown)
+    if p["loss_percent"] > 0:
+        lh = p["loss_host"]
+        nic = next(ifn for (node, ifn) in topo.addresses if node == lh)
+        fabric.add_loss(lh, nic, p["loss_percent"])
+        ctx.progress(f"{p['loss_percent']:g}% random loss on packets arriving at {lh}:{nic}")
     ctx.rundir.manifest["topology"] = fabric.describe()
     ctx.rundir.write_manifest()
 
@@ -191,7 +234,10 @@ def _run(p: dict, ctx: RunContext) -> dict:
                       fabric.host_ip(placement.host_of(r))) for r in range(n)]
     host_of = {m.rank: m.host for m in members}
     job_doc = {"ranks": n, "seed": pl["seed"], "verify": p["verify"], "timeout_s": p["timeout_s"],
-               "transport": {"kind": "tcp", "cc": p["cc"], "dscp": p["dscp"]},
+               "transport": {"kind": p["transport"], "cc": p["cc"], "dscp": p["dscp"],
+                             **({"rdma": {"device": None, "mtu": p["rdma_mtu"], "timeout": p["rdma_timeout"],
+                                          "retry_cnt": p["rdma_retry_cnt"], "rnr_retry": p["rdma_rnr_retry"],
+                                          "min_rnr_timer": p["rdma_min_rnr_timer"]}} if rdma else {})},
                "plan": jobm.iteration_plan(job)}
     ctl = Controller(ctx.rundir.path, job_doc, schedules, members, netns.popen, progress=ctx.progress)
     ctx.on_teardown(ctl.stop)
@@ -209,11 +255,14 @@ def _run(p: dict, ctx: RunContext) -> dict:
                  f"{', '.join(f'{k}={v}' for k, v in sizes.items())} B")
     ctl.start()
     before: dict = {}
+    rdma_before: dict = {}
     bg_stats: list[dict] = []
     started = []
 
     def before_go() -> None:  # agents connected and ready: counters, sampler and background traffic from here
         before.update({h: counters.tcp_counters(fabric.ns(h)) for h in hosts})
+        if rdma:
+            rdma_before.update({h: rdma_counters(fabric.ns(h), fabric.rxe[h][0]) for h in hosts if h in fabric.rxe})
         if sampler:
             sampler.start()
             started.append(sampler)
@@ -233,6 +282,8 @@ def _run(p: dict, ctx: RunContext) -> dict:
         if sampler and sampler in started:
             sampler.stop()
     after = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
+    rdma_after = ({h: rdma_counters(fabric.ns(h), fabric.rxe[h][0]) for h in hosts if h in fabric.rxe}
+                  if rdma else {})
     ctl.stop()
 
     # ---- files ----
@@ -247,6 +298,11 @@ def _run(p: dict, ctx: RunContext) -> dict:
     ctx.rundir.write_csv("tcp.csv", ["host", "phase", "counter", "value"],
                          [(h, ph, k, d[h].get(k, 0)) for ph, d in (("before", before), ("after", after))
                           for h in hosts for k in counters.KEY_COUNTERS])
+    if rdma:
+        ctx.rundir.write_csv("rdma.csv", ["host", "device", "phase", "counter", "value"],
+                             [(h, fabric.rxe[h][0], ph, k, v) for ph, d in (("before", rdma_before),
+                                                                            ("after", rdma_after))
+                              for h in sorted(d) for k, v in sorted(d[h].items())])
     if sampler:
         sampler.write(ctx.rundir)
 
@@ -331,6 +387,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "data_verified": bool(res.verified),
         "mismatches": "; ".join(mism[:5]),
         "job_s": res.t_end - res.t_start,
+        "agent_cpu_s_max": max((r.get("cpu_s") or 0.0 for r in res.per_rank.values()), default=0.0),
         "tcp_retrans_segs": delta("TcpRetransSegs"),
         "tcp_timeouts": delta("TcpExtTCPTimeouts"),
         "tcpinfo_total_retrans": ti["total_retrans"],
@@ -346,7 +403,21 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "cpu_busy_fraction": q.get("cpu_busy_fraction"),
         "fidelity_ok": not reasons,
         "fidelity_reasons": "; ".join(reasons),
+        "transport": p["transport"],
+        "loss_percent": p["loss_percent"],
     }
+    if rdma:
+        def rdelta(key: str) -> int:
+            return sum(rdma_after[h].get(key, 0) - rdma_before.get(h, {}).get(key, 0) for h in rdma_after)
+
+        names = sorted({k for d in rdma_after.values() for k in d})
+        summary.update({f"rdma_{k}": rdelta(k) for k in names})
+        # completer_retry_err: rxe's requester starting a go-back-N retransmission from the oldest unacknowledged
+        # PSN (after a NAK-sequence-error or a local ACK timeout) -- retransmission rounds, not packets
+        summary["rdma_retransmit_events"] = rdelta("completer_retry_err")
+        summary["rdma_recovery_counters"] = sum(rdelta(k) for k in RECOVERY_COUNTERS)
+        summary["rdma_path_mtu"] = next((r.get("transport", {}).get("path_mtu") for r in res.per_rank.values()
+                                         if isinstance(r.get("transport"), dict)), None)
     if not res.verified:
         ctx.rundir.finish(summary)  # keep the evidence, then fail the run (non-zero exit)
         raise RuntimeError(f"data verification failed: {summary['mismatches']}")

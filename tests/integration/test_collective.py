@@ -61,29 +61,30 @@ def test_collective_completes_with_verified_data(tmp_path, collective):
 
 
 def test_ring_allreduce_large_message_near_alpha_beta_bound(tmp_path):
-    s = run(tmp_path, "ring", collective="allreduce", algorithm="ring", size="4M", iterations=2, warmup=1)
+    s = run(tmp_path, "ring", collective="allreduce", algorithm="ring", size="4M", iterations=2, warmup=1,
+            sample_interval_ms=0)
     show("ring 4M", s)
     assert s["data_verified"] is True
     assert 0.95 <= s["cct_vs_bound"] <= 1.3, s
 
 
 def test_straggler_raises_p99_step_by_its_slowdown(tmp_path):
-    compute, factor = 100.0, 3.0
-    kw = dict(collective="allreduce", size="16K", iterations=6, warmup=1, compute_ms=compute)
+    compute, factor = 300.0, 3.0  # compute dominates the step, so a slow (emulated) CPU's noise stays small
+    kw = dict(collective="allreduce", size="16K", iterations=6, warmup=1, compute_ms=compute, sample_interval_ms=0)
     base = run(tmp_path, "base", **kw)
     slow = run(tmp_path, "slow", stragglers="2", straggler_factor=factor, **kw)
     show("no straggler", base)
     show("straggler", slow)
     extra = (factor - 1) * compute
     assert base["data_verified"] and slow["data_verified"]
-    assert 0.75 * extra <= slow["step_ms_p99"] - base["step_ms_p50"] <= 1.5 * extra, (base, slow)
-    assert 0.75 * extra <= slow["step_ms_p50"] - base["step_ms_p50"] <= 1.3 * extra, (base, slow)
+    assert 0.7 * extra <= slow["step_ms_p99"] - base["step_ms_p50"] <= 1.5 * extra, (base, slow)
+    assert 0.7 * extra <= slow["step_ms_p50"] - base["step_ms_p50"] <= 1.3 * extra, (base, slow)
     # the fast ranks spend the straggler's extra time waiting inside the collective
     assert slow["comm_wait_fraction"] > base["comm_wait_fraction"] + 0.2, (base, slow)
 
 
 def test_background_flows_raise_cct_tail(tmp_path):
-    kw = dict(collective="allreduce", size="256K", iterations=3, warmup=1)
+    kw = dict(collective="allreduce", size="256K", iterations=3, warmup=1, sample_interval_ms=0)
     base = run(tmp_path, "quiet", **kw)
     busy = run(tmp_path, "busy", background="h1>h3,h4>h2", **kw)
     show("no background", base)
