@@ -275,7 +275,9 @@ def _run(p: dict, ctx: RunContext) -> dict:
         try:
             res = ctl.run(setup_timeout_s=120, run_timeout_s=p["timeout_s"], before_go=before_go)
         except ControlError as e:
-            raise RuntimeError(f"collective run failed: {e}") from None
+            print(f"testbed: collective: run failed: {e} (agent logs: {ctx.rundir.path}/agent-*.log)",
+                  file=sys.stderr)
+            raise SystemExit(1) from None
     finally:
         if bg and bg in started:
             bg_stats = bg.stop()
@@ -419,8 +421,9 @@ def _run(p: dict, ctx: RunContext) -> dict:
         summary["rdma_path_mtu"] = next((r.get("transport", {}).get("path_mtu") for r in res.per_rank.values()
                                          if isinstance(r.get("transport"), dict)), None)
     if not res.verified:
-        ctx.rundir.finish(summary)  # keep the evidence, then fail the run (non-zero exit)
-        raise RuntimeError(f"data verification failed: {summary['mismatches']}")
+        ctx.rundir.finish(summary)  # keep the evidence, then fail the run (exit status 1, teardown still runs)
+        print(f"testbed: collective: data verification failed: {summary['mismatches']}", file=sys.stderr)
+        raise SystemExit(1)
     return summary
 
 
