@@ -260,7 +260,26 @@ def _file_rows(run: Run) -> pd.DataFrame:
         n = len(getattr(run, table))
         rows.append({"file": fname, "status": "empty" if n == 0 else "present", "rows": str(n),
                      "bytes": p.stat().st_size})
+    known = {r["file"] for r in rows} | {"report.html", "report.md"}
+    for p in sorted(run.path.iterdir()):
+        if p.name in known or not p.is_file():
+            continue
+        n = _csv_rows(p) if p.suffix == ".csv" else None
+        rows.append({"file": p.name, "status": "other", "rows": "-" if n is None else str(n),
+                     "bytes": p.stat().st_size})
     return pd.DataFrame(rows, columns=["file", "status", "rows", "bytes"])
+
+
+def _csv_rows(path: Path) -> int:
+    """Data rows of a CSV not described in docs/rundir.md: lines after the header (counted, not parsed)."""
+    lines, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            lines += chunk.count(b"\n")
+            last = chunk[-1:]
+    if last != b"\n":
+        lines += 1  # no newline after the last line
+    return max(lines - 1, 0)
 
 
 def _config(run: Run) -> tuple[pd.DataFrame, dict, dict]:

@@ -85,7 +85,8 @@ def plan(scenario: Any, sets: Sequence[str]) -> Plan:
     if len(swept) != 1:
         if not swept:
             raise UsageError("sweep needs one parameter with a comma list, e.g. --set senders=2,4,8")
-        raise UsageError(f"only one parameter may have a comma list (got {', '.join(k for k, _ in swept)})")
+        raise UsageError(f"only one parameter may have a comma list (got {', '.join(k for k, _ in swept)}); "
+                         "write a comma that belongs to a value as \\,")
     name, texts = swept[0]
     if len(set(texts)) != len(texts):
         raise UsageError(f"{name}: repeated value in the list {','.join(texts)}")

@@ -212,8 +212,11 @@ def test_missing_and_odd_files(tmp_path):
     (run / "summary.json").unlink()
     (run / "queues.csv").write_text("")  # zero bytes
     (run / "rounds.csv").write_text("round,sender,start_s,end_s,bytes\n")  # header only
+    (run / "tcp_info.csv").write_text("a,b\n1,2\n3,4\n5,6")  # not in docs/rundir.md: counted, not parsed
+    (run / "agent.log").write_text("")
     html_p, md_p = write_report(run)
     md = md_p.read_text()
+    assert "| tcp_info.csv | other | 3 |" in md and "| agent.log | other | - | 0 |" in md
     assert "summary.json is missing" in md and "No summary.json" in md
     assert "| queues.csv | empty | 0 |" in md and "| rounds.csv | empty | 0 |" in md
     assert "## Plots" not in md
