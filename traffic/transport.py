@@ -86,9 +86,13 @@ class Transport(abc.ABC):
 
 
 def make_transport(kind: str, rank: int, **opts) -> Transport:
-    """'tcp' -> traffic.tcp.TcpTransport(rank, **opts)."""
+    """'tcp' -> traffic.tcp.TcpTransport(rank, **opts); 'rdma' -> traffic.rdma.RdmaTransport(rank, **opts)."""
     if kind == "tcp":
         from traffic.tcp import TcpTransport
 
         return TcpTransport(rank, **opts)
-    raise ValueError(f"unknown transport {kind!r} (known: tcp)")
+    if kind == "rdma":
+        from traffic.rdma import RdmaTransport
+
+        return RdmaTransport(rank, **opts)
+    raise ValueError(f"unknown transport {kind!r} (known: tcp, rdma)")
