@@ -542,8 +542,17 @@ class PfcController:
         ups = [q for q in self.queues.values() if q.pause_events]
         worst = max(ups, key=lambda q: q.paused_total, default=None)
         react_max = max(self.reactions, default=float("nan"))
-        fastest_feeder = max((q.rate_bps for q in self.queues.values()), default=0.0)
-        need = headroom_needed(fastest_feeder, react_max) if self.reactions else 0
+        # what can arrive at one switch queue during a reaction: every feeder that carried lossless traffic at its
+        # line rate (they are paused together); the worst switch queue counts
+        first: dict[tuple, int] = {}
+        last: dict[tuple, int] = {}
+        for r in self.queue_rows:
+            first.setdefault((r[1], r[2]), r[8])
+            last[(r[1], r[2])] = r[8]
+        active = {k for k in last if last[k] > first[k]}
+        inflow = max((sum(self.queues[f].rate_bps for f in q.feeders if (f[0], f[1]) in active)
+                      for q in self.queues.values() if q.is_switch), default=0.0)
+        need = headroom_needed(inflow, react_max) if self.reactions else 0
         headroom = min((q.headroom for q in self.queues.values() if q.is_switch), default=0)
         return {
             "pfc_enabled": self.enabled,

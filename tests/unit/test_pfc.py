@@ -57,7 +57,7 @@ def test_every_port_has_the_lossless_class_and_its_thresholds():
     ctl, _ = _controller()
     assert len(ctl.queues) == 16  # 6 host NICs + 10 switch ports, class rdma (minor 0x11)
     q = ctl.queues[("leaf1", "h1", 0x11)]
-    assert (q.pcp, q.xoff, q.xon, q.headroom, q.limit, q.leaf_kind) == (3, 30_000, 15_000, 100_000, 150_000, "bfifo")
+    assert (q.pcp, q.xoff, q.xon, q.headroom, q.limit, q.leaf_kind) == (3, 15_000, 7_500, 100_000, 120_000, "bfifo")
     assert ctl.queues[("h4", "eth0", 0x11)].limit == 1_000_000
     ecn, _ = _controller("lossless_ecn")
     assert ecn.queues[("leaf1", "h1", 0x11)].leaf_kind == "step"
@@ -89,17 +89,17 @@ def test_hysteresis_pauses_feeders_and_cascades():
 
     tick(down, 1.0, 10_000)  # below XOFF: nothing
     assert not plugs.calls
-    tick(down, 1.1, 31_000)  # above XOFF: h2, h3 and spine1 -> leaf1 paused, not h1 (the congested port's peer)
+    tick(down, 1.1, 16_000)  # above XOFF: h2, h3 and spine1 -> leaf1 paused, not h1 (the congested port's peer)
     paused = {(q.node, q.port) for q in ctl.queues.values() if q.paused}
     assert paused == {("h2", "eth0"), ("h3", "eth0"), ("spine1", "leaf1")}
     assert ctl.reactions and ctl.reactions[0] >= 0.1 - 1e-9  # ack - last sample below XOFF (1.0)
-    tick(down, 1.2, 20_000)  # between XON and XOFF: still paused
+    tick(down, 1.2, 10_000)  # between XON and XOFF: still paused
     assert ctl.queues[("spine1", "leaf1", 0x11)].paused
     # the paused spine port fills and pauses leaf2 -> spine1 in turn
     sp = ctl.queues[("spine1", "leaf1", 0x11)]
-    tick(sp, 1.25, 40_000)
+    tick(sp, 1.25, 20_000)
     assert ctl.queues[("leaf2", "spine1", 0x11)].paused
-    tick(down, 1.3, 15_000)  # at XON: leaf1's feeders resume
+    tick(down, 1.3, 7_500)  # at XON: leaf1's feeders resume
     assert not ctl.queues[("spine1", "leaf1", 0x11)].paused
     assert ctl.queues[("leaf2", "spine1", 0x11)].paused  # spine1 is still congested
     ev = [e[4] for e in ctl.events]
@@ -134,7 +134,7 @@ def test_summary_keys():
 
 def test_headroom_and_fair_share_math():
     assert headroom_needed(1_500_000, 0.05) == 75_000 + 2 * 1514
-    assert maxmin_share(4, [2, 2], 12) == 4  # the fabric fits everything: the victim's line rate
+    assert maxmin_share(1, [0.5, 0.5], 3) == 1  # the fabric fits everything: the victim's line rate
     assert maxmin_share(10, [5, 5], 20) == 10
     assert maxmin_share(10, [10], 15) == 7.5
     assert maxmin_share(4, [4, 4, 4], 8) == 2
@@ -152,11 +152,11 @@ def test_modes():
 
 @pytest.mark.parametrize("sets, words", [
     (["xon_bytes=40000"], "xon_bytes: must be < xoff_bytes"),
-    (["xon_bytes=30000"], "xon_bytes: must be < xoff_bytes"),
-    (["mode=lossy", "xon_bytes=30000"], "xon_bytes: must be < xoff_bytes"),
-    (["xoff_bytes=140000"], "xoff_bytes + headroom_bytes must fit the buffer"),
+    (["xon_bytes=15000"], "xon_bytes: must be < xoff_bytes"),
+    (["mode=lossy", "xon_bytes=15000"], "xon_bytes: must be < xoff_bytes"),
+    (["xoff_bytes=30000"], "xoff_bytes + headroom_bytes must fit the buffer"),
     (["discipline=red"], "lossless class cannot use a RED queue without ecn"),
-    (["mode=lossless_ecn", "k_bytes=149000"], "k_bytes"),
+    (["mode=lossless_ecn", "k_bytes=119000"], "k_bytes"),
 ])
 def test_bad_input_is_one_usage_error(sets, words):
     with pytest.raises(UsageError) as e:
