@@ -214,7 +214,7 @@ class RdmaTransport(Transport):
         g = v["GID"]()
         g.gid = ipaddress.IPv6Address(gid).exploded
         gr = v["GlobalRoute"](dgid=g, sgid_index=self.gid_index, hop_limit=64, traffic_class=self.tc)
-        ah = v["AHAttr"](port_num=1, is_global=1, grh=gr)
+        ah = v["AHAttr"](port_num=1, is_global=1, gr=gr)
         a = v["QPAttr"](qp_state=e.IBV_QPS_RTR)
         a.path_mtu = mtu_enum
         a.dest_qp_num = qpn
