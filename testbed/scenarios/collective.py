@@ -58,7 +58,8 @@ PARAMS = [
           max=2**31 - 1),
     Param("sample_interval_ms", float, 10.0, "ms", "queue sampling interval (0: no queues.csv)", min=0, max=1000),
     Param("verify", bool, True, "", "check every rank's result against expected_outputs"),
-    Param("timeout_s", float, 600.0, "s", "the whole job must finish within this", min=1, max=86_400),
+    Param("timeout_s", float, 600.0, "s", "agent start-up, and then the whole job, must each finish within this", min=1,
+          max=86_400),
     Param("transport", str, "tcp", "", "data plane of the agents: kernel TCP, or RDMA (RC verbs over an rxe "
           "SoftRoCE device per host; needs rxe:netns)", choices=("tcp", "rdma")),
     Param("rdma_mtu", int, 0, "bytes", "RDMA path MTU (256|512|1024|2048|4096; 0: the rxe port's active MTU, "
@@ -273,7 +274,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
 
     try:
         try:
-            res = ctl.run(setup_timeout_s=120, run_timeout_s=p["timeout_s"], before_go=before_go)
+            res = ctl.run(setup_timeout_s=p["timeout_s"], run_timeout_s=p["timeout_s"], before_go=before_go)
         except ControlError as e:
             print(f"testbed: collective: run failed: {e} (agent logs: {ctx.rundir.path}/agent-*.log)",
                   file=sys.stderr)
