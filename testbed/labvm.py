@@ -35,7 +35,8 @@ KERNEL_RELEASE_FILE = CACHE_DIR / "vm-kernel-release"
 KVM_VERDICT_FILE = CACHE_DIR / "kvm-verdict"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # Variables passed into the guest as they are on the host.
-PASSED_ENV_PREFIXES = ("TESTBED_", "PYTHON", "VIRTUAL_ENV", "PYTEST", "HYPOTHESIS", "CI", "LANG", "LC_", "TERM")
+PASSED_ENV_PREFIXES = ("TESTBED_", "PYTHON", "VIRTUAL_ENV", "PYTEST", "HYPOTHESIS", "CI", "LANG", "LC_", "TERM",
+                       "OPENBLAS_")
 
 
 def in_vm() -> bool:
@@ -203,6 +204,11 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
            "--overlay-rwdir", "/etc", "--overlay-rwdir", "/var"]
     if not use_kvm:
         cmd.append("--disable-kvm")
+        # QEMU's software CPU is `-cpu max`. TESTBED_VM_CPU picks another model (e.g. Nehalem) if a guest program
+        # trips over young AVX2/AVX-512 emulation; note that any --qemu-opts makes vng leave the fast microvm
+        # machine type (boot went from ~12 s to over a minute here), so it is not the default.
+        if os.environ.get("TESTBED_VM_CPU"):
+            cmd.append(f"--qemu-opts=-cpu {os.environ['TESTBED_VM_CPU']}")
     for d in rw_final:
         cmd += ["--rwdir", d]
     if options.verbose:
