@@ -149,11 +149,11 @@ class OpState:
         if out.shape == self.expected.shape and np.array_equal(out, self.expected):
             return True, ""
         if out.shape != self.expected.shape:
-            return False, f"output has {out.size} elements, expected {self.expected.size}"
+            return False, f"rank {self.rank}: output has {out.size} elements, expected {self.expected.size}"
         bad = int(np.count_nonzero(out != self.expected))
         first = int(np.flatnonzero(out != self.expected)[0])
-        return False, (f"{bad} of {out.size} elements differ (first at {first}: got {out[first]!r}, "
-                       f"expected {self.expected[first]!r})")
+        return False, (f"rank {self.rank}: {bad} of {out.size} elements differ (first at {first}: got "
+                       f"{out[first].item()!r}, expected {self.expected[first].item()!r})")
 
 
 def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None, seq: int = 0) -> tuple[float, float, float]:
@@ -260,7 +260,7 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
                   for i, (k, s) in enumerate(sorted(scheds.items()))}
         peers = sorted({p for st in states.values() for p in st.peers})
         addrs = {int(k): v for k, v in msg["addrs"].items()}
-        t.connect({p: addrs[p] for p in peers}, timeout_s=min(60.0, timeout))
+        t.connect({p: addrs[p] for p in peers}, timeout_s=timeout)
         chan.send({"type": "ready", "rank": rank, **t.describe()})
         go = chan.recv(timeout)
         t_start = float(go["t_start"])
