@@ -96,16 +96,33 @@ def find_device(ip: str, name: str | None = None) -> tuple[str, int]:
         if name and dn != name:
             continue
         with v["Context"](name=dn) as ctx:
-            n = ctx.query_port(1).gid_tbl_len
-            for i in range(n):
-                try:
-                    g = str(ctx.query_gid(1, i)).lower()
-                except Exception:  # noqa: BLE001 - empty GID slots raise on some providers
-                    continue
-                if g == want:
-                    return dn, i
+            idx = _gid_index(ctx, want)
+            if idx is not None:
+                return dn, idx
     what = f"device {name!r}" if name else f"any RDMA device ({', '.join(names) or 'none'})"
     raise TransportError(f"no RoCEv2 GID for {ip} on {what}: is an rxe device on this host's interface?")
+
+
+def _gid_index(ctx, want: str) -> int | None:
+    """Index of GID ``want`` on port 1: one query of the valid entries (ibv_query_gid_table), else the first 16
+    slots one by one (scanning rxe's whole 1024-slot table costs seconds in the emulated VM)."""
+    target = ipaddress.IPv6Address(want)
+    try:
+        for ent in ctx.query_gid_table(64):
+            g = ent.gid_str() if callable(getattr(ent, "gid_str", None)) else ent.gid_str
+            if ent.port_num == 1 and ipaddress.IPv6Address(str(g)) == target:
+                return int(ent.gid_index)
+        return None
+    except Exception:  # noqa: BLE001 - older providers/bindings: fall back to single queries
+        pass
+    for i in range(min(16, ctx.query_port(1).gid_tbl_len)):
+        try:
+            g = str(ctx.query_gid(1, i))
+        except Exception:  # noqa: BLE001 - empty GID slots raise on some providers
+            continue
+        if ipaddress.IPv6Address(g) == target:
+            return i
+    return None
 
 
 class _Peer:
@@ -129,8 +146,10 @@ class RdmaTransport(Transport):
     def __init__(self, rank: int, ip: str = "0.0.0.0", device: str | None = None, dscp: int = 0,
                  traffic_class: int | None = None, mtu: int = 0, timeout: int = 16, retry_cnt: int = 7,
                  rnr_retry: int = 7, min_rnr_timer: int = 12, send_depth: int = 128, recv_depth: int = 128,
-                 psn_seed: int | None = None, **_ignored):
+                 psn_seed: int | None = None, devices: dict | None = None, **_ignored):
         super().__init__(rank)
+        if devices and str(rank) in devices:  # the job names each rank's device: open only that one
+            device = devices[str(rank)]
         if not 0 <= int(dscp) <= 63:
             raise ValueError(f"dscp must be 0..63 (got {dscp})")
         tc = (int(dscp) << 2) if traffic_class is None or int(traffic_class) < 0 else int(traffic_class)

@@ -236,7 +236,8 @@ def _run(p: dict, ctx: RunContext) -> dict:
     host_of = {m.rank: m.host for m in members}
     job_doc = {"ranks": n, "seed": pl["seed"], "verify": p["verify"], "timeout_s": p["timeout_s"],
                "transport": {"kind": p["transport"], "cc": p["cc"], "dscp": p["dscp"],
-                             **({"rdma": {"device": None, "mtu": p["rdma_mtu"], "timeout": p["rdma_timeout"],
+                             **({"rdma": {"devices": {str(m.rank): fabric.rxe[m.host][0] for m in members},
+                                          "mtu": p["rdma_mtu"], "timeout": p["rdma_timeout"],
                                           "retry_cnt": p["rdma_retry_cnt"], "rnr_retry": p["rdma_rnr_retry"],
                                           "min_rnr_timer": p["rdma_min_rnr_timer"]}} if rdma else {})},
                "plan": jobm.iteration_plan(job)}
