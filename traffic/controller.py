@@ -47,6 +47,10 @@ class Results:
     per_rank: dict[int, dict]
 
     @property
+    def t_measure_by_rank(self) -> dict[int, float]:
+        return {r: float(v.get("t_measure", self.t_start)) for r, v in self.per_rank.items()}
+
+    @property
     def t_measure(self) -> float:
         """When the slowest rank finished its warm-up (= t_start without warm-up): end(-1) of step times."""
         return max((float(r.get("t_measure", self.t_start)) for r in self.per_rank.values()), default=self.t_start)

@@ -279,8 +279,9 @@ def step_times(rows: Sequence[dict], t_start: float) -> list[float]:
     return out
 
 
-def rank_step_times(rows: Sequence[dict], t_start: float) -> dict[int, list[tuple[float, float]]]:
-    """rank -> [(own step time, summed wait_s)] per iteration, the rank's own ends as boundaries."""
+def rank_step_times(rows: Sequence[dict], t_start: float | dict[int, float]) -> dict[int, list[tuple[float, float]]]:
+    """rank -> [(own step time, summed wait_s)] per iteration, the rank's own ends as boundaries; ``t_start`` is
+    the common origin or {rank: that rank's own origin} (e.g. when it finished its warm-up)."""
     per: dict[int, dict[int, list[float]]] = {}
     for r in rows:
         d = per.setdefault(int(r["rank"]), {})
@@ -289,7 +290,7 @@ def rank_step_times(rows: Sequence[dict], t_start: float) -> dict[int, list[tupl
         e[1] += float(r["wait_s"])
     out = {}
     for rank, d in per.items():
-        prev = t_start
+        prev = t_start[rank] if isinstance(t_start, dict) else t_start
         lst = []
         for it in sorted(d):
             end, wait = d[it]
@@ -299,7 +300,7 @@ def rank_step_times(rows: Sequence[dict], t_start: float) -> dict[int, list[tupl
     return out
 
 
-def comm_wait_fraction(rows: Sequence[dict], t_start: float) -> float:
+def comm_wait_fraction(rows: Sequence[dict], t_start: float | dict[int, float]) -> float:
     """Sum of wait_s / sum of per-rank step times (nan without data)."""
     per = rank_step_times(rows, t_start)
     step = sum(s for lst in per.values() for s, _ in lst)

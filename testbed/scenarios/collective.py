@@ -385,7 +385,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "step_ms_p50": step_ms["p50"], "step_ms_p95": step_ms["p95"], "step_ms_p99": step_ms["p99"],
         "step_ms_max": step_ms["max"], "step_ms_mean": step_ms["mean"],
         "step_cv": jobm.cv(steps),
-        "comm_wait_fraction": jobm.comm_wait_fraction(rows, res.t_measure),
+        "comm_wait_fraction": jobm.comm_wait_fraction(rows, res.t_measure_by_rank),
         "algbw_gbps": alg,
         "busbw_gbps": bus,
         "data_verified": bool(res.verified),

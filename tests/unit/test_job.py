@@ -146,6 +146,8 @@ def test_comm_wait_fraction():
     # rank 0 steps: 0.5, 0.5; rank 1: 0.6, 0.6; waits 0.2+0.2, 0.1+0.1 -> 0.6 / 2.2
     assert math.isclose(j.comm_wait_fraction(_rows(), 10.0), 0.6 / 2.2)
     assert math.isnan(j.comm_wait_fraction([], 0.0))
+    # per-rank origins: rank 1 finished its warm-up later, so its first step is shorter
+    assert math.isclose(j.comm_wait_fraction(_rows(), {0: 10.0, 1: 10.2}), 0.6 / 2.0)
 
 
 def test_nccl_rows_and_table():
