@@ -28,5 +28,6 @@ def no_leftovers():
     yield
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     left = [ln.split()[0] for ln in out.splitlines() if ln.startswith("tb-")]
-    subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True)
+    if left:  # clean up for the next test, then fail this one
+        subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True)
     assert not left, f"namespaces left behind: {left}"
