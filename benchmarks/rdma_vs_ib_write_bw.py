@@ -16,8 +16,8 @@ the limit). On it, alternately --repeats times:
 
 Prints the medians and agent / ib_write_bw as a ratio (also as JSON with --json).
 
-Status (2026-12-02): the fabric + rxe + ib_write_bw half has run in the lab VM; the agent half has not yet completed
-a run end-to-end (the first attempt hit a since-fixed pyverbs keyword error), so no ratio has been recorded yet.
+Measured (2026-12-02, lab VM, software emulation, heavily shared machine; --repeats 1 --iters 16, 1 MB):
+ib_write_bw 0.130 Gbit/s, agent 0.098 Gbit/s, ratio 0.757.
 """
 
 from __future__ import annotations
