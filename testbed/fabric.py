@@ -18,7 +18,8 @@ What gets built, per node of the topology:
   with the per-route ``rto_min`` of ``HostTcpSpec.rto_min_ms``);
 * routers: ``ip_forward=1`` and ``fib_multipath_hash_policy=1`` (plus ``fib_multipath_hash_seed`` from the spec's
   seed where the kernel has it); hosts: congestion control, ECN and buffer sysctls from ``HostTcpSpec``;
-* every egress port: HTB at the link rate with the port's queue(s) below (testbed.kernel.qdisc.install_port);
+* every egress port: HTB at the link rate with the port's queue(s) below (testbed.kernel.qdisc.install_port): classes by
+  strict priority, then weighted round robin;
   with classes, one HTB class per traffic class and u32 filters on the DSCP bits of the IPv4 TOS byte;
 * link delay / jitter / loss: NOT under the shaper (netem under HTB would count packets in flight as queue): the
   egress direction a->b gets a netem on an IFB device in b's namespace, fed from b's ingress by a mirred redirect.
@@ -37,7 +38,8 @@ from typing import Any, Callable
 import pyroute2.config
 
 from testbed.errors import UsageError
-from testbed.kernel import PREFIX, links, netns, qdisc
+from testbed.kernel import PREFIX, links, netns, qdisc, spray
+from topologies.spray import shared_macs, spray_groups
 
 # pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
 # runner turns SIGTERM into KeyboardInterrupt; a child that inherited that handler and is still inside pyroute2's
@@ -55,12 +57,12 @@ ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 FIRST_MINOR = 0x10
 NETEM_LIMIT_PACKETS = 100_000  # netem's own FIFO must never be the one that drops
-SHAPER_SLACK_MS = 1.0  # HTB burst beyond one frame, in ms of line rate (see install_port)
+SHAPER_SLACK_MS = qdisc.SHAPER_SLACK_MS
 
 
 @dataclass(frozen=True)
 class PortPlan:
-    """What goes on one egress port: HTB rate, classes (minor, name, LeafQueue, prio, share, dscps), default."""
+    """What goes on one egress port: HTB rate, classes (minor, name, LeafQueue, prio, weight, dscps), default."""
 
     node: str
     ifname: str
@@ -99,24 +101,23 @@ def leaf_queue(q) -> qdisc.LeafQueue:
 
 def plan_port(ep) -> PortPlan:
     """topologies.EgressPort -> PortPlan. Classless: one class 1:10. With classes: 1:10, 1:11, ... in class order;
-    strict-priority classes get HTB prio = priority and a guaranteed rate of the whole link (they are served first
-    up to line rate); weighted classes get HTB prio 7 and a guaranteed share weight / sum(weights)."""
+    strict-priority classes get HTB prio = priority (served first, up to line rate); weighted classes get HTB prio 7
+    and their weight (round robin among themselves; see testbed.kernel.qdisc)."""
     port = ep.port
     mtu = ep.link.mtu
     if port.classless:
         return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.link.rate_mbps, mtu,
                         ((FIRST_MINOR, f"1:{FIRST_MINOR:x}", leaf_queue(port.queue), 0, 1.0, frozenset()),),
                         FIRST_MINOR)
-    total_w = sum(c.weight for c in port.classes if c.weight is not None) or 1
     out = []
     default = FIRST_MINOR
     for i, c in enumerate(port.classes):
         minor = FIRST_MINOR + i
         if c.priority is not None:
-            prio, share = c.priority, 1.0
+            prio, weight = c.priority, 1.0
         else:
-            prio, share = 7, c.weight / total_w
-        out.append((minor, c.name, leaf_queue(c.queue if c.queue is not None else port.queue), prio, share,
+            prio, weight = 7, float(c.weight)
+        out.append((minor, c.name, leaf_queue(c.queue if c.queue is not None else port.queue), prio, weight,
                     frozenset(c.dscp)))
         if c.default:
             default = minor
@@ -132,29 +133,6 @@ def ipr_in(ns: str):
 
     with netns.entered(ns):
         return IPRoute()
-
-
-def install_port(ipr, idx: int, rate_mbps: float, classes: list, default_minor: int, mtu: int = 1500,
-                 slack_ms: float = SHAPER_SLACK_MS) -> None:
-    """testbed.kernel.qdisc.install_port on an open socket and interface index (same qdiscs and parameters except
-    the burst): HTB root 1: (default class), 1:1 at the link rate, one 1:<minor> class per PortClass, its leaf queue
-    below. Burst = one frame + `slack_ms` of line rate (install_port: the larger of the two): with a burst of exactly
-    one frame, every microsecond the HTB watchdog timer fires late is transmission time lost for good, and in the
-    software-emulated VM timers fire late by far more than on hardware (10 Mbit/s measured 0.77-0.97 of the rate)."""
-    rate = qdisc._htb_rate(rate_mbps)
-    burst = mtu + qdisc.WIRE_OVERHEAD_BYTES + int(rate * slack_ms / 1000.0)
-    quantum = mtu + qdisc.WIRE_OVERHEAD_BYTES
-    with contextlib.suppress(Exception):
-        ipr.tc("del", index=idx, handle="1:", root=True)
-    ipr.tc("add", "htb", index=idx, handle="1:", default=default_minor)
-    ipr.tc("add-class", "htb", index=idx, handle="1:1", parent="1:", rate=f"{rate * 8}bit", ceil=f"{rate * 8}bit",
-           burst=burst, cburst=burst, quantum=quantum)
-    for c in classes:
-        crate = max(1, int(rate * c.rate_share))
-        ipr.tc("add-class", "htb", index=idx, handle=f"1:{c.minor:x}", parent="1:1", rate=f"{crate * 8}bit",
-               ceil=f"{rate * 8}bit", burst=burst, cburst=burst, prio=c.prio, quantum=quantum)
-        kind, args = c.queue.tc_args()
-        ipr.tc("add", kind, index=idx, handle=f"{c.minor:x}:", parent=f"1:{c.minor:x}", **args)
 
 
 class Fabric:
@@ -178,6 +156,8 @@ class Fabric:
         self.ifb: dict[tuple[str, str], str] = {}  # (receiving node, port) -> ifb device holding the netem
         self.offloads: dict[str, dict[str, bool]] = {}
         self.cc_default_failed: list[str] = []  # hosts where the namespace default cc could not be set
+        self.spray = spray_groups(topology) if getattr(topology, "load_balancing", "ecmp") == "spray" else ()
+        self.macs = shared_macs(topology, self.spray)  # far ends of a spray group share one MAC
         self.want_rxe = rxe
         self.rxe: dict[str, tuple[str, str]] = {}  # host -> (rxe device, netdev): SoftRoCE on the host's NIC
         self.built = False
@@ -229,6 +209,8 @@ class Fabric:
             self._routes(iprs)
             self._sysctls()
             self._queues(iprs)
+            for g in self.spray:
+                spray.install_group(iprs[g.node], g)
             self._impairments(iprs)
         finally:
             for i in iprs.values():
@@ -253,8 +235,8 @@ class Fabric:
         for l in self.topology.links:
             na, nb = self._ns[l.a], self._ns[l.b]
             mtu = l.spec.mtu
-            mac_a = addrs[(l.a, l.a_port)].mac
-            mac_b = addrs[(l.b, l.b_port)].mac
+            mac_a = self.macs.get((l.a, l.a_port), addrs[(l.a, l.a_port)].mac)
+            mac_b = self.macs.get((l.b, l.b_port), addrs[(l.b, l.b_port)].mac)
             ia, ib = iprs[l.a], iprs[l.b]
             ia.link("add", ifname=l.a_port, kind="veth", address=mac_a, mtu=mtu,
                     peer={"ifname": l.b_port, "net_ns_fd": nb, "address": mac_b, "mtu": mtu})
@@ -315,9 +297,9 @@ class Fabric:
         for p in self.port_plans:
             ipr = iprs[p.node]
             idx = ipr.link_lookup(ifname=p.ifname)[0]
-            classes = [qdisc.PortClass(minor, q, prio=prio, rate_share=share)
-                       for minor, _, q, prio, share, _ in p.classes]
-            install_port(ipr, idx, p.rate_mbps, classes, p.default_minor, mtu=p.mtu)
+            classes = [qdisc.PortClass(minor, q, prio=prio, weight=weight)
+                       for minor, _, q, prio, weight, _ in p.classes]
+            qdisc.install_port(ipr, idx, p.rate_mbps, classes, p.default_minor, mtu=p.mtu)
             if any(dscps for *_, dscps in p.classes):
                 self._dscp_filters(ipr, idx, p)
 
@@ -416,6 +398,10 @@ class Fabric:
             "shaper": "HTB at the link rate on every egress (host NICs included), leaf queue per class; burst = one "
                       f"frame + {SHAPER_SLACK_MS} ms of line rate",
             "ecmp": "kernel multipath routes, net.ipv4.fib_multipath_hash_policy=1",
+            "spray": ({g.node: {"ports": list(g.ports), "how": "clsact egress: meta(random) cascade, skbedit mark + "
+                                "mirred redirect; far ends share a MAC"} for g in self.spray}
+                      if self.spray else "off"),
+            "shared_macs": {f"{n}:{p}": m for (n, p), m in sorted(self.macs.items())} or "none",
             "impairments": ("netem on an IFB at the receiving end's ingress (not under the shaper)"
                             if self.impaired else "none"),
             "classification": ("u32 on the DSCP bits per class" if any(len(p.classes) > 1 for p in self.port_plans)

@@ -53,6 +53,8 @@ PARAMS = [
           min=0, max=2**32 - 1),
     Param("topology", str, "leafspine", "", "fabric shape", choices=("leafspine", "dumbbell")),
     Param("spines", int, 2, "", "leaf-spine: number of spines", min=1, max=16),
+    Param("load_balancing", str, "ecmp", "", "leaf-spine: ecmp (5-tuple hash per flow) or spray (per packet)",
+          choices=("ecmp", "spray")),
     Param("hosts_per_leaf", int, 4, "", "leaf-spine: hosts per leaf (senders fill leaf2, leaf3, ...)", min=1,
           max=64),
     Param("sample_interval_ms", float, 1.0, "ms", "queue sampling interval", min=0.1, max=1000),
@@ -101,11 +103,20 @@ def build_spec(p: dict, seed: int = 0):
         hpl = p["hosts_per_leaf"]
         leaves = 1 + math.ceil(n / hpl)
         topo = LeafSpineSpec(spines=p["spines"], leaves=leaves, hosts_per_leaf=hpl, host_link=host,
-                             fabric_link=fabric, leaf_down_queue=q, tcp=tcp, seed=seed % 2**32)
+                             fabric_link=fabric, leaf_down_queue=q, tcp=tcp, seed=seed % 2**32,
+                             load_balancing=p["load_balancing"])
         senders = [h for leaf in range(2, leaves + 1) for h in topo.hosts_of(f"leaf{leaf}")][:n]
         return topo, "h1", senders, ("leaf1", "h1")
     except SpecError as e:
         raise UsageError(str(e)) from None
+
+
+def _needs(p: dict) -> tuple[str, ...]:
+    """load_balancing=spray adds qdisc:clsact, cls:basic+meta, act:skbedit and act:mirred (the per-packet sprayer
+    on the leaves' uplinks)."""
+    if p.get("load_balancing") == "spray":
+        return ("qdisc:clsact", "cls:basic+meta", "act:skbedit", "act:mirred")
+    return ()
 
 
 def _validate(p: dict) -> None:
@@ -363,6 +374,7 @@ SCENARIO = Scenario(
     summary="N senders x B bytes to one receiver at once, R rounds, over a leaf-spine or dumbbell (kernel TCP)",
     params=PARAMS,
     needs=("qdisc:htb", "qdisc:bfifo", "qdisc:red+ecn"),
+    needs_for=_needs,
     run=_run,
     validate=_validate,
     table=(("senders", "senders"), ("block_bytes", "block (bytes)"), ("rounds", "rounds"),

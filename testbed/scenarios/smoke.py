@@ -62,7 +62,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
     port = f"tb{rid}p2"
     q = qdisc.LeafQueue("red", limit=p["buffer_bytes"], min_bytes=p["red_min_bytes"],
                         max_bytes=p["red_max_bytes"], probability=p["red_probability"], ecn=p["ecn"])
-    qdisc.install_port(s1, port, p["rate_mbps"], [qdisc.PortClass(0x10, q)], default_minor=0x10)
+    qdisc.install_port_ns(s1, port, p["rate_mbps"], [qdisc.PortClass(0x10, q)], default_minor=0x10)
 
     before = {ns: counters.tcp_counters(ns) for ns in (h1, h2)}
     with netns.entered(h2):

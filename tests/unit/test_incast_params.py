@@ -100,10 +100,23 @@ def test_classes_map_to_htb_classes():
     assert [c[1] for c in plan.classes] == ["bulk", "ctrl", "rest"]
     assert plan.default_minor == 0x10
     bulk, ctrl, rest = plan.classes
-    assert bulk[4] == 0.75 and rest[4] == 0.25 and ctrl[3] == 0 and ctrl[4] == 1.0
+    assert bulk[4] == 3.0 and rest[4] == 1.0 and bulk[3] == rest[3] == 7 and ctrl[3] == 0  # prio, DRR weight
     assert plan.class_label(0x11) == "ctrl"
 
 
 def test_percentiles():
     assert _pct([1.0, 2.0, 3.0, 4.0], 50) == 2.5
     assert _pct([5.0], 99) == 5.0
+
+
+def test_class_quanta_follow_weights_per_prio():
+    from testbed.kernel.qdisc import LeafQueue, PortClass, class_quanta
+
+    q = LeafQueue("bfifo", limit=10_000)
+    classes = [PortClass(0x10, q, prio=7, weight=3), PortClass(0x11, q, prio=0), PortClass(0x12, q, prio=7, weight=1),
+               PortClass(0x13, q, prio=7, weight=1000)]
+    assert class_quanta(classes, 1514) == {0x10: 3 * 1514, 0x11: 1514, 0x12: 1514, 0x13: 64 * 1514}
+    with pytest.raises(ValueError, match="prio must be 0..7"):
+        PortClass(0x10, q, prio=8)
+    with pytest.raises(ValueError, match="weight must be > 0"):
+        PortClass(0x10, q, weight=0)
