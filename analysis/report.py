@@ -13,7 +13,9 @@ rounds/queues; a collective run ops):
 * row counts per file (absent / empty / N rows);
 * CDFs of collective completion time and of incast round time, queue occupancy over time with op (or
   round) phases shaded, the PFC pause timeline when ``pfc.csv`` has rows;
-* the "explain the slowest op" sentence (:func:`analysis.correlate.explain_slowest`) when ops exist.
+* the "explain the slowest op" sentence (:func:`analysis.correlate.explain_slowest`) when ops exist;
+* when the run made a packet capture (``wire_*`` keys in ``summary.json``, see :mod:`analysis.capture`): the
+  wire's counts beside the end hosts' counters that should tell the same story (:func:`wire_table`).
 
 Queue series are downsampled for plotting (per port, the maximum backlog in each of at most
 :data:`PLOT_POINTS` time bins, so peaks survive); metrics always use every row.
@@ -37,7 +39,7 @@ from . import metrics as m
 from .load import SCHEMAS, IncompleteRunWarning, Run, load_run
 
 __all__ = ["PLOT_POINTS", "Block", "build_blocks", "downsample_queues", "fmt", "key_metrics", "render_html",
-           "render_markdown", "write_report"]
+           "render_markdown", "wire_table", "write_report"]
 
 #: time bins per port when plotting queue occupancy (each keeps its maximum backlog)
 PLOT_POINTS = 2000
@@ -241,6 +243,36 @@ class Block:
     caption: str = ""
 
 
+#: (what, wire key, end-host counter key in summary.json or None, what the end-host counter counts)
+WIRE_PAIRS = [
+    ("RoCE packets sent again (go-back-N)", "wire_roce_retransmitted_packets", None,
+     "rxe counts no retransmitted packets (sent_pkts includes them; duplicate_request counts only the replayed "
+     "packets a responder had already accepted)"),
+    ("go-back-N replays", "wire_roce_replays", "rdma_completer_retry_err",
+     "rxe requesters: retransmission rounds started (all hosts)"),
+    ("NAKs (PSN sequence error)", "wire_roce_nak_seq_err", "rdma_out_of_seq_request",
+     "rxe responders: out-of-sequence requests NAKed (all hosts)"),
+    ("PSN gaps (lost before the capture point)", "wire_roce_psn_gaps", None, ""),
+    ("RNR NAKs", "wire_roce_rnr_naks", "rdma_send_rnr_err", "rxe responders: RNR NAKs sent (all hosts)"),
+    ("TCP segments sent again", "wire_tcp_retransmitted_segments", "tcp_retrans_segs",
+     "kernel TcpRetransSegs (all hosts)"),
+    ("CE-marked packets", "wire_ce_marked_packets", None, ""),
+]
+
+
+def wire_table(summary: dict) -> pd.DataFrame:
+    """The capture's counts beside the end hosts' (rows only for wire keys the summary has). The capture sees
+    one port; the host counters are summed over every host, so they bound the wire's numbers, not equal them."""
+    rows = []
+    for what, wk, hk, hwhat in WIRE_PAIRS:
+        if wk not in summary:
+            continue
+        have = hk is not None and hk in summary
+        rows.append({"what": what, "wire": fmt(summary[wk]), "end hosts": fmt(summary[hk]) if have else "-",
+                     "end-host counter": hwhat if have or hk is None else ""})
+    return pd.DataFrame(rows, columns=["what", "wire", "end hosts", "end-host counter"])
+
+
 def _kv_table(d: dict) -> pd.DataFrame:
     return pd.DataFrame({"name": list(d.keys()), "value": [fmt(v) for v in d.values()]})
 
@@ -334,6 +366,15 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
         b.append(Block("table", _kv_table(run.summary).rename(columns={"name": "metric"})))
     else:
         b.append(Block("p", "No summary.json (or it is empty)."))
+    wt = wire_table(run.summary or {})
+    if len(wt):
+        port = run.summary.get("wire_capture_port", "?")
+        b.append(Block("h2", f"The wire at {port} (packet capture)"))
+        drops = run.summary.get("wire_capture_kernel_drops")
+        b.append(Block("p", f"Decoded from {run.summary.get('wire_capture_file', 'the capture')} "
+                       f"({fmt(run.summary.get('wire_packets'))} packets; tcpdump's kernel drops: {fmt(drops)}). "
+                       "The capture sees one port, the end-host counters every host."))
+        b.append(Block("table", wt))
     qstats = m.queue_stats(run.queues) if len(run.queues) else None
     qdeltas = m.port_counter_deltas(run.queues) if len(run.queues) else None
     km = key_metrics(run, queue_stats=qstats, port_deltas=qdeltas)

@@ -43,6 +43,15 @@ class Scenario:
     run: Callable[[dict, RunContext], dict]
     table: Sequence[tuple[str, str]]  # (summary key, label)
     validate: Callable[[dict], None] = lambda p: None
+    needs_for: Callable[[dict], Sequence[str]] | None = None  # capabilities some parameter values add
+
+    def needs_of(self, params: dict) -> list[str]:
+        """Doctor capabilities a run with these (resolved) parameters needs: ``needs`` plus ``needs_for``'s."""
+        out = list(self.needs)
+        for n in (self.needs_for(params) if self.needs_for else ()):
+            if n not in out:
+                out.append(n)
+        return out
 
     def help(self) -> str:
         lines = [f"testbed run {self.name}: {self.summary}", "",
@@ -50,6 +59,8 @@ class Scenario:
                  "[--vm auto|always|never]", "", "parameters:"]
         lines += [p.describe() for p in self.params]
         lines += ["", f"needs: {', '.join(self.needs)}"]
+        if self.needs_for and self.needs_for.__doc__:
+            lines += ["  plus: " + " ".join(self.needs_for.__doc__.split())]
         return "\n".join(lines)
 
 
@@ -69,6 +80,25 @@ def missing_capabilities(needs: Sequence[str]) -> list[str]:
     from testbed import doctor
 
     return doctor.missing(list(needs))
+
+
+def use_vm(vm: str, needs: Sequence[str], in_vm: bool,
+           missing: Callable[[Sequence[str]], list[str]] = missing_capabilities) -> bool:
+    """Where a run goes: True = boot the lab VM, False = this kernel. ``vm`` is ``--vm`` (auto: the VM exactly
+    when doctor says this kernel lacks one of ``needs``; always; never). CapabilityMissing (exit 2, naming the
+    capabilities) when the run cannot go anywhere: ``never`` on a kernel that lacks something, or a lab VM kernel
+    that lacks it. Decided before anything is created."""
+    if in_vm:
+        lacking = missing(needs)
+        if lacking:
+            raise CapabilityMissing(", ".join(lacking), "even the lab VM's kernel lacks it")
+        return False
+    if vm == "always":
+        return True
+    lacking = missing(needs)
+    if lacking and vm == "never":
+        raise CapabilityMissing(", ".join(lacking), "use --vm auto, or a kernel that has it")
+    return bool(lacking)
 
 
 def print_table(scenario: Scenario, summary: dict, out: Path) -> None:
@@ -149,30 +179,19 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     require_root(f"testbed run {scenario.name}")
     out = Path(opts.out).resolve() if opts.out else None
 
-    if not labvm.in_vm():
-        go_vm = opts.vm == "always"
-        if opts.vm in ("auto", "never"):
-            missing = missing_capabilities(scenario.needs)
-            if missing and opts.vm == "never":
-                raise CapabilityMissing(", ".join(missing), "use --vm auto, or a kernel that has it")
-            go_vm = bool(missing)
-        if go_vm:
-            from testbed.rundir import default_out
+    if use_vm(opts.vm, scenario.needs_of(params), labvm.in_vm()):
+        from testbed.rundir import default_out
 
-            out = out or default_out(scenario.name)
-            argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
-                    "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]
-            if opts.quiet:
-                argv.append("--quiet")
-            if not opts.quiet:
-                print(f"testbed: this kernel lacks what {scenario.name} needs; running it in the lab VM",
-                      file=sys.stderr)
-            labvm.vm_kernel()  # fail early with the install hint
-            return labvm.run([sys.executable, "-m", "testbed.cli", *argv[1:]])
-    else:
-        missing = missing_capabilities(scenario.needs)
-        if missing:
-            raise CapabilityMissing(", ".join(missing))
+        out = out or default_out(scenario.name)
+        argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
+                "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]
+        if opts.quiet:
+            argv.append("--quiet")
+        else:
+            why = "--vm always" if opts.vm == "always" else f"this kernel lacks what {scenario.name} needs"
+            print(f"testbed: {why}; running it in the lab VM", file=sys.stderr)
+        labvm.vm_kernel()  # fail early with the install hint
+        return labvm.run([sys.executable, "-m", "testbed.cli", *argv[1:]])
 
     from testbed.rundir import default_out
 

@@ -112,6 +112,8 @@ class Controller:
         self.listener: socket.socket | None = None
         self.peers: list[_Peer] = []
         self._dirfd: int | None = None
+        self.sock_path: str = SOCK_NAME  # what agents get as --control (relative to the run directory)
+        self._sock_dir: str | None = None  # private folder when the run directory cannot hold a socket
 
     # ---- files and processes ----
 
@@ -124,7 +126,19 @@ class Controller:
         if len(name.encode()) > 100:  # sun_path is 108 bytes: go through a short /proc path to the same place
             self._dirfd = os.open(self.workdir, os.O_RDONLY | os.O_DIRECTORY)
             name = f"/proc/self/fd/{self._dirfd}/{SOCK_NAME}"
-        ls.bind(name)
+        try:
+            ls.bind(name)
+        except OSError as e:
+            # A run directory on a filesystem without Unix sockets (the lab VM shares the host's folders over 9p:
+            # ENXIO): bind in a private local folder instead; agents get its absolute path.
+            import errno
+            import tempfile
+
+            if e.errno not in (errno.ENXIO, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES):
+                raise
+            self._sock_dir = tempfile.mkdtemp(prefix="tb-ctl-")
+            self.sock_path = os.path.join(self._sock_dir, SOCK_NAME)
+            ls.bind(self.sock_path)
         ls.listen(len(self.members) + 4)
         self.listener = ls
 
@@ -143,7 +157,7 @@ class Controller:
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         for m in self.members:
             argv = [self.python, "-m", "traffic.agent", "--job", "job.json", "--rank", str(m.rank), "--ip", m.ip,
-                    "--control", SOCK_NAME]
+                    "--control", self.sock_path]
             log = open(self.workdir / f"agent-{m.rank}.log", "wb")
             try:
                 self.procs[m.rank] = self.spawn(m.namespace, argv, cwd=str(self.workdir), env=env,
@@ -284,9 +298,14 @@ class Controller:
             self.listener.close()
             self.listener = None
             try:
-                (self.workdir / SOCK_NAME).unlink()
+                (self.workdir / SOCK_NAME).unlink() if self._sock_dir is None else os.unlink(self.sock_path)
             except OSError:
                 pass
+        if self._sock_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._sock_dir, ignore_errors=True)
+            self._sock_dir = None
         if self._dirfd is not None:
             os.close(self._dirfd)
             self._dirfd = None

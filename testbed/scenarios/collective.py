@@ -7,7 +7,8 @@ straggler ranks), then the collectives (a size sweep, or gradient buckets), walk
 against expected_outputs. Optional background bulk flows between chosen hosts (checkpoint traffic).
 
 Writes ops.csv, tcp_info.csv (per connection TCP_INFO at op boundaries), sweep.csv (one nccl-tests row per
-size), tcp.csv, queues.csv, cpu.csv and summary.json; prints an nccl-tests-style table.
+size), tcp.csv, queues.csv, cpu.csv and summary.json; prints an nccl-tests-style table. With ``capture`` set, a
+pcap of one port (testbed.capture) whose decoding (analysis.capture) adds the ``wire_*`` numbers to summary.json.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ PARAMS = [
     Param("loss_percent", float, 0.0, "%", "random loss on packets arriving at loss_host's NIC (netem on an IFB at "
           "its ingress)", min=0, max=100),
     Param("loss_host", str, "h1", "", "the host whose link gets loss_percent"),
+    Param("capture", str, "", "", "packet capture at one port, NODE:IFNAME (e.g. h1:eth0; empty: none): tcpdump "
+          "-s 128 into capture-NODE-IFNAME.pcap, decoded into the wire_* summary numbers"),
 ]
 
 OPS_COLUMNS = ["iteration", "op", "op_index", "collective", "rank", "host", "start_s", "end_s", "bytes_sent",
@@ -171,10 +174,24 @@ def plan(p: dict, run_seed: int = 1) -> dict:
 
 
 def _validate(p: dict) -> None:
+    from testbed import capture
+
     pl = plan(p)
     _check_rdma(p, pl["topology"])
     if p["loss_percent"] > 0 and p["loss_host"] not in [h.name for h in pl["topology"].hosts]:
         raise UsageError(f"loss_host: unknown host {p['loss_host']!r}")
+    capture.parse_spec(p["capture"], pl["topology"].addresses)
+
+
+def _needs(p: dict) -> tuple[str, ...]:
+    """transport=rdma adds rxe:netns and pyverbs (SoftRoCE across namespaces, the RDMA agents); loss_percent > 0
+    adds qdisc:netem, cls:u32 and act:mirred (netem on an IFB fed from the lossy port's ingress)."""
+    extra: tuple[str, ...] = ()
+    if p.get("transport") == "rdma":
+        extra += ("rxe:netns", "pyverbs")
+    if (p.get("loss_percent") or 0) > 0:
+        extra += ("qdisc:netem", "cls:u32", "act:mirred")
+    return extra
 
 
 def _check_rdma(p: dict, topo) -> None:
@@ -194,6 +211,7 @@ def _check_rdma(p: dict, topo) -> None:
 
 
 def _run(p: dict, ctx: RunContext) -> dict:
+    from testbed import capture as capm
     from testbed.fabric import Fabric
     from testbed.kernel import counters, netns
     from testbed.telemetry import QueueSampler
@@ -230,6 +248,14 @@ def _run(p: dict, ctx: RunContext) -> dict:
         ctx.progress(f"{p['loss_percent']:g}% random loss on packets arriving at {lh}:{nic}")
     ctx.rundir.manifest["topology"] = fabric.describe()
     ctx.rundir.write_manifest()
+    cap = None
+    where = capm.parse_spec(p["capture"], topo.addresses)
+    if where:
+        cap = capm.PortCapture(fabric.ns(where[0]), where[0], where[1],
+                               ctx.rundir.path / capm.file_name(*where), netns.popen)
+        ctx.on_teardown(cap.stop)
+        cap.start()
+        ctx.progress(f"capturing {where[0]}:{where[1]} into {cap.path.name} (tcpdump -s {cap.snaplen})")
 
     members = [Member(r, placement.host_of(r), fabric.ns(placement.host_of(r)),
                       fabric.host_ip(placement.host_of(r))) for r in range(n)]
@@ -285,6 +311,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
             bg_stats = bg.stop()
         if sampler and sampler in started:
             sampler.stop()
+        cap_stats = cap.stop() if cap else {}
     after = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
     rdma_after = ({h: rdma_counters(fabric.ns(h), fabric.rxe[h][0]) for h in hosts if h in fabric.rxe}
                   if rdma else {})
@@ -422,11 +449,34 @@ def _run(p: dict, ctx: RunContext) -> dict:
         summary["rdma_recovery_counters"] = sum(rdelta(k) for k in RECOVERY_COUNTERS)
         summary["rdma_path_mtu"] = next((r.get("transport", {}).get("path_mtu") for r in res.per_rank.values()
                                          if isinstance(r.get("transport"), dict)), None)
+    if cap:
+        summary.update(_wire_summary(cap, cap_stats, ctx.progress))
     if not res.verified:
         ctx.rundir.finish(summary)  # keep the evidence, then fail the run (exit status 1, teardown still runs)
         print(f"testbed: collective: data verification failed: {summary['mismatches']}", file=sys.stderr)
         raise SystemExit(1)
     return summary
+
+
+def _wire_summary(cap, stats: dict, progress) -> dict:
+    """The capture's wire_* numbers (analysis.capture) plus tcpdump's own counts."""
+    from analysis.capture import CaptureError, decode
+
+    t = time.monotonic()
+    out = {"wire_capture_port": f"{cap.node}:{cap.ifname}", "wire_capture_file": cap.path.name,
+           "wire_capture_kernel_drops": stats.get("dropped")}
+    try:
+        decoded = decode(cap.path)
+    except CaptureError as e:
+        print(f"testbed: collective: capture not decoded: {e}", file=sys.stderr)
+        return out
+    out.update(decoded.summary())
+    if decoded.notes:
+        out["wire_capture_notes"] = "; ".join(decoded.notes)
+    progress(f"decoded {decoded.packets} captured packets in {time.monotonic() - t:.1f} s: "
+             f"{out['wire_roce_retransmitted_packets']} RoCE packets retransmitted, {out['wire_roce_naks']} NAKs, "
+             f"{out['wire_tcp_retransmitted_segments']} TCP segments retransmitted")
+    return out
 
 
 def _tcpinfo_deltas(rows) -> dict:
@@ -449,6 +499,7 @@ SCENARIO = Scenario(
             "host, on a leaf-spine fabric: CCT tails, step times, algbw/busbw",
     params=PARAMS,
     needs=("qdisc:htb", "qdisc:bfifo"),
+    needs_for=_needs,
     run=_run,
     validate=_validate,
     table=(("collective", "collective"), ("ranks", "ranks"), ("message_bytes", "message (bytes)"),

@@ -343,3 +343,24 @@ def test_cli_report_unwritable_folder_is_one_line(tmp_path, monkeypatch, capsys)
     assert cli.main(["report", str(RUNS / "small_collective")]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "--out DIR" in err
+
+
+def test_wire_counts_beside_host_counters(tmp_path):
+    run = smoke_like(tmp_path / "wire")
+    s = json.loads((run / "summary.json").read_text())
+    s.update({"wire_capture_port": "h1:eth0", "wire_capture_file": "capture-h1-eth0.pcap",
+              "wire_capture_kernel_drops": 0, "wire_packets": 5000, "wire_roce_retransmitted_packets": 321,
+              "wire_roce_replays": 7, "wire_roce_nak_seq_err": 5, "wire_tcp_retransmitted_segments": 0,
+              "rdma_duplicate_request": 400, "rdma_completer_retry_err": 9, "tcp_retrans_segs": 4})
+    (run / "summary.json").write_text(json.dumps(s))
+    _, md_p = write_report(run)
+    md = md_p.read_text()
+    assert "## The wire at h1:eth0 (packet capture)" in md and "5000 packets" in md
+    assert "| RoCE packets sent again (go-back-N) | 321 | - | rxe counts no retransmitted packets" in md
+    assert "| go-back-N replays | 7 | 9 |" in md
+    assert "| NAKs (PSN sequence error) | 5 | - |" in md  # no rdma_out_of_seq_request in this summary
+    assert "| TCP segments sent again | 0 | 4 |" in md
+    assert "CE-marked" not in md  # no wire_ce_marked_packets key: no row
+    plain = smoke_like(tmp_path / "plain")
+    _, md_p = write_report(plain)
+    assert "The wire at" not in md_p.read_text()
