@@ -37,4 +37,6 @@ def tcp_counters(ns: str | None) -> dict[str, int]:
 
 KEY_COUNTERS = ("TcpRetransSegs", "TcpOutSegs", "TcpInSegs", "TcpExtTCPTimeouts", "TcpExtTCPLostRetransmit",
                 "TcpExtTCPSpuriousRTOs", "TcpExtTCPFastRetrans", "IpExtInCEPkts", "IpExtInECT0Pkts",
-                "IpExtInECT1Pkts", "IpExtInNoECTPkts", "TcpExtTCPDeliveredCE", "TcpExtTCPSynRetrans")
+                "IpExtInECT1Pkts", "IpExtInNoECTPkts", "TcpExtTCPDeliveredCE", "TcpExtTCPSynRetrans",
+                "TcpExtTCPLossProbes", "TcpExtTCPDSACKRecv", "TcpExtTCPRcvQDrop", "TcpExtTCPBacklogDrop",
+                "TcpExtTCPOFODrop", "TcpExtTCPRcvCollapsed", "TcpExtTCPSpuriousRtxHostQueues")

@@ -61,11 +61,15 @@ def test_collective_completes_with_verified_data(tmp_path, collective):
 
 
 def test_ring_allreduce_large_message_near_alpha_beta_bound(tmp_path):
-    s = run(tmp_path, "ring", collective="allreduce", algorithm="ring", size="4M", iterations=2, warmup=1,
-            sample_interval_ms=0)
-    show("ring 4M", s)
+    """2 MB at 10 Mbit/s: 2.4 s per all-reduce, long against any start-up effect, and half the packet rate of
+    4 MB at 20 Mbit/s, so the emulated VM's CPU (which also forwards every packet) is not what sets the time."""
+    s = run(tmp_path, "ring", collective="allreduce", algorithm="ring", size="2M", iterations=3, warmup=1,
+            host_rate_mbps=10.0, fabric_rate_mbps=10.0, sample_interval_ms=0)
+    show("ring 2M", s)
     assert s["data_verified"] is True
-    assert 0.95 <= s["cct_vs_bound"] <= 1.3, s
+    ratio = s["cct_ms_p50"] / s["bound_ms"]  # median of 3: one iteration hit by a VM stall does not decide it
+    print(f"ring all-reduce 2 MB, 4 ranks, 10 Mbit/s: median CCT / alpha-beta bound = {ratio:.3f}")
+    assert 0.95 <= ratio <= 1.3, s
 
 
 def test_straggler_raises_p99_step_by_its_slowdown(tmp_path):
