@@ -15,7 +15,7 @@ step() { local name=$1; shift; echo; echo "==== $name"; local t0=$SECONDS
 step "unit tests (host)" "$py" -m pytest -q -p no:cacheprovider tests/unit
 step "host tests (host kernel, root)" "$py" -m pytest -q -p no:cacheprovider tests/host
 step "integration tests (lab VM, one boot)" "$PWD/.venv/bin/testbed" vm --timeout 2400 -- \
-  "$py" -m pytest -q -p no:cacheprovider tests/integration tests/host/test_doctor_verdicts.py
+  "$py" -m pytest -q -p no:cacheprovider --durations=40 tests/integration tests/host/test_doctor_verdicts.py
 "$PWD/.venv/bin/testbed" clean >/dev/null 2>&1 || true
 echo
 if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
