@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from testbed.errors import CapabilityMissing, UsageError, require_root
+from testbed.errors import UsageError, require_root
 from testbed.params import resolve
 
 #: metrics plotted against the swept parameter when the points have them
@@ -227,33 +227,26 @@ def print_table(df: "Any", name: str) -> None:
 def main(args: argparse.Namespace) -> int:
     """The `testbed sweep` command (parsed by testbed.cli)."""
     from testbed import labvm, scenarios
-    from testbed.runner import missing_capabilities
+    from testbed.runner import use_vm
 
     scenario = scenarios.get(args.scenario)
     pl = plan(scenario, args.set or [])
     require_root(f"testbed sweep {scenario.name}")
     out = Path(args.out).resolve() if args.out else default_out(scenario.name)
 
+    # every point's own needs (a sweep over transport=tcp,rdma needs rxe for one of its points)
+    needs = sorted({n for pt in pl.points for n in scenario.needs_of(pt.params)})
+    go_vm = use_vm(args.vm, needs, labvm.in_vm())
     if not labvm.in_vm():
-        go_vm = args.vm == "always"
-        if args.vm in ("auto", "never"):
-            missing = missing_capabilities(scenario.needs)
-            if missing and args.vm == "never":
-                raise CapabilityMissing(", ".join(missing), "use --vm auto, or a kernel that has it")
-            go_vm = bool(missing)
         if go_vm:
             argv = ["sweep", scenario.name, *sum((["--set", s] for s in args.set), []), "--seed", str(args.seed),
                     "--out", str(out), "--vm", "never"]
             if args.quiet:
                 argv.append("--quiet")
-            _say(f"this kernel lacks what {scenario.name} needs; running all {len(pl.points)} points in one "
-                 "lab VM")
+            why = "--vm always" if args.vm == "always" else f"this kernel lacks what {scenario.name} needs"
+            _say(f"{why}; running all {len(pl.points)} points in one lab VM")
             labvm.vm_kernel()  # fail early with the install hint
             return labvm.run([sys.executable, "-m", "testbed.cli", *argv])
-    else:
-        missing = missing_capabilities(scenario.needs)
-        if missing:
-            raise CapabilityMissing(", ".join(missing))
 
     df = run_sweep(pl, out, seed=args.seed, quiet=args.quiet)
     print_table(df, pl.name)

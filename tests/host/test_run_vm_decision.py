@@ -44,3 +44,19 @@ def test_bad_capture_is_one_line_before_anything(tmp_path):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "capture: h1 has no port 'eth9'" in r.stderr
     assert not out.exists()
+
+
+def test_sweep_takes_every_points_needs(tmp_path):
+    """A sweep over transport=tcp,rdma needs rxe for its second point: --vm never on a kernel without it is refused
+    before any point runs (the sweep used to look at the scenario's fixed needs only)."""
+    out = tmp_path / "sweep"
+    lacking = doctor.missing(["rxe:netns", "pyverbs", "qdisc:htb", "qdisc:bfifo"])
+    if lacking:
+        r = run("sweep", "collective", "--set", "transport=tcp,rdma", "--vm", "never", "--out", str(out))
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "rxe:netns" in r.stderr
+        assert not out.exists()
+    else:  # everything is here (the Vagrant box): the sweep stays on this kernel
+        from testbed.runner import use_vm
+
+        assert use_vm("never", ["rxe:netns", "pyverbs"], in_vm=False) is False
