@@ -106,6 +106,30 @@ def _pandas_dtype(dt: str) -> Any:
     return object if dt == STR else dt
 
 
+def _load_typed(path: Path, schema: dict[str, str]) -> pd.DataFrame | None:
+    """The fast path for a well-formed file: one typed ``read_csv`` (pandas' C parser converts while it reads). None
+    when anything is off (extra or missing columns, an unparsable or empty value, a truncated row): the careful
+    path then finds and reports it. About 10x faster on a million-row queues.csv."""
+    try:
+        header = [str(c).strip() for c in pd.read_csv(path, nrows=0, skipinitialspace=True).columns]
+        if sorted(header) != sorted(schema) or len(header) != len(set(header)):
+            return None
+        dtypes = {c: (str if dt == STR else dt) for c, dt in schema.items()}
+        df = pd.read_csv(path, dtype=dtypes, keep_default_na=False, na_values={c: [""] for c in schema
+                                                                                if schema[c] != STR},
+                         skipinitialspace=True, on_bad_lines="error")
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, TypeError,
+            OverflowError):
+        return None
+    df.columns = header
+    for col, dt in schema.items():
+        if dt == STR:
+            df[col] = df[col].str.strip().astype(object)
+        elif df[col].isna().any():
+            return None
+    return df[list(schema)].reset_index(drop=True)
+
+
 def load_csv(path: str | Path, name: str, *, tolerate_truncated_tail: bool = False,
              notes: list[str] | None = None) -> pd.DataFrame:
     """Read one run CSV and enforce its schema.
@@ -118,6 +142,9 @@ def load_csv(path: str | Path, name: str, *, tolerate_truncated_tail: bool = Fal
     schema = SCHEMAS[name]
     if not path.exists() or path.stat().st_size == 0:
         return empty_frame(name)
+    fast = _load_typed(path, schema)
+    if fast is not None:
+        return fast
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
     except pd.errors.EmptyDataError:

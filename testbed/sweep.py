@@ -227,7 +227,7 @@ def print_table(df: "Any", name: str) -> None:
 def main(args: argparse.Namespace) -> int:
     """The `testbed sweep` command (parsed by testbed.cli)."""
     from testbed import labvm, scenarios
-    from testbed.runner import use_vm
+    from testbed import runner
 
     scenario = scenarios.get(args.scenario)
     pl = plan(scenario, args.set or [])
@@ -236,7 +236,7 @@ def main(args: argparse.Namespace) -> int:
 
     # every point's own needs (a sweep over transport=tcp,rdma needs rxe for one of its points)
     needs = sorted({n for pt in pl.points for n in scenario.needs_of(pt.params)})
-    go_vm = use_vm(args.vm, needs, labvm.in_vm())
+    go_vm = runner.use_vm(args.vm, needs, labvm.in_vm(), missing=runner.missing_capabilities)
     if not labvm.in_vm():
         if go_vm:
             argv = ["sweep", scenario.name, *sum((["--set", s] for s in args.set), []), "--seed", str(args.seed),

@@ -49,7 +49,7 @@ QDISC_CMDS = {
     "cls:flower": "tc qdisc add dev tbca root handle 1: htb && tc filter add dev tbca parent 1: protocol ip "
                   "flower classid 1:10",
     "cls:basic+meta": "tc qdisc add dev tbca root handle 1: htb && tc filter add dev tbca parent 1: protocol ip "
-                      "basic match 'meta(random mask 0xffffffff lt 2147483648)' classid 1:10",
+                      "basic match \"meta(random mask 1 eq 0)\" classid 1:10",
     "act:skbedit": "tc qdisc add dev tbca root handle 1: htb && tc filter add dev tbca parent 1: protocol ip "
                    "u32 match u32 0 0 flowid 1:10 action skbedit priority 1:1",
     "act:mirred": "tc qdisc add dev tbca root handle 1: htb && tc filter add dev tbca parent 1: protocol ip "

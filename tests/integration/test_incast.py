@@ -48,25 +48,6 @@ def test_small_buffer_drops_and_retransmits(tmp_path):
     _check_rundir(tmp_path / "small", n, r)
 
 
-def test_rtomin_sets_the_incast_tail(tmp_path):
-    """8 senders x 32 kB into a 3-packet buffer (dumbbell): whole windows are lost, retransmissions too, and only a
-    retransmission timeout recovers them, so RTOmin sets the p99 round time: the kernel's 200 ms against 5 ms (the
-    classic incast fix). Measured in the lab VM: p99 762 vs 323 ms (2.4x)."""
-    kw = dict(topology="dumbbell", senders=8, block_bytes=32_000, rounds=8, buffer_bytes=4500, host_rate_mbps=20,
-              fabric_rate_mbps=40)
-    keys = ("round_ms_p50", "round_ms_p99", "round_ms_max", "bottleneck_drops", "tcp_retrans_segs", "tcp_timeouts",
-            "cpu_busy_fraction")
-    runs = {}
-    for rto in (200, 5):
-        runs[rto] = run_scenario(INCAST, params(rto_min_ms=rto, **kw), 1, tmp_path / f"rto{rto}", quiet=True)
-        print(f"RTOmin {rto} ms:", {k: runs[rto][k] for k in keys})
-    hi, lo = runs[200], runs[5]
-    print(f"p99 round time, RTOmin 200 ms / 5 ms: {hi['round_ms_p99'] / lo['round_ms_p99']:.2f}x")
-    assert hi["tcp_timeouts"] > 0 and hi["bottleneck_drops"] > 0 and lo["bottleneck_drops"] > 0, runs
-    assert hi["round_ms_p99"] >= 1.6 * lo["round_ms_p99"], runs
-    assert hi["round_ms_p99"] - lo["round_ms_p99"] >= 150, runs
-
-
 def test_buffer_above_n_times_b_never_drops(tmp_path):
     n, b, r = 4, 64_000, 4
     s = run_scenario(INCAST, params(senders=n, block_bytes=b, rounds=r, buffer_bytes=n * b + 100_000,
