@@ -29,6 +29,7 @@ What gets built, per node of the topology:
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import socket
 from dataclasses import dataclass
@@ -123,6 +124,24 @@ def plan_port(ep) -> PortPlan:
             default = minor
     return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.link.rate_mbps, mtu, tuple(out),
                     default)
+
+
+def rps_mask(cpus: int | None = None) -> str:
+    """All CPUs as a sysfs CPU mask (hex, comma every 32 bits), for ``net.core.rps_default_mask`` in every fabric
+    namespace: receive packet steering by flow hash on every veth, so the packets of one flow are processed in
+    order. Without it (offloads off, so veth has no NAPI ring) a veth hands each packet to the backlog of the CPU that
+    happened to transmit it; a qdisc releases one flow's packets from different CPUs (HTB's timer on one, a sender's
+    enqueue on another), the per-CPU backlogs drain independently and the flow arrives reordered: measured in the
+    2-CPU lab VM, 539 of 587 TCP retransmissions of a ring all-reduce were spurious (DSACKed) and its CCT was 3.5x
+    the bound; without it the ring test failed in CI, and the whole suite ran slower (the spurious retransmissions
+    are work too). Set per namespace (the kernel keeps the sysctl per netns), so the host's own devices are untouched."""
+    n = cpus or os.cpu_count() or 1
+    digits = f"{(1 << n) - 1:x}"
+    groups = []
+    while digits:
+        groups.insert(0, digits[-8:])
+        digits = digits[:-8]
+    return ",".join(groups)
 
 
 def ipr_in(ns: str):
@@ -222,10 +241,12 @@ class Fabric:
         return self
 
     def _pre_sysctls(self, ns: str) -> None:
-        """Before any interface exists, so the `default` values apply to all of them."""
+        """Before any interface exists, so the `default` values apply to all of them. ``rps_default_mask``: see
+        :func:`rps_mask`."""
         with netns.entered(ns):
             for key, val in (("net/ipv6/conf/all/disable_ipv6", "1"), ("net/ipv6/conf/default/disable_ipv6", "1"),
-                             ("net/ipv4/conf/all/rp_filter", "0"), ("net/ipv4/conf/default/rp_filter", "0")):
+                             ("net/ipv4/conf/all/rp_filter", "0"), ("net/ipv4/conf/default/rp_filter", "0"),
+                             ("net/core/rps_default_mask", rps_mask())):
                 p = Path("/proc/sys") / key
                 if p.exists():
                     p.write_text(val)
@@ -395,6 +416,8 @@ class Fabric:
                         "aggregation feature the veth offers), so queues hold wire-sized packets",
             "ipv6": "disabled in every namespace",
             "rp_filter": 0,
+            "rps": f"net.core.rps_default_mask={rps_mask()} in every namespace: one flow's packets stay in order "
+                   "across veth hops (see testbed.fabric.rps_mask)",
             "shaper": "HTB at the link rate on every egress (host NICs included), leaf queue per class; burst = one "
                       f"frame + {SHAPER_SLACK_MS} ms of line rate",
             "ecmp": "kernel multipath routes, net.ipv4.fib_multipath_hash_policy=1",
