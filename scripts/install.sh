@@ -35,7 +35,7 @@ export DEBIAN_FRONTEND=noninteractive
 packages=(
   mininet openvswitch-switch openvswitch-common
   rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest python3-pyverbs
-  iproute2 iputils-ping ethtool tcpdump iperf3 procps psmisc kmod
+  iproute2 iputils-ping ethtool tcpdump iperf3 procps psmisc kmod e2fsprogs
   qemu-system-x86 busybox-static
   python3 python3-venv python3-pip
   ruby chromium curl ca-certificates xz-utils

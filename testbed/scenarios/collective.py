@@ -218,6 +218,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
     from traffic import job as jobm
     from traffic.background import BackgroundFlows
     from traffic.controller import ControlError, Controller, Member
+    from traffic.forkserver import ForkServer
     from traffic.schedule import alpha_beta_bound_s
     from traffic.rdma import RECOVERY_COUNTERS, rdma_counters
     from traffic.tcp import INFO_KEYS
@@ -234,6 +235,11 @@ def _run(p: dict, ctx: RunContext) -> dict:
         if doctor.missing(["rxe:netns"]):
             raise CapabilityMissing("rxe:netns", "transport=rdma needs SoftRoCE across namespaces: run it in the "
                                     "lab VM (testbed vm -- ...)")
+    # Agents are forks of one interpreter that imported numpy and the agent code while the fabric is built
+    # (traffic.forkserver: a fresh interpreter per agent cost ~6 s of CPU each in the emulated lab VM).
+    forks = ForkServer(netns.NETNS_DIR, netns.popen).start()
+    ctx.on_teardown(forks.close)
+    ctx.state.add("pids", forks.pid)
     fabric = Fabric(topo, ctx.run_id, rxe=rdma)
     ctx.rundir.manifest["topology"] = fabric.describe()
     ctx.rundir.manifest["placement"] = placement.as_dict()
@@ -267,7 +273,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
                                           "retry_cnt": p["rdma_retry_cnt"], "rnr_retry": p["rdma_rnr_retry"],
                                           "min_rnr_timer": p["rdma_min_rnr_timer"]}} if rdma else {})},
                "plan": jobm.iteration_plan(job)}
-    ctl = Controller(ctx.rundir.path, job_doc, schedules, members, netns.popen, progress=ctx.progress)
+    ctl = Controller(ctx.rundir.path, job_doc, schedules, members, forks.popen, progress=ctx.progress)
     ctx.on_teardown(ctl.stop)
     hosts = sorted({m.host for m in members} | {h for f in job.background for h in (f.src, f.dst)})
     bg = None

@@ -19,13 +19,13 @@ def spawn(ns, argv, **kw):  # no namespaces here: every agent on 127.0.0.1
 
 
 def run_job(tmp_path, schedules: dict, ranks: int, iterations: int = 2, warmup: int = 0, compute_ms: float = 0.0,
-            stragglers=(), factor=1.0, timeout_s=60.0):
+            stragglers=(), factor=1.0, timeout_s=60.0, spawn=spawn, ip="127.0.0.1"):
     ops = tuple((k, k) for k in schedules)
     spec = jobm.JobSpec(ranks=ranks, segments=(jobm.Segment(ops, iterations),), compute_ms=compute_ms,
                         stragglers=tuple(stragglers), straggler_factor=factor, warmup=warmup, seed=5)
     job = {"ranks": ranks, "seed": 5, "verify": True, "timeout_s": timeout_s,
            "transport": {"kind": "tcp", "cc": "reno", "dscp": 0}, "plan": jobm.iteration_plan(spec)}
-    members = [Member(r, f"h{r + 1}", "", "127.0.0.1") for r in range(ranks)]
+    members = [Member(r, f"h{r + 1}", "", ip) for r in range(ranks)]
     ctl = Controller(tmp_path, job, schedules, members, spawn, start_delay_s=0.1)
     try:
         ctl.start()
@@ -130,3 +130,61 @@ def test_dead_agent_fails_fast(tmp_path):
     finally:
         ctl.stop()
     assert time.monotonic() - t < 15
+
+
+@pytest.fixture
+def lo_namespace():
+    """A scratch namespace whose loopback also holds 10.77.0.1 (an address the initial namespace does not have)."""
+    name = f"tb-forktest-{time.monotonic_ns() % 100000}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True)
+        subprocess.run(["ip", "-n", name, "addr", "add", "10.77.0.1/32", "dev", "lo"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name])
+
+
+def test_forked_agents_run_in_their_namespace_and_verify(tmp_path, lo_namespace):
+    """traffic.forkserver: agents forked from one interpreter, each inside the namespace it was given (they bind
+    10.77.0.1, which exists only there), verify their data; a killed one reports -9; close() ends the server."""
+    from testbed.kernel import netns
+    from traffic.forkserver import ForkedProcess, ForkServer
+
+    fs = ForkServer(netns.NETNS_DIR, netns.popen).start()
+    procs = []
+
+    def forked(ns, argv, **kw):
+        procs.append(fs.popen(lo_namespace, argv, **kw))
+        return procs[-1]
+
+    try:
+        res = run_job(tmp_path, {"op": make_schedule("allreduce", 3, 12_000, seed=1)}, 3, spawn=forked,
+                      ip="10.77.0.1")
+        assert res.verified
+        assert len(procs) == 3 and all(isinstance(p, ForkedProcess) for p in procs)
+        assert [p.wait(timeout=10) for p in procs] == [0, 0, 0]
+        # anything but an agent goes to the fallback (a real Popen)
+        other = fs.popen(lo_namespace, ["sleep", "30"], stdout=subprocess.DEVNULL)
+        assert isinstance(other, subprocess.Popen)
+        other.kill()
+        other.wait()
+        # a forked agent that is killed reports it like Popen does (this one waits on a controller that is silent)
+        import socket
+
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        silent.bind(str(tmp_path / "silent.sock"))
+        silent.listen(1)
+        log = open(tmp_path / "stuck.log", "wb")
+        stuck = fs.popen(lo_namespace, [fs.python, "-m", "traffic.agent", "--job", "job.json", "--rank", "0",
+                                        "--ip", "10.77.0.1", "--control", str(tmp_path / "silent.sock")],
+                         cwd=str(tmp_path), stdout=log, stderr=log)
+        log.close()
+        time.sleep(0.5)
+        assert stuck.poll() is None
+        stuck.kill()
+        assert stuck.wait(timeout=10) == -9
+        silent.close()
+    finally:
+        fs.close()
+    assert fs.proc is None

@@ -1,26 +1,13 @@
 """doctor's verdicts agree with the stock tools, on whatever kernel this runs (host or lab VM)."""
 
-import json
 import os
 import subprocess
 import sys
 
-import pytest
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 from capability_checks import independent_verdict  # noqa: E402
 
-TESTBED = [sys.executable, "-m", "testbed.cli"]
-
-
-@pytest.fixture(scope="module")
-def report():
-    r = subprocess.run([*TESTBED, "doctor", "--json"], capture_output=True, text=True, timeout=600)
-    assert r.returncode in (0, 1), r.stderr
-    rep = json.loads(r.stdout)
-    # exit status says whether everything is present
-    assert r.returncode == (0 if rep["all_ok"] else 1)
-    return rep
+# `report` (one `testbed doctor --json` per session) is in tests/conftest.py, shared with tests/integration.
 
 
 def test_every_verdict_matches_an_independent_try(report):
