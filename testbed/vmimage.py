@@ -70,9 +70,10 @@ def ensure_image(cache_dir: Path, say=lambda m: None) -> tuple[Path, list[Path]]
         return None
     trees = python_trees()
     cache_dir.mkdir(parents=True, exist_ok=True)
-    image, stamp = cache_dir / "vm-python.ext4", cache_dir / "vm-python.json"
+    key = hashlib.sha256("\0".join(map(str, trees)).encode()).hexdigest()[:10]  # one image per virtualenv
+    image, stamp = cache_dir / f"vm-python-{key}.ext4", cache_dir / f"vm-python-{key}.json"
     fp = fingerprint(trees)
-    with open(cache_dir / "vm-python.lock", "w") as lock:
+    with open(cache_dir / f"vm-python-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if image.exists() and json.loads(stamp.read_text()).get("fingerprint") == fp:
@@ -80,7 +81,7 @@ def ensure_image(cache_dir: Path, say=lambda m: None) -> tuple[Path, list[Path]]
         except (OSError, ValueError):
             pass
         say("building the lab VM's Python image (once per change of the installed packages)")
-        staging = cache_dir / "vm-python.staging"
+        staging = cache_dir / f"vm-python-{key}.staging"
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         tmp = image.with_suffix(".tmp")
