@@ -14,6 +14,7 @@ pcap of one port (testbed.capture) whose decoding (analysis.capture) adds the ``
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 
@@ -207,6 +208,20 @@ def _check_rdma(p: dict, topo) -> None:
                          f"{rxe_mtu_for_netdev(link_mtu)})")
 
 
+def payload_efficiency(transport: str, link_mtu: int, rdma_mtu: int = 0) -> float:
+    """Payload bytes per byte the link's shaper carries, for full-size packets: what the alpha-beta bound's beta
+    (seconds per payload byte) must use. HTB counts the Ethernet frame without preamble/FCS.
+    TCP: MSS = MTU - 20 (IP) - 20 (TCP) - 12 (timestamps option), frame = MTU + 14 -> 1448/1514 = 0.956 at 1500.
+    RoCEv2: payload = the path MTU, frame = payload + 14 (Eth) + 20 (IP) + 8 (UDP) + 12 (BTH) + 4 (ICRC)
+    -> 1024/1082 = 0.946 (rxe's MTU on a 1500-byte link is 1024)."""
+    if transport == "rdma":
+        from traffic.rdma import rxe_mtu_for_netdev
+
+        pm = rdma_mtu or rxe_mtu_for_netdev(link_mtu)
+        return pm / (pm + 58)
+    return (link_mtu - 52) / (link_mtu + 14)
+
+
 # ---- run ---------------------------------------------------------------------------------------------------------
 
 
@@ -237,9 +252,12 @@ def _run(p: dict, ctx: RunContext) -> dict:
                                     "lab VM (testbed vm -- ...)")
     # Agents are forks of one interpreter that imported numpy and the agent code while the fabric is built
     # (traffic.forkserver: a fresh interpreter per agent cost ~6 s of CPU each in the emulated lab VM).
-    forks = ForkServer(netns.NETNS_DIR, netns.popen).start()
-    ctx.on_teardown(forks.close)
-    ctx.state.add("pids", forks.pid)
+    # TESTBED_AGENT_SPAWN=exec starts each agent as its own interpreter instead (nsenter + python -m traffic.agent).
+    forks = None if os.environ.get("TESTBED_AGENT_SPAWN") == "exec" else ForkServer(netns.NETNS_DIR, netns.popen)
+    if forks:
+        forks.start()
+        ctx.on_teardown(forks.close)
+        ctx.state.add("pids", forks.pid)
     fabric = Fabric(topo, ctx.run_id, rxe=rdma)
     ctx.rundir.manifest["topology"] = fabric.describe()
     ctx.rundir.manifest["placement"] = placement.as_dict()
@@ -273,7 +291,8 @@ def _run(p: dict, ctx: RunContext) -> dict:
                                           "retry_cnt": p["rdma_retry_cnt"], "rnr_retry": p["rdma_rnr_retry"],
                                           "min_rnr_timer": p["rdma_min_rnr_timer"]}} if rdma else {})},
                "plan": jobm.iteration_plan(job)}
-    ctl = Controller(ctx.rundir.path, job_doc, schedules, members, forks.popen, progress=ctx.progress)
+    ctl = Controller(ctx.rundir.path, job_doc, schedules, members, forks.popen if forks else netns.popen,
+                     progress=ctx.progress)
     ctx.on_teardown(ctl.stop)
     hosts = sorted({m.host for m in members} | {h for f in job.background for h in (f.src, f.dst)})
     bg = None
@@ -348,9 +367,11 @@ def _run(p: dict, ctx: RunContext) -> dict:
     nrows = jobm.nccl_rows(ccts, n, sizes)
     itemsize = next(iter(schedules.values())).itemsize
     dtype = next(iter(schedules.values())).dtype
+    # beta is per PAYLOAD byte: the shaper also carries every packet's headers
+    efficiency = payload_efficiency(p["transport"], topo.host_link.mtu, p["rdma_mtu"])
     for r in nrows:
-        r["bound_us"] = alpha_beta_bound_s(r["collective"], n, r["message_bytes"], p["host_rate_mbps"] * 1e6 / 8,
-                                           p["delay_ms"] * 1e-3 * 4) * 1e6
+        r["bound_us"] = alpha_beta_bound_s(r["collective"], n, r["message_bytes"],
+                                           p["host_rate_mbps"] * 1e6 / 8 * efficiency, p["delay_ms"] * 1e-3 * 4) * 1e6
         r["time_vs_bound"] = r["time_us"] / r["bound_us"] if r["bound_us"] > 0 else math.nan
     ctx.rundir.write_csv("sweep.csv", ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps",
                                        "busbw_gbps", "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"],
@@ -414,6 +435,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "cct_ms_p999": cct_ms["p999"], "cct_ms_max": cct_ms["max"], "cct_ms_mean": mean_cct * 1e3,
         "cct_samples": cct_ms["n"],
         "bound_ms": bound,
+        "bound_payload_efficiency": efficiency,
         "cct_vs_bound": sum(ratios) / len(ratios) if ratios else None,
         "step_ms_p50": step_ms["p50"], "step_ms_p95": step_ms["p95"], "step_ms_p99": step_ms["p99"],
         "step_ms_max": step_ms["max"], "step_ms_mean": step_ms["mean"],

