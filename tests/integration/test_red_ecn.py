@@ -15,7 +15,9 @@ def params(**kw):
 
 def test_red_ecn_marks_and_does_not_drop(tmp_path):
     s = run_scenario(SMOKE, params(rate_mbps=20, duration_s=3, ecn=True), 1, tmp_path / "ecn", quiet=True)
-    assert s["shaper_sent_bytes"] > 0.8 * 20e6 / 8 * 3 * 0.9, s  # the shaper carried about 3 s at 20 Mbit/s
+    # The flow kept the port busy (so its queue, not the sender, set the pace). Not a fidelity check (that is
+    # test_fabric's shaped-path test): a loaded CI machine's emulated VM once pushed only 12.6 of 20 Mbit/s here.
+    assert s["shaper_sent_bytes"] > 0.5 * 20e6 / 8 * 3, s
     assert s["ecn_marks"] > 0, s
     assert s["receiver_ce_packets"] > 0, s  # the marks arrived as CE at the receiver
     assert s["bottleneck_drops"] <= s["bottleneck_packets"] * 0.001, s
