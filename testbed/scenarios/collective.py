@@ -475,6 +475,11 @@ def _run(p: dict, ctx: RunContext) -> dict:
         # PSN (after a NAK-sequence-error or a local ACK timeout) -- retransmission rounds, not packets
         summary["rdma_retransmit_events"] = rdelta("completer_retry_err")
         summary["rdma_recovery_counters"] = sum(rdelta(k) for k in RECOVERY_COUNTERS)
+        # the two causes apart: a PSN gap a responder saw (a packet lost or reordered on the way: NAK-sequence-error
+        # and go-back-N) versus a requester's ACK timer firing with nothing lost (a stalled host: rxe replays the
+        # unacknowledged packets, the responder counts them as duplicate_request)
+        summary["rdma_sequence_gaps"] = rdelta("out_of_seq_request")
+        summary["rdma_timeout_retries"] = max(0, rdelta("completer_retry_err") - rdelta("rcvd_seq_err"))
         summary["rdma_path_mtu"] = next((r.get("transport", {}).get("path_mtu") for r in res.per_rank.values()
                                          if isinstance(r.get("transport"), dict)), None)
     if cap:
