@@ -17,105 +17,13 @@ from testbed.fabric import Fabric, tcp_connect_ok
 from testbed.kernel import counters, netns, qdisc, spray
 from testbed.state import RunState
 from testbed.telemetry import QueueSampler, RawQdiscDump
-from topologies import ClassSpec, DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec
+from tests.fabricdrive import built, bulk, fab_ipr, shaped_path_ratio
+from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec
 
 
 def leafspine(rate=50.0, **kw) -> LeafSpineSpec:
     return LeafSpineSpec(spines=2, leaves=2, hosts_per_leaf=2, host_link=LinkSpec(rate), fabric_link=LinkSpec(rate),
                          **kw)
-
-
-def timer_lateness_ms(n: int = 100) -> tuple[float, float]:
-    """p50 and p95 of how late time.sleep(0.001) wakes up: a cheap reading of how starved this machine is."""
-    late = []
-    for _ in range(n):
-        t = time.monotonic()
-        time.sleep(0.001)
-        late.append((time.monotonic() - t - 0.001) * 1e3)
-    late.sort()
-    return late[n // 2], late[int(n * 0.95)]
-
-
-@contextlib.contextmanager
-def built(topo):
-    rid = secrets.token_hex(2)
-    state = RunState(rid)
-    fab = Fabric(topo, rid)
-    undo = []
-    try:
-        fab.build(state, undo.append)
-        yield fab
-    finally:
-        for fn in reversed(undo):
-            fn()
-        state.drop()
-
-
-@contextlib.contextmanager
-def fab_ipr(fab: Fabric, node: str):
-    from testbed.fabric import ipr_in
-
-    ipr = ipr_in(fab.ns(node))
-    try:
-        yield ipr
-    finally:
-        ipr.close()
-
-
-def bulk(fab: Fabric, pairs: list[tuple[str, str]], seconds: float, port: int = 5400,
-         tos: dict[int, int] | None = None) -> list[int]:
-    """One TCP flow per (src, dst) pair, all at once, for `seconds`; returns bytes received per flow. `tos`: flow
-    index -> IP TOS byte (DSCP << 2)."""
-    listeners = {}
-    for dst in sorted({d for _, d in pairs}):
-        with netns.entered(fab.ns(dst)):
-            ls = socket.socket()
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind((fab.host_ip(dst), port))
-        ls.listen(64)
-        listeners[dst] = ls
-    got = [0] * len(pairs)
-    threads = []
-
-    def drain(conn, i):
-        with conn:
-            while True:
-                b = conn.recv(1 << 16)
-                if not b:
-                    return
-                got[i] += len(b)
-
-    clients = []
-    for i, (src, dst) in enumerate(pairs):
-        with netns.entered(fab.ns(src)):
-            c = socket.socket()
-        if tos and i in tos:
-            c.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, tos[i])
-        c.connect((fab.host_ip(dst), port))
-        conn, _ = listeners[dst].accept()
-        t = threading.Thread(target=drain, args=(conn, i), daemon=True)
-        t.start()
-        threads.append(t)
-        clients.append(c)
-    stop = time.monotonic() + seconds
-    buf = bytes(1 << 16)
-
-    def pump(c):
-        c.settimeout(10)
-        with contextlib.suppress(OSError):
-            c.sendall(buf * 4)  # every flow carries something, however late its thread starts in a starved VM
-            while time.monotonic() < stop:
-                c.send(buf)
-        c.close()
-
-    senders = [threading.Thread(target=pump, args=(c,), daemon=True) for c in clients]
-    for t in senders:
-        t.start()
-    for t in senders + threads:
-        t.join(timeout=seconds + 20)
-    for ls in listeners.values():
-        ls.close()
-    return got
 
 
 def test_leafspine_connects_spreads_over_spines_and_tears_down():
@@ -188,42 +96,12 @@ def test_spray_mode_spreads_one_flow_over_both_spines():
 
 @pytest.mark.parametrize("rate", [10.0])
 def test_shaped_path_runs_at_the_configured_rate(rate):
-    topo = DumbbellSpec(senders=1, sender_link=LinkSpec(5 * rate), bottleneck_link=LinkSpec(rate),
-                        bottleneck_queue=QueueSpec("droptail", buffer_bytes=100_000))
-    with built(topo) as fab:
-        result = {}
-
-        ns = fab.ns("s1")
-        with netns.entered(ns):
-            idx = socket.if_nametoindex("s2")
-        raw = RawQdiscDump(ns)  # a read takes microseconds, so its timestamp is the counter's (pyroute2: 100s of ms
-        #                         in the emulated VM, which would skew the rate)
-
-        def root():
-            t = time.monotonic()
-            q = raw.root_stats(idx)
-            return (t + time.monotonic()) / 2, q
-
-        def measure():
-            time.sleep(1.0)  # past slow start
-            t0, a = root()
-            time.sleep(3.0)
-            t1, b = root()
-            assert a.kind == "htb"
-            result["ratio"] = (b.sent_bytes - a.sent_bytes) * 8 / (t1 - t0) / (rate * 1e6)
-            result["root_vs_pyroute2"] = (qdisc.root_stats(ns, "s2")["sent_bytes"], raw.root_stats(idx).sent_bytes)
-
-        m = threading.Thread(target=measure)
-        m.start()
-        got = bulk(fab, [("h1", "r1")], 4.5)
-        m.join()
-        raw.close()
-        late = timer_lateness_ms()
-        print(f"shaper sent / configured rate at {rate} Mbit/s: {result['ratio']:.4f}; received {got[0]} B; "
-              f"1 ms sleeps woke late by p50 {late[0]:.2f} ms, p95 {late[1]:.2f} ms")
-        assert 0.93 <= result["ratio"] <= 1.02, (
-            f"{result}: if the 1 ms sleeps woke late by milliseconds ({late[0]:.2f} / {late[1]:.2f} ms p50 / p95), "
-            "the (emulated) machine is starved of CPU and no software shaper holds its rate")
+    """10 Mbit/s in the lab VM (measured 0.95 of the rate). At 100 Mbit/s the software-emulated VM, whose two vCPUs
+    also run both TCP ends and forward every packet through two routers, carried 0.91 while its timers woke on time
+    (p95 0.69 ms late): that rate is checked on the real CPU by tests/host/test_shaper_real_cpu.py (measured
+    0.97-1.00)."""
+    m = shaped_path_ratio(rate)
+    assert 0.93 <= m["ratio"] <= 1.02, m["why"]
 
 
 def test_netem_delay_sits_on_the_wire_not_in_the_queue():

@@ -1,0 +1,16 @@
+"""The shaper's fidelity on the real CPU: the host kernel has HTB and bfifo (all a drop-tail dumbbell needs), so the
+shaped single path runs here at 10 and 100 Mbit/s, where no emulated CPU stands between the shaper and its rate.
+Counted in bytes as the shaper counts them (HTB root sent_bytes, Ethernet headers included)."""
+
+import pytest
+
+from tests.fabricdrive import shaped_path_ratio
+from testbed import doctor
+
+
+@pytest.mark.parametrize("rate", [10.0, 100.0])
+def test_shaped_path_holds_the_rate_on_the_real_cpu(rate):
+    missing = doctor.missing(["qdisc:htb", "qdisc:bfifo"])
+    assert not missing, f"this kernel lacks {', '.join(missing)}: the shaped path cannot be built here"
+    m = shaped_path_ratio(rate)
+    assert 0.93 <= m["ratio"] <= 1.02, m["why"]
