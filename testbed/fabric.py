@@ -90,7 +90,7 @@ def leaf_queue(q) -> qdisc.LeafQueue:
         return qdisc.LeafQueue("pfifo", limit=q.buffer_packets, avpkt=q.avpkt_bytes)
     if q.discipline == "red":
         return qdisc.LeafQueue("red", limit=q.limit_bytes, min_bytes=q.min_bytes, max_bytes=q.max_bytes,
-                               probability=q.probability, ecn=q.ecn, avpkt=q.avpkt_bytes)
+                               probability=q.probability, ecn=q.ecn, avpkt=q.avpkt_bytes, burst=q.burst_packets)
     if q.discipline == "step":
         k = q.threshold_bytes
         if k + q.avpkt_bytes > q.limit_bytes:

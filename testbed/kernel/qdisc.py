@@ -46,14 +46,21 @@ class LeafQueue:
     ecn: bool = True
     k_bytes: int = 0
     avpkt: int = 1514
+    burst: int | None = None  # red: packets a burst may bring before the average reacts (None: tc's default)
 
-    def tc_args(self) -> tuple[str, dict]:
+    def tc_args(self, rate_bytes: int | None = None) -> tuple[str, dict]:
+        """(qdisc kind, pyroute2 arguments); `rate_bytes`, the link rate in bytes/s, sets RED's idle damping (how
+        fast the average decays while the queue is empty), as `tc ... red bandwidth` does."""
         if self.kind in ("bfifo", "pfifo"):
             return self.kind, {"limit": int(self.limit)}
         if self.kind == "red":
-            return "red", {"limit": self.limit, "min": self.min_bytes, "max": self.max_bytes,
-                           "probability": self.probability, "ecn": self.ecn, "avpkt": self.avpkt,
-                           "harddrop": False}
+            args = {"limit": self.limit, "min": self.min_bytes, "max": self.max_bytes,
+                    "probability": self.probability, "ecn": self.ecn, "avpkt": self.avpkt, "harddrop": False}
+            if self.burst is not None:
+                args["burst"] = self.burst
+            if rate_bytes:
+                args["bandwidth"] = rate_bytes
+            return "red", args
         if self.kind == "step":
             return "red", {"limit": self.limit, "min": self.k_bytes, "max": self.k_bytes + self.avpkt,
                            "probability": 1.0, "ecn": True, "avpkt": self.avpkt, "instantaneous": True}
@@ -121,7 +128,7 @@ def install_port(ipr, idx: int, rate_mbps: float, classes: list[PortClass], defa
     for c in classes:
         ipr.tc("add-class", "htb", index=idx, handle=f"1:{c.minor:x}", parent="1:1", rate=f"{crate * 8}bit",
                ceil=f"{rate * 8}bit", burst=burst, cburst=burst, prio=c.prio, quantum=quanta[c.minor])
-        kind, args = c.queue.tc_args()
+        kind, args = c.queue.tc_args(rate)
         ipr.tc("add", kind, index=idx, handle=f"{c.minor:x}:", parent=f"1:{c.minor:x}", **args)
 
 

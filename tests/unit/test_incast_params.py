@@ -89,6 +89,28 @@ def test_queue_mapping():
     kind, args = leaf_queue(QueueSpec("red", buffer_bytes=100_000, min_bytes=10_000, max_bytes=30_000,
                                       probability=0.2, ecn=True)).tc_args()
     assert kind == "red" and args["ecn"] and args["max"] == 30_000
+    assert "burst" not in args and "bandwidth" not in args
+
+
+def test_red_burst_and_link_rate_reach_the_kernel_encoding():
+    """burst_packets sets RED's EWMA weight (Wlog: a longer tolerated burst averages more slowly), the link rate its
+    idle damping, both as iproute2's `tc qdisc add ... red burst B bandwidth R` computes them."""
+    from testbed.kernel.tcext import _red
+
+    spec = dict(buffer_bytes=200_000, min_bytes=30_000, max_bytes=90_000, probability=0.1, ecn=True)
+    kind, args = leaf_queue(QueueSpec("red", burst_packets=60, **spec)).tc_args(1_250_000)
+    assert args["burst"] == 60 and args["bandwidth"] == 1_250_000
+
+    def parms(q):
+        return dict(_red.get_parameters(q[1])["attrs"])
+
+    tc_default = parms(leaf_queue(QueueSpec("red", **spec)).tc_args(1_250_000))["TCA_RED_PARMS"]
+    slow = parms((kind, args))
+    # default burst (2 min + max) / (3 avpkt) = 34 packets; 60 packets -> a smaller weight 2^-Wlog
+    assert slow["TCA_RED_PARMS"]["Wlog"] > tc_default["Wlog"]
+    fast_link = parms(leaf_queue(QueueSpec("red", burst_packets=60, **spec)).tc_args(125_000_000))
+    assert (fast_link["TCA_RED_PARMS"]["Scell_log"], fast_link["TCA_RED_STAB"]) != \
+        (slow["TCA_RED_PARMS"]["Scell_log"], slow["TCA_RED_STAB"])
 
 
 def test_classes_map_to_htb_classes():
