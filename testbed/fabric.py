@@ -54,6 +54,7 @@ pyroute2.config.disable_mp_signal = True
 MAX_NS_NAME = 48
 _RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
 RTNH_F_ONLINK = 4
+RTAX_LOCK_RTO_MIN = 1 << 13  # RTAX_LOCK bit of RTAX_RTO_MIN (include/uapi/linux/rtnetlink.h)
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 FIRST_MINOR = 0x10
@@ -288,7 +289,10 @@ class Fabric:
                 if r.onlink:
                     kw["flags"] = RTNH_F_ONLINK
             if r.rto_min_ms is not None:
-                kw["metrics"] = {"rto_min": int(r.rto_min_ms)}  # ms, as `ip route ... rto_min`
+                # ms, as `ip route ... rto_min`, and locked as iproute2 always does: TCP takes a route's rto_min
+                # only when its lock bit is set (tcp_rto_min(): dst_metric_locked(dst, RTAX_RTO_MIN)); unlocked,
+                # every connection keeps the 200 ms default
+                kw["metrics"] = {"rto_min": int(r.rto_min_ms), "lock": RTAX_LOCK_RTO_MIN}
             ipr.route("add", **kw)
 
     def _sysctls(self) -> None:
