@@ -472,6 +472,47 @@ def pause_fraction(pfc: pd.DataFrame, run_start: float, run_end: float, by_prio:
     return pd.DataFrame(rows, columns=cols)
 
 
+def rate_by_pause_state(queues: pd.DataFrame, pfc: pd.DataFrame, node: str, port: str, paused_node: str,
+                        paused_port: str, run_end: float, *, cls: str | None = None,
+                        pure: float = 0.1) -> dict:
+    """What a port sent while another port was paused and while it was not: head-of-line blocking from counters.
+
+    ``queues`` samples of ``node:port`` (optionally one class) give sent bytes per sample interval; the pause
+    intervals of ``paused_node:paused_port`` (any priority, from ``pfc``) say how much of each interval it was
+    paused. An interval paused for at least ``1 - pure`` of its length counts as *paused*, one paused for at most
+    ``pure`` as *running*; mixed intervals are left out. Returns ``paused_s``, ``running_s`` (time in each state),
+    ``paused_mbps``, ``running_mbps`` (sent bytes / time; NaN without such intervals), ``paused_intervals``,
+    ``running_intervals``. For the victim of pfc-hol: its receiver's downlink (leaf1:h2) against the paused link it
+    shares with the incast (spine1:leaf1).
+    """
+    q = queues[(queues["node"] == node) & (queues["port"] == port)]
+    if cls is not None:
+        q = q[q["class"].astype(str) == str(cls)]
+    q = q.groupby("t_s", sort=True)["sent_bytes"].sum()
+    t = q.index.to_numpy(dtype=float)
+    sent = q.to_numpy(dtype=float)
+    iv = pause_intervals(pfc, run_end)
+    iv = iv[(iv["node"] == paused_node) & (iv["port"] == paused_port)]
+    spans = list(zip(iv["start_s"], iv["end_s"]))
+    acc = {"paused": [0.0, 0.0, 0], "running": [0.0, 0.0, 0]}  # seconds, bytes, intervals
+    for i in range(len(t) - 1):
+        a, b = t[i], t[i + 1]
+        if b <= a:
+            continue
+        f = _union_length(spans, a, b) / (b - a)
+        state = "paused" if f >= 1 - pure else ("running" if f <= pure else None)
+        if state:
+            acc[state][0] += b - a
+            acc[state][1] += max(sent[i + 1] - sent[i], 0.0)
+            acc[state][2] += 1
+    out = {}
+    for state, (secs, nbytes, n) in acc.items():
+        out[f"{state}_s"] = float(secs)
+        out[f"{state}_mbps"] = float(nbytes * 8 / secs / 1e6) if secs > 0 else math.nan
+        out[f"{state}_intervals"] = n
+    return out
+
+
 # --------------------------------------------------------------------------- scaling
 
 @dataclass(frozen=True)

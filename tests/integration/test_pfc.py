@@ -62,9 +62,22 @@ def _events(out):
 
 
 def test_victim_falls_well_below_its_fair_share_while_paused(lossless):
-    s, _ = lossless
+    s, out = lossless
     assert s["pfc_paused_fraction_max"] > 0.2, s
     assert s["victim_goodput_mbps"] < 0.6 * s["victim_fair_share_mbps"], s
+    # over time, from the run directory's own counters: what reached the victim's receiver (leaf1 -> h2, an idle
+    # port) while the link it shares with the incast (spine1 -> leaf1) was paused, and while it was not
+    from analysis.load import load_run
+    from analysis.metrics import rate_by_pause_state
+
+    run = load_run(out)
+    r = rate_by_pause_state(run.queues, run.pfc, "leaf1", "h2", "spine1", "leaf1", run.time_window()[1])
+    print("victim at leaf1 -> h2 by spine1 -> leaf1's pause state:", r)
+    assert r["paused_intervals"] > 10 and r["running_intervals"] > 10, r
+    # blocked while paused (only what leaf1 had already queued for h2 trickles out), back near its fair share
+    # (1 Mbit/s, its line rate) once the pause lifts
+    assert r["paused_mbps"] < 0.25 * s["victim_fair_share_mbps"], r
+    assert r["running_mbps"] > 0.6 * s["victim_fair_share_mbps"], r
 
 
 def test_pfc_makes_the_class_lossless_and_without_it_the_same_traffic_drops(lossless, lossy):

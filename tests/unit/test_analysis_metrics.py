@@ -278,3 +278,21 @@ def test_scaling_weak_and_strong():
                                          (0.8001, "good"), (float("nan"), "n/a")])
 def test_scaling_verdict_thresholds(eff, verdict):
     assert m.scaling_verdict(eff) == verdict
+
+
+def test_rate_by_pause_state_splits_sample_intervals_by_the_other_ports_pause():
+    # v:x sends 1000 B per 0.1 s except while s:e1 is paused (0.2-0.5 s: it sends nothing then)
+    ts = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    sent = [0, 1000, 2000, 2000, 2000, 2000, 3000, 4000]
+    q = pd.DataFrame({"t_s": ts, "node": "v", "port": "x", "class": "3", "sent_bytes": sent})
+    q = pd.concat([q, q.assign(port="other", sent_bytes=0)])  # another port's rows are ignored
+    ev = _pfc([(0.2, "s", "e1", 3, "xoff", 9), (0.5, "s", "e1", 3, "xon", 0),
+               (0.65, "s", "e1", 3, "xoff", 9), (0.655, "s", "e1", 3, "xon", 0),  # 5% of 0.6-0.7: running
+               (0.15, "s", "e2", 3, "xoff", 9)])  # a different port's pause: not this one
+    r = m.rate_by_pause_state(q, ev, "v", "x", "s", "e1", run_end=0.7)
+    assert r["paused_intervals"] == 3 and r["paused_s"] == approx(0.3) and r["paused_mbps"] == approx(0.0)
+    assert r["running_intervals"] == 4 and r["running_s"] == approx(0.4)
+    assert r["running_mbps"] == approx(4000 * 8 / 0.4 / 1e6)
+    none = m.rate_by_pause_state(q, empty_frame("pfc"), "v", "x", "s", "e1", run_end=0.7)
+    assert none["paused_intervals"] == 0 and math.isnan(none["paused_mbps"]) and none["running_intervals"] == 7
+    assert m.rate_by_pause_state(q, ev, "v", "x", "s", "e1", 0.7, cls="9")["running_intervals"] == 0
