@@ -112,11 +112,20 @@ def build_spec(p: dict, seed: int = 0):
 
 
 def _needs(p: dict) -> tuple[str, ...]:
-    """load_balancing=spray adds qdisc:clsact, cls:basic+meta, act:skbedit and act:mirred (the per-packet sprayer
-    on the leaves' uplinks)."""
+    """What this run needs beyond HTB and bfifo: RED (red, step), ECN, the congestion control if it is not built
+    into every kernel (dctcp, bbr), and for load_balancing=spray qdisc:clsact, cls:basic+meta, act:skbedit and
+    act:mirred (the per-packet sprayer on the leaves' uplinks). A drop-tail incast with cubic or reno therefore
+    runs on a host kernel that has only HTB (`--vm auto` does not boot the lab VM for it)."""
+    need: list[str] = []
+    if p.get("discipline") in ("red", "step"):
+        need.append("qdisc:red+ecn")
+    if p.get("ecn"):
+        need.append("sysctl:ecn")
+    if p.get("cc") in ("dctcp", "bbr"):
+        need.append(f"tcp:{p['cc']}")
     if p.get("load_balancing") == "spray":
-        return ("qdisc:clsact", "cls:basic+meta", "act:skbedit", "act:mirred")
-    return ()
+        need += ["qdisc:clsact", "cls:basic+meta", "act:skbedit", "act:mirred"]
+    return tuple(need)
 
 
 def _validate(p: dict) -> None:
@@ -373,7 +382,7 @@ SCENARIO = Scenario(
     name="incast",
     summary="N senders x B bytes to one receiver at once, R rounds, over a leaf-spine or dumbbell (kernel TCP)",
     params=PARAMS,
-    needs=("qdisc:htb", "qdisc:bfifo", "qdisc:red+ecn"),
+    needs=("qdisc:htb", "qdisc:bfifo"),
     needs_for=_needs,
     run=_run,
     validate=_validate,

@@ -22,7 +22,12 @@ def p(*sets):
 def test_registered_with_units_and_ranges():
     sc = get("incast")
     assert sc.name == "incast"
-    assert set(sc.needs) == {"qdisc:htb", "qdisc:bfifo", "qdisc:red+ecn"}
+    assert set(sc.needs) == {"qdisc:htb", "qdisc:bfifo"}
+    base = {x.name: x.default for x in sc.params}
+    assert set(sc.needs_of(base)) == {"qdisc:htb", "qdisc:bfifo"}  # drop-tail + cubic: any kernel with HTB
+    assert "qdisc:red+ecn" in sc.needs_of({**base, "discipline": "step"})
+    assert {"tcp:dctcp", "sysctl:ecn"} <= set(sc.needs_of({**base, "cc": "dctcp", "ecn": True}))
+    assert "cls:basic+meta" in sc.needs_of({**base, "load_balancing": "spray"})
     names = {x.name for x in sc.params}
     assert names >= {"senders", "block_bytes", "rounds", "host_rate_mbps", "fabric_rate_mbps", "buffer_bytes",
                      "discipline", "ecn", "k_bytes", "cc", "rto_min_ms", "seed", "topology"}
