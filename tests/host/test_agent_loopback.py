@@ -3,7 +3,6 @@ completes with every rank's data verified; a corrupted schedule is caught; a dea
 
 from __future__ import annotations
 
-import csv
 import subprocess
 import time
 

@@ -4,7 +4,6 @@ leaves behind. Every test builds and removes its own fabric (conftest checks for
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import secrets
 import socket
@@ -18,7 +17,7 @@ from testbed.kernel import counters, netns, qdisc, spray
 from testbed.state import RunState
 from testbed.telemetry import QueueSampler, RawQdiscDump
 from tests.fabricdrive import built, bulk, fab_ipr, shaped_path_ratio
-from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec
+from topologies import ClassSpec, DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec
 
 
 def leafspine(rate=50.0, **kw) -> LeafSpineSpec:
