@@ -2,7 +2,9 @@
 
 A buffer far below N x B must overflow (drops at the bottleneck, retransmissions at the senders); a buffer above
 N x B must not drop at all; DCTCP-style step marking must mark instead of drop. Short runs: a few rounds of a few
-hundred kilobytes at 20 Mbit/s.
+hundred kilobytes at 20 Mbit/s. RTOmin's effect on the round tail is tests/host/test_incast_rto_real_cpu.py (the
+host kernel runs a drop-tail incast; measured in this VM too: p99 260-320 ms at rto_min 200 vs 88-136 ms at 5,
+fewer timeouts than on the real CPU and VM stalls in the tail; on the real CPU 251-461 vs 94-99 ms).
 """
 
 from __future__ import annotations
@@ -72,19 +74,3 @@ def test_step_marking_with_dctcp_marks_instead_of_dropping(tmp_path):
     assert s["receiver_ce_packets"] > 0, s
     assert s["bottleneck_drops"] == 0, s
 
-
-def test_rto_min_sets_the_round_tail(tmp_path):
-    """The same drop-tail incast (dumbbell, 8 senders x 16 kB into 8 kB at 20 Mbit/s, 20 rounds) with rto_min
-    200 ms and 5 ms. A round whose tail is lost waits for the retransmission timer, which rto_min floors. In the
-    emulated VM fewer rounds time out than on the real CPU (5-13 timeouts per run vs 56-93) and VM stalls add
-    their own tail, so the band is wider than tests/host/test_incast_rto_real_cpu.py's: measured p99 260-320 ms
-    vs 88-136 ms (x1.9-3.6)."""
-    base = dict(topology="dumbbell", senders=8, block_bytes=16_000, rounds=20, buffer_bytes=8_000,
-                host_rate_mbps=20, fabric_rate_mbps=40)
-    s = {rto: run_scenario(INCAST, params(rto_min_ms=rto, **base), 1, tmp_path / f"rto{rto}", quiet=True)
-         for rto in (200, 5)}
-    print("rto_min:", {rto: {k: v[k] for k in ("round_ms_p50", "round_ms_p95", "round_ms_p99", "tcp_timeouts",
-                                               "bottleneck_drops")} for rto, v in s.items()})
-    assert s[200]["tcp_timeouts"] > 0 and s[5]["tcp_timeouts"] > 0, s
-    assert s[200]["round_ms_p99"] > 200, s[200]  # a round that timed out waited at least rto_min
-    assert s[200]["round_ms_p99"] > 1.4 * s[5]["round_ms_p99"], s
