@@ -26,6 +26,10 @@ so it does not reorder).
 ECN: every IPv4/IPv6 packet's ECN field is read; ``11`` is **CE** (marked by a queue), ``01``/``10`` ECT
 (ECN-capable).
 
+PFC: 802.1Qbb MAC control frames (EtherType 0x8808, opcode 0x0101; dissected with scapy's
+``scapy.contrib.mac_control``) are counted per priority: an enabled priority with a pause time > 0 is an **XOFF**,
+with pause time 0 an **XON** (testbed.pfc's controller sends them when ``pause_frames`` is on).
+
 :func:`decode` reads a file, :func:`decode_packets` any iterable of scapy packets; :meth:`Capture.summary` gives
 the ``wire_*`` numbers a run puts in summary.json. ``python -m analysis.capture FILE.pcap`` prints them.
 Pure logic: no kernel, no fabric, only the file.
@@ -165,6 +169,8 @@ class Capture:
     ect: int = 0
     qps: dict[tuple[str, str, int], QpStats] = field(default_factory=dict)
     tcp: dict[tuple[str, int, str, int], TcpFlowStats] = field(default_factory=dict)
+    pfc_frames: int = 0
+    pfc: Counter = field(default_factory=Counter)  # (priority, "xoff" | "xon") -> frames
     notes: list[str] = field(default_factory=list)
 
     def qp_frame(self) -> pd.DataFrame:
@@ -197,6 +203,10 @@ class Capture:
             "wire_tcp_retransmitted_segments": sum(x.retransmitted for x in t),
             "wire_ce_marked_packets": self.ce_marked,
             "wire_ect_packets": self.ect,
+            "wire_pfc_frames": self.pfc_frames,
+            "wire_pfc_xoff_frames": sum(n for (_, kind), n in self.pfc.items() if kind == "xoff"),
+            "wire_pfc_xon_frames": sum(n for (_, kind), n in self.pfc.items() if kind == "xon"),
+            "wire_pfc_by_priority": "; ".join(f"{prio}:{kind}={n}" for (prio, kind), n in sorted(self.pfc.items())),
         }
 
 
@@ -207,6 +217,8 @@ def _roce_layers():
 
 
 _ETH_IPV4, _ETH_IPV6, _ETH_VLAN = 0x0800, 0x86DD, (0x8100, 0x88A8)
+_ETH_MAC_CONTROL = 0x8808
+_PFC_OPCODE = 0x0101
 _IPPROTO_TCP, _IPPROTO_UDP = 6, 17
 #: pcap link types this decoder reads, and where the network-layer header starts (None: Ethernet, walk VLANs)
 LINKTYPES = {1: None, 113: 16, 276: 20, 101: 0, 12: 0, 228: 0, 229: 0}
@@ -239,6 +251,9 @@ class _Decoder:
     def frame(self, linktype: int, data: bytes) -> None:
         cap = self.cap
         cap.packets += 1
+        if linktype == 1 and len(data) >= 16 and data[12:14] == b"\x88\x08":
+            self._mac_control(data)
+            return
         off = _l3_offset(linktype, data)
         if off is None or len(data) < off + 1:
             return
@@ -287,6 +302,20 @@ class _Decoder:
             if ecn == 3:
                 f.ce += 1
             f.segment(seq, payload + (1 if flags & 0x02 else 0) + (1 if flags & 0x01 else 0))  # SYN, FIN
+
+
+    def _mac_control(self, data: bytes) -> None:
+        """An 802.3 MAC control frame: PFC (802.1Qbb) frames are counted per priority as XOFF / XON."""
+        if struct.unpack_from("!H", data, 14)[0] != _PFC_OPCODE:
+            return
+        from scapy.contrib.mac_control import MACControlClassBasedFlowControl
+
+        pfc = MACControlClassBasedFlowControl(bytes(data[14:34]).ljust(20, b"\0"))
+        self.cap.pfc_frames += 1
+        for prio in range(8):
+            if getattr(pfc, f"c{prio}_enabled"):
+                kind = "xoff" if getattr(pfc, f"c{prio}_pause_time") > 0 else "xon"
+                self.cap.pfc[(prio, kind)] += 1
 
 
 def decode_packets(packets: Iterable, path: Path | None = None) -> Capture:

@@ -238,7 +238,7 @@ class PfcController:
     queues.csv, and pfc.summary() reports zeros (the lossy baseline uses the same sampling load)."""
 
     def __init__(self, fabric, interval_s: float = 0.001, watchdog_ms: float = 0.0, watchdog_restore_ms: float = 200.0,
-                 enabled: bool = True, host_every: int = 10, min_sleep_s: float = 0.0005):
+                 enabled: bool = True, host_every: int = 10, min_sleep_s: float = 0.0005, frames: bool = False):
         from testbed.fabric import FIRST_MINOR
 
         self.host_every = max(1, int(host_every))
@@ -250,6 +250,9 @@ class PfcController:
         self.watchdog_s = watchdog_ms / 1000.0
         self.restore_s = watchdog_restore_ms / 1000.0
         self.enabled = enabled
+        self.frames = None  # testbed.pfcframe.PauseFrames when frames=True (opened by install)
+        self._want_frames = bool(frames) and enabled
+        self.frames_sent = self.frame_errors = 0
         self.events: list[tuple] = []
         self.queue_rows: list[tuple] = []
         self.reactions: list[float] = []  # ack - last sample below XOFF
@@ -317,6 +320,50 @@ class PfcController:
             finally:
                 ps.close()
                 ipr.close()
+        if self._want_frames:
+            self._open_frames()
+
+    def _frame_port(self, u: LosslessQueue) -> tuple[str, str]:
+        """(namespace, ifname) of the switch port that sends PFC frames to the paused port u (u's link peer)."""
+        plan = self._plans[(u.node, u.port)]
+        return self.fabric.ns(plan.peer), plan.peer_ifname
+
+    def _open_frames(self) -> None:
+        from testbed.pfcframe import PauseFrames
+
+        self.frames = PauseFrames()
+        paused = {k for q in self.queues.values() for k in q.feeders}
+        for k in sorted(paused):
+            u = self.queues[k]
+            ns, ifn = self._frame_port(u)
+            self.frames.open(ns, ifn, [u.pcp])
+
+    def class_drops(self) -> dict[tuple[str, str, int], int]:
+        """Cumulative drops of every lossless class on every switch port now, {(node, port, minor): drops} (one
+        raw qdisc dump per switch namespace; call before and after a run for the lossless drops in between)."""
+        from testbed.telemetry import RawQdiscDump
+
+        out: dict[tuple[str, str, int], int] = {}
+        by_ns: dict[str, list[LosslessQueue]] = {}
+        for q in self.queues.values():
+            if q.is_switch:
+                by_ns.setdefault(q.ns, []).append(q)
+        for ns, qs in by_ns.items():
+            dump = RawQdiscDump(ns)
+            try:
+                per_if = dump.leaf_stats()
+            finally:
+                dump.close()
+            for q in qs:
+                for st in per_if.get(q.ifindex, ()):
+                    if st.minor == q.minor:
+                        out[q.key] = st.drops
+        return out
+
+    def close(self) -> None:
+        """Close what install() opened for the controller (the PFC frame sockets)."""
+        if self.frames is not None:
+            self.frames.close()
 
     # ---- control ----
 
@@ -359,7 +406,7 @@ class PfcController:
                 "error": repr(self._error) if self._error else None,
                 "events": self.events, "queue_rows": self.queue_rows, "reactions": self.reactions,
                 "controls": self.controls, "ticks": self.ticks, "t_start": self.t_start, "t_stop": self.t_stop,
-                "sched": sched,
+                "sched": sched, "frames": (self.frames.sent, self.frames.errors) if self.frames else (0, 0),
                 "queues": {k: (q.paused_total, q.pause_events, q.watchdog_events, q.peak_over_xoff,
                                q.leak_bytes_max) for k, q in self.queues.items()},
             })
@@ -384,6 +431,7 @@ class PfcController:
         self.reactions, self.controls = res["reactions"], res["controls"]
         self.ticks, self.t_start, self.t_stop = res["ticks"], res["t_start"], res["t_stop"]
         self.sched = res["sched"]
+        self.frames_sent, self.frame_errors = res["frames"]
         for k, vals in res["queues"].items():
             q = self.queues[k]
             q.paused_total, q.pause_events, q.watchdog_events, q.peak_over_xoff, q.leak_bytes_max = vals
@@ -463,6 +511,7 @@ class PfcController:
                         plugs[q.ns].release(q.ifindex, q.plug_handle, q.plug_parent)
                     q.paused_total += self.t_stop - q.paused_since
                     q.paused = False
+                    self._frame(q, pause=False)
                     self.events.append((self.t_stop, q.node, q.port, q.pcp, "xon", q.backlog))
             for s in list(dumps.values()) + list(plugs.values()):
                 with contextlib.suppress(Exception):
@@ -510,6 +559,7 @@ class PfcController:
                     continue
                 plugs[u.ns].block(u.ifindex, u.plug_handle, u.plug_parent)
                 ack = time.monotonic()
+                self._frame(u, pause=True)
                 u.paused, u.paused_since, u.sent_at_pause = True, ack, None
                 u.pause_events += 1
                 self.reactions.append(ack - trig.t_below)
@@ -518,9 +568,16 @@ class PfcController:
             else:
                 plugs[u.ns].release(u.ifindex, u.plug_handle, u.plug_parent)
                 ack = time.monotonic()
+                self._frame(u, pause=False)
                 u.paused = False
                 u.paused_total += ack - u.paused_since
                 self.events.append((ack, u.node, u.port, u.pcp, "xon", u.backlog))
+
+    def _frame(self, u: LosslessQueue, pause: bool) -> None:
+        """The 802.1Qbb frame for this transition, sent by u's link peer towards u (when frames are on)."""
+        if self.frames is not None:
+            ns, ifn = self._frame_port(u)
+            self.frames.send(ns, ifn, u.pcp, pause)
 
     def _watchdog(self, plugs: dict) -> None:
         now = time.monotonic()
@@ -576,6 +633,8 @@ class PfcController:
             "pfc_pause_events_by_port": "; ".join(f"{q.node}:{q.port}={q.pause_events}"
                                                   for q in sorted(ups, key=lambda q: (q.node, q.port))),
             "pfc_watchdog_events": sum(q.watchdog_events for q in self.queues.values()),
+            "pfc_frames_sent": self.frames_sent,  # 802.1Qbb frames put on the wire (0: frames off)
+            "pfc_frame_errors": self.frame_errors,
             "pfc_xoff_crossings": sum(1 for e in self.events if e[4] == "above_xoff"),
             "pfc_reaction_ms_mean": (sum(self.reactions) / len(self.reactions) * 1e3) if self.reactions else None,
             "pfc_reaction_ms_p95": _pct(self.reactions, 95) * 1e3 if self.reactions else None,

@@ -65,6 +65,10 @@ PARAMS = [
           "(cubic's HyStart leaves it early on a deep buffer)",
           choices=("cubic", "reno", "dctcp", "bbr")),
     Param("rto_min_ms", int, 200, "ms", "per-route TCP rto_min on the hosts", min=1, max=120_000),
+    Param("pause_frames", bool, True, "", "send each pause and resume as a real 802.1Qbb PFC frame on the link "
+          "(a capture shows them; the plug qdisc does the pausing either way)"),
+    Param("capture", str, "", "", "packet capture at one port, NODE:IFNAME (e.g. spine1:leaf1, a port that gets "
+          "paused: it receives the PFC frames); empty: none. Decoded into the wire_* summary numbers"),
     Param("seed", int, 0, "", "multipath hash seed (0: the run's --seed)", min=0, max=2**32 - 1),
 ]
 
@@ -129,7 +133,10 @@ def build_spec(p: dict, seed: int = 0):
 
 
 def _validate(p: dict) -> None:
-    build_spec(p)
+    from testbed import capture
+
+    topo = build_spec(p)[0]
+    capture.parse_spec(p["capture"], topo.addresses)
 
 
 def maxmin_share(victim_cap: float, incast_caps: list[float], link: float) -> float:
@@ -194,10 +201,23 @@ def _run(p: dict, ctx: RunContext) -> dict:
     ctx.rundir.manifest["topology"] = fabric.describe()
     ctx.rundir.write_manifest()
     pfc = PfcController(fabric, interval_s=p["poll_interval_ms"] / 1000.0, watchdog_ms=p["watchdog_ms"],
-                        watchdog_restore_ms=p["watchdog_restore_ms"], enabled=e["lossless"])
+                        watchdog_restore_ms=p["watchdog_restore_ms"], enabled=e["lossless"],
+                        frames=p["pause_frames"])
     if not pfc.queues:  # lossy: watch the same class on every switch port anyway (queues.csv, drops)
         pfc = _lossy_watch(fabric, p)
+    ctx.on_teardown(pfc.close)
     pfc.install()
+
+    from testbed import capture as capm
+
+    cap = None
+    where = capm.parse_spec(p["capture"], topo.addresses)
+    if where:
+        cap = capm.PortCapture(fabric.ns(where[0]), where[0], where[1], ctx.rundir.path / capm.file_name(*where),
+                               netns.popen)
+        ctx.on_teardown(cap.stop)
+        cap.start()
+        ctx.progress(f"capturing {where[0]}:{where[1]} into {cap.path.name} (tcpdump -s {cap.snaplen})")
 
     cc = e["cc"].encode()
     tos = DSCP_LOSSLESS << 2
@@ -273,6 +293,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
     time.sleep(0.05)
     t_end = time.monotonic()
     pfc.stop()
+    cap_stats = cap.stop() if cap else {}
     sink.stopping.set()
     sink.join(timeout=5)
     after_q = class_stats()
@@ -325,6 +346,10 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "wall_s": t_end - t0,
     }
     s.update(pfc.summary())
+    if cap:
+        from testbed.scenarios.wire import wire_summary
+
+        s.update(wire_summary(cap, cap_stats, ctx.progress, "pfc-hol"))
     return s
 
 

@@ -4,8 +4,8 @@ Same traffic in every mode (1 Mbit/s host links, 3 Mbit/s fabric, 120 kB switch 
 headroom 100 kB; the software-emulated lab VM carries little more; its controller reacted in at most 41-64 ms,
 which needs 19-27 kB of headroom): with PFC the lossless class drops nothing while the same traffic without PFC
 drops at h1's port; the victim loses most of its fair share while pauses are active, pauses cascade leaf1 ->
-spine1 -> leaf2 -> hosts; DCTCP marking at K below XOFF cuts the pauses (measured 148/175 -> 56/70); the watchdog
-releases long pauses.
+spine1 -> leaf2 -> hosts, and each pause and resume crosses the link as an 802.1Qbb frame; DCTCP marking at K
+below XOFF cuts the pauses (measured 148/175 -> 56/70); the watchdog releases long pauses.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def _run(tmp_path_factory, name, **kw):
 
 @pytest.fixture(scope="module")
 def lossless(tmp_path_factory):
-    return _run(tmp_path_factory, "lossless", mode="lossless")
+    # captured at spine1's port towards leaf1: a port that gets paused, so it receives leaf1's PFC frames
+    return _run(tmp_path_factory, "lossless", mode="lossless", capture="spine1:leaf1")
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +116,22 @@ def test_pauses_propagate_leaf_to_spine_to_leaf(lossless):
     assert first[("spine1", "leaf1")] < first[("leaf2", "spine1")], first
     crossings = {(e["node"], e["port"]) for e in _events(out) if e["event"] == "above_xoff"}
     assert {("leaf1", "h1"), ("spine1", "leaf1")} <= crossings, crossings
+
+
+def test_every_pause_and_resume_is_an_802_1qbb_frame_on_the_wire(lossless):
+    s, out = lossless
+    ev = _events(out)
+    mine = [e["event"] for e in ev if (e["node"], e["port"]) == ("spine1", "leaf1")]
+    xoff, xon = mine.count("xoff"), mine.count("xon")
+    print(f"spine1:leaf1 paused {xoff} times; the capture there: {s.get('wire_pfc_by_priority')!r}, "
+          f"{s.get('wire_packets')} packets, {s.get('wire_capture_kernel_drops')} dropped by the kernel")
+    assert s["wire_capture_port"] == "spine1:leaf1" and s["wire_capture_kernel_drops"] == 0, s
+    assert xoff > 0 and s["wire_tcp_segments"] > 0
+    # leaf1 sent one XOFF (priority 3, pause time 0xffff) per pause of that port and one XON per resume
+    assert (s["wire_pfc_xoff_frames"], s["wire_pfc_xon_frames"]) == (xoff, xon), s
+    assert s["wire_pfc_by_priority"] == f"3:xoff={xoff}; 3:xon={xon}", s
+    every = [e["event"] for e in ev]
+    assert s["pfc_frames_sent"] == every.count("xoff") + every.count("xon") and s["pfc_frame_errors"] == 0, s
 
 
 def test_watchdog_releases_long_pauses(tmp_path_factory):

@@ -136,7 +136,8 @@ def test_non_ip_and_other_udp_are_counted_not_decoded(tmp_path):
 def test_empty_pcap_has_no_packets(tmp_path):
     cap = decode(write(tmp_path, []))  # header only: a capture that saw nothing
     assert cap.packets == 0 and cap.notes == []
-    assert all(v == 0 for v in cap.summary().values())
+    s = cap.summary()
+    assert s.pop("wire_pfc_by_priority") == "" and all(v == 0 for v in s.values())
     assert cap.qp_frame().empty and "retransmitted" in cap.qp_frame().columns
     zero = tmp_path / "zero.pcap"
     zero.write_bytes(b"")  # tcpdump killed before it wrote the header
@@ -171,3 +172,16 @@ def test_find_captures_and_cli(tmp_path, capsys):
     assert out["wire_roce_retransmitted_packets"] == 1 and out["notes"] == []
     assert main([str(tmp_path / "nope.pcap")]) == 2
     assert "no such capture file" in capsys.readouterr().err
+
+
+def test_pfc_frames_are_counted_per_priority(tmp_path):
+    from testbed.pfcframe import pfc_frame
+
+    xoff, xon = pfc_frame("02:00:00:00:00:01", 3, 0xFFFF), pfc_frame("02:00:00:00:00:01", 3, 0)
+    other = pfc_frame("02:00:00:00:00:01", 5, 100)
+    pause_8023x = bytes.fromhex("0180c2000001020000000001" "8808" "0001" "ffff").ljust(60, b"\0")  # not PFC
+    path = write(tmp_path, [Ether(xoff), seg(1000, 100), Ether(xon), Ether(xoff), Ether(other), Ether(pause_8023x)])
+    s = decode(path).summary()
+    assert s["wire_pfc_frames"] == 4 and s["wire_pfc_xoff_frames"] == 3 and s["wire_pfc_xon_frames"] == 1
+    assert s["wire_pfc_by_priority"] == "3:xoff=2; 3:xon=1; 5:xoff=1"
+    assert s["wire_tcp_segments"] == 1 and s["wire_packets"] == 6

@@ -181,3 +181,43 @@ def test_registered():
     sc = get("pfc-hol")
     assert sc.name == "pfc-hol" and "qdisc:plug" in sc.needs
     assert {"mode", "xoff_bytes", "xon_bytes", "headroom_bytes", "watchdog_ms"} <= {x.name for x in sc.params}
+
+
+class FakeFrames:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, ns, ifname, pcp, pause):
+        self.sent.append((ns, ifname, pcp, pause))
+
+
+def test_each_pause_and_resume_is_a_frame_from_the_paused_ports_peer():
+    ctl, _ = _controller()
+    ctl.frames = FakeFrames()
+    plugs = FakePlugs()
+    fake = {q.ns: plugs for q in ctl.queues.values()}
+    down = ctl.queues[("leaf1", "h1", 0x11)]
+    leaf1 = [x for x in ctl.queues.values() if x.node == "leaf1"]
+    ctl._watch(down, 1.0, 16_000)
+    ctl._drive(leaf1, fake)
+    # leaf1 is congested towards h1: it sends XOFF out of its ports to h2, h3 and spine1 (the paused feeders)
+    ns = ctl.fabric.ns("leaf1")
+    assert sorted(ctl.frames.sent) == sorted([(ns, "h2", 3, True), (ns, "h3", 3, True), (ns, "spine1", 3, True)])
+    ctl._watch(down, 1.1, 7_000)
+    ctl._drive(leaf1, fake)
+    assert sorted(ctl.frames.sent[3:]) == sorted([(ns, "h2", 3, False), (ns, "h3", 3, False),
+                                                  (ns, "spine1", 3, False)])
+
+
+def test_pfc_frame_layout():
+    from testbed.pfcframe import pfc_frame
+
+    f = pfc_frame("02:00:00:00:00:01", 3, 0xFFFF)
+    assert len(f) == 60  # padded to the 64-byte minimum (without FCS)
+    assert f[:6] == bytes.fromhex("0180c2000001") and f[6:12] == bytes.fromhex("020000000001")
+    assert struct.unpack("!HHH", f[12:18]) == (0x8808, 0x0101, 1 << 3)  # MAC control, PFC, priority 3 enabled
+    times = struct.unpack("!8H", f[18:34])
+    assert times == (0, 0, 0, 0xFFFF, 0, 0, 0, 0)
+    assert struct.unpack("!8H", pfc_frame("02:00:00:00:00:01", 3, 0)[18:34]) == (0,) * 8  # XON
+    with pytest.raises(ValueError):
+        pfc_frame("02:00:00:00:00:01", 8, 1)
