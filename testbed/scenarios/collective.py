@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-import time
 
 from testbed.errors import UsageError
 from testbed.params import Param
@@ -52,7 +51,16 @@ PARAMS = [
     Param("background", str, "", "", "background bulk flows SRC>DST host pairs, e.g. h1>h3,h2>h4"),
     Param("bg_dscp", int, 0, "", "DSCP of background flows", min=0, max=63),
     Param("bg_rate_mbps", float, 0.0, "Mbit/s", "pace each background flow (0: unpaced bulk)", min=0, max=100_000),
-    Param("dscp", int, 0, "", "DSCP of the collective's traffic", min=0, max=63),
+    Param("dscp", int, 0, "", "DSCP of the collective's traffic (pfc=on with 0: 26, the lossless class)", min=0,
+          max=63),
+    Param("pfc", str, "off", "", "off, or on: the collective's DSCP is a lossless class (802.1p priority 3) that "
+          "PFC pauses hop by hop (testbed.pfc, with 802.1Qbb frames on the wire); background flows stay lossy",
+          choices=("off", "on")),
+    Param("pfc_xoff_bytes", int, 32_000, "bytes", "PFC XOFF threshold of the lossless class (pfc=on)", min=1,
+          max=1 << 30),
+    Param("pfc_xon_bytes", int, 16_000, "bytes", "PFC XON threshold (pfc=on)", min=0, max=1 << 30),
+    Param("pfc_headroom_bytes", int, 0, "bytes", "buffer above XOFF for what arrives during the controller's "
+          "reaction (0: all of buffer_bytes above XOFF)", min=0, max=1 << 30),
     Param("cc", str, "cubic", "", "congestion control (set per socket)", choices=("cubic", "reno", "dctcp", "bbr")),
     Param("rto_min_ms", int, 0, "ms", "per-route TCP rto_min on the hosts (0: kernel default 200)", min=0,
           max=120_000),
@@ -85,17 +93,42 @@ OPS_COLUMNS = ["iteration", "op", "op_index", "collective", "rank", "host", "sta
 # ---- plan (pure; also what validate() runs) ---------------------------------------------------------------------
 
 
+#: 802.1p priority and default DSCP of the collective's lossless class with pfc=on (26: AF31, common for RoCEv2)
+PFC_PCP = 3
+PFC_DSCP = 26
+
+
+def collective_dscp(p: dict) -> int:
+    """The DSCP the agents put on the collective's packets: ``dscp``, or with pfc=on and dscp 0 the lossless
+    class's default (DSCP 0 is the lossy default class)."""
+    return p["dscp"] or (PFC_DSCP if p.get("pfc") == "on" else 0)
+
+
 def build_spec(p: dict, seed: int = 0):
-    from topologies import HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
+    """The leaf-spine; with pfc=on two classes of equal weight on every port (weighted round robin, as ETS shares
+    a port): ``bulk`` (lossy, default: background flows, anything unmarked) and ``collective`` (the collective's
+    DSCP, lossless)."""
+    from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
 
     try:
         q = QueueSpec("droptail", buffer_bytes=p["buffer_bytes"])
         tcp = HostTcpSpec(congestion_control=p["cc"], rto_min_ms=p["rto_min_ms"] or None)
+        classes = None
+        if p.get("pfc") == "on":
+            d = collective_dscp(p)
+            if d == p["bg_dscp"] and p["background"].strip():
+                raise UsageError(f"pfc=on: the background flows' bg_dscp ({p['bg_dscp']}) must differ from the "
+                                 f"collective's lossless DSCP ({d})")
+            head = p["pfc_headroom_bytes"] or max(0, p["buffer_bytes"] - p["pfc_xoff_bytes"])
+            classes = (ClassSpec("bulk", dscp=[0], weight=1, default=True),
+                       ClassSpec("collective", dscp=[d], weight=1, lossless=True, pcp=PFC_PCP,
+                                 xoff_bytes=p["pfc_xoff_bytes"],
+                                 xon_bytes=p["pfc_xon_bytes"], headroom_bytes=head))
         return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
                              host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"]),
                              fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"]),
                              host_queue=q, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, tcp=tcp,
-                             seed=seed % 256)
+                             seed=seed % 256, **({"classes": classes} if classes else {}))
     except SpecError as e:
         raise UsageError(str(e)) from None
 
@@ -186,8 +219,11 @@ def _validate(p: dict) -> None:
 
 def _needs(p: dict) -> tuple[str, ...]:
     """transport=rdma adds rxe:netns and pyverbs (SoftRoCE across namespaces, the RDMA agents); loss_percent > 0
-    adds qdisc:netem, cls:u32 and act:mirred (netem on an IFB fed from the lossy port's ingress)."""
+    adds qdisc:netem, cls:u32 and act:mirred (netem on an IFB fed from the lossy port's ingress); pfc=on adds
+    qdisc:plug (the pause) and the classifier of the DSCP classes."""
     extra: tuple[str, ...] = ()
+    if p.get("pfc") == "on":
+        extra += ("qdisc:plug", "cls:u32")
     if p.get("transport") == "rdma":
         extra += ("rxe:netns", "pyverbs")
     if (p.get("loss_percent") or 0) > 0:
@@ -281,11 +317,24 @@ def _run(p: dict, ctx: RunContext) -> dict:
         cap.start()
         ctx.progress(f"capturing {where[0]}:{where[1]} into {cap.path.name} (tcpdump -s {cap.snaplen})")
 
+    pfc = None
+    if p["pfc"] == "on":
+        from testbed.pfc import PfcController
+
+        pfc = PfcController(fabric, interval_s=0.001, frames=True)
+        ctx.on_teardown(pfc.close)
+        pfc.install()
+        pfc_drops_before = pfc.class_drops()
+        pfc.start()  # forked now, before the agents and the sampler add threads
+        ctx.on_teardown(pfc.stop)
+        ctx.progress(f"PFC on DSCP {collective_dscp(p)} (802.1p {PFC_PCP}): XOFF {p['pfc_xoff_bytes']} B, "
+                     f"XON {p['pfc_xon_bytes']} B, {len(pfc.queues)} lossless queues")
+
     members = [Member(r, placement.host_of(r), fabric.ns(placement.host_of(r)),
                       fabric.host_ip(placement.host_of(r))) for r in range(n)]
     host_of = {m.rank: m.host for m in members}
     job_doc = {"ranks": n, "seed": pl["seed"], "verify": p["verify"], "timeout_s": p["timeout_s"],
-               "transport": {"kind": p["transport"], "cc": p["cc"], "dscp": p["dscp"],
+               "transport": {"kind": p["transport"], "cc": p["cc"], "dscp": collective_dscp(p),
                              **({"rdma": {"devices": {str(m.rank): fabric.rxe[m.host][0] for m in members},
                                           "mtu": p["rdma_mtu"], "timeout": p["rdma_timeout"],
                                           "retry_cnt": p["rdma_retry_cnt"], "rnr_retry": p["rdma_rnr_retry"],
@@ -337,6 +386,8 @@ def _run(p: dict, ctx: RunContext) -> dict:
         if sampler and sampler in started:
             sampler.stop()
         cap_stats = cap.stop() if cap else {}
+        if pfc:
+            pfc.stop()
     after = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
     rdma_after = ({h: rdma_counters(fabric.ns(h), fabric.rxe[h][0]) for h in hosts if h in fabric.rxe}
                   if rdma else {})
@@ -361,6 +412,8 @@ def _run(p: dict, ctx: RunContext) -> dict:
                               for h in sorted(d) for k, v in sorted(d[h].items())])
     if sampler:
         sampler.write(ctx.rundir)
+    if pfc:
+        pfc.write(ctx.rundir, queues=not sampler)  # the sampler's queues.csv covers every port when it ran
 
     # ---- metrics ----
     ccts = jobm.op_cct(rows)
@@ -482,34 +535,20 @@ def _run(p: dict, ctx: RunContext) -> dict:
         summary["rdma_timeout_retries"] = max(0, rdelta("completer_retry_err") - rdelta("rcvd_seq_err"))
         summary["rdma_path_mtu"] = next((r.get("transport", {}).get("path_mtu") for r in res.per_rank.values()
                                          if isinstance(r.get("transport"), dict)), None)
+    if pfc:
+        drops = pfc.class_drops()
+        summary["pfc"] = "on"
+        summary["lossless_drops"] = sum(v - pfc_drops_before.get(k, 0) for k, v in drops.items())
+        summary.update(pfc.summary())
     if cap:
-        summary.update(_wire_summary(cap, cap_stats, ctx.progress))
+        from testbed.scenarios.wire import wire_summary
+
+        summary.update(wire_summary(cap, cap_stats, ctx.progress, "collective"))
     if not res.verified:
         ctx.rundir.finish(summary)  # keep the evidence, then fail the run (exit status 1, teardown still runs)
         print(f"testbed: collective: data verification failed: {summary['mismatches']}", file=sys.stderr)
         raise SystemExit(1)
     return summary
-
-
-def _wire_summary(cap, stats: dict, progress) -> dict:
-    """The capture's wire_* numbers (analysis.capture) plus tcpdump's own counts."""
-    from analysis.capture import CaptureError, decode
-
-    t = time.monotonic()
-    out = {"wire_capture_port": f"{cap.node}:{cap.ifname}", "wire_capture_file": cap.path.name,
-           "wire_capture_kernel_drops": stats.get("dropped")}
-    try:
-        decoded = decode(cap.path)
-    except CaptureError as e:
-        print(f"testbed: collective: capture not decoded: {e}", file=sys.stderr)
-        return out
-    out.update(decoded.summary())
-    if decoded.notes:
-        out["wire_capture_notes"] = "; ".join(decoded.notes)
-    progress(f"decoded {decoded.packets} captured packets in {time.monotonic() - t:.1f} s: "
-             f"{out['wire_roce_retransmitted_packets']} RoCE packets retransmitted, {out['wire_roce_naks']} NAKs, "
-             f"{out['wire_tcp_retransmitted_segments']} TCP segments retransmitted")
-    return out
 
 
 def _tcpinfo_deltas(rows) -> dict:

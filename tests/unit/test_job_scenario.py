@@ -106,3 +106,30 @@ def test_bound_counts_header_bytes_on_the_wire():
     assert abs(payload_efficiency("rdma", 1500) - 1024 / 1082) < 1e-12
     assert abs(payload_efficiency("rdma", 1500, 512) - 512 / 570) < 1e-12
     assert abs(payload_efficiency("tcp", 9000) - 8948 / 9014) < 1e-12
+
+
+def test_pfc_on_makes_the_collectives_dscp_a_lossless_class():
+    from testbed.scenarios.collective import build_spec, collective_dscp
+
+    p = params(pfc="on")
+    assert collective_dscp(p) == 26 and collective_dscp(params()) == 0 and collective_dscp(params(dscp=10)) == 10
+    topo = build_spec(p)
+    bulk, coll = topo.classes
+    assert (bulk.name, bulk.default, bulk.lossless, list(bulk.dscp)) == ("bulk", True, False, [0])
+    assert (coll.name, coll.lossless, coll.pcp, list(coll.dscp)) == ("collective", True, 3, [26])
+    # headroom 0 means: the whole buffer above XOFF
+    assert coll.xoff_bytes + coll.headroom_bytes == p["buffer_bytes"] and coll.xon_bytes < coll.xoff_bytes
+    assert build_spec(params()).classes != topo.classes  # pfc=off: the single default class
+    sc = get("collective")
+    assert "qdisc:plug" in sc.needs_of(p) and "qdisc:plug" not in sc.needs_of(params())
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(pfc="on", pfc_xon_bytes=40_000), "xon_bytes: must be < xoff_bytes"),
+    (dict(pfc="on", pfc_headroom_bytes=300_000), "must fit the buffer"),
+    (dict(pfc="on", background="h1>h3", bg_dscp=26), "bg_dscp \\(26\\) must differ"),
+    (dict(pfc="maybe"), "pfc"),
+])
+def test_pfc_bad_input(kw, msg):
+    with pytest.raises(UsageError, match=msg):
+        get("collective").validate(params(**kw))
