@@ -1,7 +1,8 @@
 """`testbed sweep` on the real kernel (inside the lab VM): a 3-point sweep of incast senders.
 
 The sweep runs in-process (`testbed.cli.main([... "--vm", "never"])`, as the lab VM's re-executed sweep does),
-writes one run directory per point, sweep.csv / sweep.md and the metric plots. Then the points' own data
+writes one run directory per point (a dumbbell: fewer namespaces to build than a leaf-spine in the emulated VM, the
+same bottleneck), sweep.csv / sweep.md and the metric plots. Then the points' own data
 (rounds.csv, queues.csv) must show the incast lesson: more senders into one 20 Mbit/s port with a 16 kB buffer
 -> longer rounds and more drops at the bottleneck, and a loss rate above the single sender's (the rate itself
 saturates once every round overflows the buffer, so it need not keep rising from 4 to 8 senders).
@@ -20,7 +21,7 @@ from testbed import cli
 
 SENDERS = (1, 4, 8)
 FIXED = {"block_bytes": "64000", "rounds": "3", "buffer_bytes": "16000", "host_rate_mbps": "20",
-         "fabric_rate_mbps": "40", "discipline": "droptail"}
+         "fabric_rate_mbps": "40", "discipline": "droptail", "topology": "dumbbell"}
 
 
 def _rows(path):
