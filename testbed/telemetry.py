@@ -194,6 +194,30 @@ class RawQdiscDump:
             sent_bytes=bbytes, sent_packets=pk64 if pk64 is not None else bpk, overlimits=q[4])
 
 
+def port_totals(ports: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], dict[str, int]]:
+    """Cumulative drops, ECN marks and sent packets of every given egress port, summed over the port's leaf queues:
+    {(node, ifname): {"drops", "marks", "sent_packets"}}. `ports` is Fabric.ports() ((node, namespace, ifname));
+    one netlink dump per namespace. Read before and after a run: the difference is what the run's traffic did to
+    the switch queues (a drop here is a packet the emulated switch discarded, as a real one's tail drop)."""
+    by_ns: dict[str, list[tuple[str, str]]] = {}
+    for node, ns, ifn in ports:
+        by_ns.setdefault(ns, []).append((node, ifn))
+    out: dict[tuple[str, str], dict[str, int]] = {}
+    for ns, items in by_ns.items():
+        with netns.entered(ns):
+            idx_of = {name: i for i, name in socket.if_nameindex()}
+        dump = RawQdiscDump(ns)
+        try:
+            per_if = dump.leaf_stats()
+        finally:
+            dump.close()
+        for node, ifn in items:
+            qs = per_if.get(idx_of.get(ifn, -1), ())
+            out[(node, ifn)] = {"drops": sum(q.drops for q in qs), "marks": sum(q.marks for q in qs),
+                                "sent_packets": sum(q.sent_packets for q in qs)}
+    return out
+
+
 class _OneDump:
     """Stands in for an IPRoute in qdisc.leaf_stats: one RTM_GETQDISC dump of the whole namespace, filtered per
     port, instead of one dump per port (the kernel dumps every device's qdiscs either way)."""

@@ -265,7 +265,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
     from testbed import capture as capm
     from testbed.fabric import Fabric
     from testbed.kernel import counters, netns
-    from testbed.telemetry import QueueSampler
+    from testbed.telemetry import QueueSampler, port_totals
     from traffic import job as jobm
     from traffic.background import BackgroundFlows
     from traffic.controller import ControlError, Controller, Member
@@ -361,8 +361,11 @@ def _run(p: dict, ctx: RunContext) -> dict:
     bg_stats: list[dict] = []
     started = []
 
+    port_before: dict = {}
+
     def before_go() -> None:  # agents connected and ready: counters, sampler and background traffic from here
         before.update({h: counters.tcp_counters(fabric.ns(h)) for h in hosts})
+        port_before.update(port_totals(fabric.ports()))
         if rdma:
             rdma_before.update({h: rdma_counters(fabric.ns(h), fabric.rxe[h][0]) for h in hosts if h in fabric.rxe})
         if sampler:
@@ -389,6 +392,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
         if pfc:
             pfc.stop()
     after = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
+    port_after = port_totals(fabric.ports())
     rdma_after = ({h: rdma_counters(fabric.ns(h), fabric.rxe[h][0]) for h in hosts if h in fabric.rxe}
                   if rdma else {})
     ctl.stop()
@@ -465,6 +469,11 @@ def _run(p: dict, ctx: RunContext) -> dict:
     def delta(key: str) -> int:
         return sum(after[h].get(key, 0) - before[h].get(key, 0) for h in hosts)
 
+    def pdelta(key: str, want_switch: bool) -> dict[str, int]:
+        return {f"{n}:{i}": v[key] - port_before.get((n, i), {}).get(key, 0) for (n, i), v in port_after.items()
+                if (topo.node(n).role != "host") == want_switch}
+
+    switch_drops, nic_drops = pdelta("drops", True), pdelta("drops", False)
     reasons = []
     q = sampler.stats() if sampler else {}
     if q.get("cpu_busy_fraction", 0) > 0.9:
@@ -502,6 +511,11 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "agent_cpu_s_max": max((r.get("cpu_s") or 0.0 for r in res.per_rank.values()), default=0.0),
         "tcp_retrans_segs": delta("TcpRetransSegs"),
         "tcp_timeouts": delta("TcpExtTCPTimeouts"),
+        # every class of every port, collective and background alike (drop-tail overflow, RED drops)
+        "switch_drops": sum(switch_drops.values()),
+        "switch_drops_by_port": "; ".join(f"{k}={v}" for k, v in switch_drops.items() if v),
+        "host_nic_drops": sum(nic_drops.values()),
+        "ecn_marks": sum(pdelta("marks", True).values()),
         "tcpinfo_total_retrans": ti["total_retrans"],
         "tcpinfo_rtt_ms_max": ti["rtt_us_max"] / 1e3,
         "tcpinfo_rto_ms_max": ti["rto_us_max"] / 1e3,
@@ -579,7 +593,8 @@ SCENARIO = Scenario(
            ("cct_ms_max", "CCT max (ms)"), ("bound_ms", "alpha-beta bound (ms)"), ("cct_vs_bound", "mean CCT / bound"),
            ("step_ms_p50", "step p50 (ms)"), ("step_ms_p99", "step p99 (ms)"), ("step_cv", "step CV"),
            ("comm_wait_fraction", "comm wait fraction"), ("algbw_gbps", "algbw (Gbit/s)"),
-           ("busbw_gbps", "busbw (Gbit/s)"), ("tcp_retrans_segs", "TCP retransmitted segments"),
+           ("busbw_gbps", "busbw (Gbit/s)"), ("switch_drops", "switch queue drops"),
+           ("tcp_retrans_segs", "TCP retransmitted segments"),
            ("bg_goodput_mbps", "background goodput (Mbit/s)"), ("data_verified", "data verified"),
            ("fidelity_ok", "fidelity ok")),
 )

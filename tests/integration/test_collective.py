@@ -1,7 +1,7 @@
 """Collectives on the real kernel: one agent per host on a 2x2 leaf-spine (4 hosts), real data over kernel TCP.
 
-Each collective completes with every rank's result verified (all-to-all in a lossless class with PFC pauses and
-802.1Qbb frames); ring all-reduce of a large message runs within 1.3x
+Each collective completes with every rank's result verified; an incast (gather) drops with drop-tail and is paused
+instead, without loss, in a lossless class (PFC, 802.1Qbb frames); ring all-reduce of a large message runs within 1.3x
 of the alpha-beta bound; a straggler rank raises the p99 step time by about its slowdown; background bulk flows
 sharing the ranks' links raise the CCT tail. Small traffic (tens of KB to 4 MB at 20 Mbit/s): the VM is slow.
 """
@@ -40,14 +40,10 @@ def show(label, s):
     print(label, {k: (round(s[k], 4) if isinstance(s.get(k), float) else s.get(k)) for k in KEYS})
 
 
-# all-reduce is verified by the ring, straggler and background tests below (and over tcp and rdma in test_rdma);
-# all-to-all runs in a lossless class (pfc=on), so that one run also checks the collective under PFC
+# all-reduce is verified by the ring, straggler and background tests below (and over tcp and rdma in test_rdma)
 @pytest.mark.parametrize("collective", ["allgather", "reducescatter", "alltoall"])
 def test_collective_completes_with_verified_data(tmp_path, collective):
-    pfc = collective == "alltoall"
-    # pfc: XOFF at 8 kB, so TCP's queue building pauses the feeders (the default 32 kB may never be reached)
-    s = run(tmp_path, collective, collective=collective, size="256K" if pfc else "64K", iterations=2, warmup=0,
-            **(dict(pfc="on", pfc_xoff_bytes=8000, pfc_xon_bytes=4000) if pfc else {}))
+    s = run(tmp_path, collective, collective=collective, size="64K", iterations=2, warmup=0)
     show(collective, s)
     assert s["data_verified"] is True
     assert s["collective"] == collective and s["ranks"] == 4 and s["cct_samples"] == 2
@@ -64,18 +60,34 @@ def test_collective_completes_with_verified_data(tmp_path, collective):
     assert m["complete"] and m["placement"] == {"0": "h1", "1": "h2", "2": "h3", "3": "h4"} or m["placement"]
     # the link rate is a hard ceiling: nothing beats the alpha-beta bound
     assert s["cct_ms_p50"] >= 0.95 * s["bound_ms"], s
-    if pfc:
-        ev = [r["event"] for r in csv.DictReader(open(out / "pfc.csv"))]
-        print("pfc:", {k: s.get(k) for k in ("pfc_pause_events", "pfc_paused_ms_total", "lossless_drops",
-                                               "pfc_reaction_ms_max", "pfc_headroom_used_max_bytes",
-                                               "pfc_headroom_needed_bytes", "pfc_frames_sent", "tcp_retrans_segs")})
-        assert s["pfc"] == "on" and s["pfc_pause_events"] > 0, s
-        # one 802.1Qbb frame per pause and per resume, none failed
-        assert s["pfc_frames_sent"] == ev.count("xoff") + ev.count("xon") and s["pfc_frame_errors"] == 0, s
-        # lossless_drops is reported (0 in the 3 runs measured); it is not asserted here: the emulated "cable"
-        # between namespaces can outgrow any headroom (docs/pfc.md), and test_pfc asserts the lossless class
-        # against the same traffic without PFC
-        assert isinstance(s["lossless_drops"], int) and s["lossless_drops"] >= 0, s
+
+
+def test_incast_collective_drops_when_lossy_and_pauses_instead_in_a_lossless_class(tmp_path):
+    """A gather (3 ranks -> rank 0 on h1, 256 kB each) at 5 Mbit/s with 128 kB port buffers: drop-tail overflows
+    h1's port; the same collective in a lossless class (XOFF 16 kB, 112 kB headroom) is paused hop by hop instead.
+    Measured (3 runs each): lossy 9-13 drops at leaf1:h1, as many TCP retransmissions; lossless 0 drops, 0
+    retransmissions, 240-263 pauses, 44-54 kB of headroom used; CCT p50 2.34-2.55 s lossy vs 2.47-3.26 s lossless
+    (kernel TCP repairs a few drops cheaply; pauses cost time too: the lesson is what each mode does, not that
+    one is faster)."""
+    kw = dict(collective="gather", size="256K", iterations=2, warmup=1, host_rate_mbps=5.0, fabric_rate_mbps=5.0,
+              buffer_bytes=128_000, sample_interval_ms=0)
+    lossy = run(tmp_path, "lossy", **kw)
+    pfc = run(tmp_path, "pfc", pfc="on", pfc_xoff_bytes=16_000, pfc_xon_bytes=8_000, **kw)
+    keys = ("cct_ms_p50", "cct_ms_p99", "switch_drops", "switch_drops_by_port", "host_nic_drops", "tcp_retrans_segs",
+            "lossless_drops", "pfc_pause_events", "pfc_paused_ms_total", "pfc_reaction_ms_max",
+            "pfc_headroom_used_max_bytes", "pfc_frames_sent")
+    print("lossy:", {k: lossy.get(k) for k in keys})
+    print("lossless:", {k: pfc.get(k) for k in keys})
+    assert lossy["data_verified"] is True and pfc["data_verified"] is True
+    assert lossy["switch_drops"] > 0 and "leaf1:h1=" in lossy["switch_drops_by_port"], lossy
+    assert lossy["tcp_retrans_segs"] > 0 and "pfc_pause_events" not in lossy, lossy
+    assert pfc["pfc"] == "on" and pfc["pfc_pause_events"] > 0, pfc
+    # the band test_pfc uses for the emulated "cable" (docs/pfc.md): PFC removes most of the loss (measured: all)
+    assert pfc["lossless_drops"] + pfc["host_nic_drops"] <= 0.25 * lossy["switch_drops"], (lossy, pfc)
+    assert pfc["tcp_retrans_segs"] < lossy["tcp_retrans_segs"], (lossy, pfc)
+    # one 802.1Qbb frame per pause and per resume, none failed
+    ev = [r["event"] for r in csv.DictReader(open(tmp_path / "pfc" / "pfc.csv"))]
+    assert pfc["pfc_frames_sent"] == ev.count("xoff") + ev.count("xon") and pfc["pfc_frame_errors"] == 0, pfc
 
 
 def _emulated_cpu() -> bool:
