@@ -206,6 +206,7 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
     script.write_text(
         "#!/bin/sh\n"
         "# Written by testbed vm; runs as root inside the lab VM.\n"
+        f": > {shlex.quote(str(results / 'started'))}\n"
         + "\n".join(env_lines)
         + "\nexport TESTBED_IN_VM=1 HOME=/root\n"
         f"export TESTBED_VM_RESULTS={shlex.quote(str(results))}\n"
@@ -237,6 +238,30 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
     cmd += ["--", f"sh {shlex.quote(str(script))}"]
     env = dict(os.environ)
     env["PATH"] = f"{Path(vng).parent}:{env.get('PATH', '')}"
+    rc_file = results / "rc"
+    returncode = _boot(cmd, env, results, options)
+    if not rc_file.exists() and not (results / "started").exists() and returncode != -15:
+        # The guest never reached the command (an emulated boot that died early, seen once here:
+        # vng exit 255, nothing logged). Nothing ran, so booting again is safe; this time with the boot log.
+        print(f"testbed vm: the VM exited before running the command (vng exit {returncode}); booting it once "
+              "more", file=sys.stderr)
+        (results / "vng.log").replace(results / "vng-first.log")
+        returncode = _boot(cmd[:cmd.index("--")] + ["--verbose"] + cmd[cmd.index("--"):] if not options.verbose
+                           else cmd, env, results, options)
+    if not rc_file.exists():
+        tail = (results / "vng.log").read_text(errors="replace")[-2000:]
+        print(f"testbed vm: the VM did not report an exit status (vng exit {returncode}); "
+              f"log: {results / 'vng.log'}\n{tail}", file=sys.stderr)
+        return 125
+    rc = int(rc_file.read_text().strip() or 125)
+    if not os.environ.get("TESTBED_VM_KEEP"):
+        shutil.rmtree(results, ignore_errors=True)
+    return rc
+
+
+def _boot(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
+    """One vng run of the guest script; vng's own output goes to results/vng.log, the command's stdout/stderr
+    stream to ours while it runs. Returns vng's exit status (-15 after a timeout)."""
     vng_log = open(results / "vng.log", "wb")
     stop = threading.Event()
     streams = [threading.Thread(target=_stream, args=(results / name, sink, stop), daemon=True)
@@ -252,6 +277,7 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
         os.killpg(proc.pid, 15)
         proc.wait()
         print(f"testbed vm: timed out after {options.timeout_s:.0f} s", file=sys.stderr)
+        return -15
     except KeyboardInterrupt:
         os.killpg(proc.pid, 15)
         proc.wait()
@@ -261,13 +287,4 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
         for t in streams:
             t.join()
         vng_log.close()
-    rc_file = results / "rc"
-    if not rc_file.exists():
-        tail = (results / "vng.log").read_text(errors="replace")[-2000:]
-        print(f"testbed vm: the VM did not report an exit status (vng exit {proc.returncode}); "
-              f"log: {results / 'vng.log'}\n{tail}", file=sys.stderr)
-        return 125
-    rc = int(rc_file.read_text().strip() or 125)
-    if not os.environ.get("TESTBED_VM_KEEP"):
-        shutil.rmtree(results, ignore_errors=True)
-    return rc
+    return proc.returncode
