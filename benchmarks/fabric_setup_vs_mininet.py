@@ -9,6 +9,10 @@ Topology: an L3 leaf-spine. For Mininet every leaf and spine is a Mininet Host a
 controller, so both sides build the same thing: namespaces, veth pairs, HTB-shaped ports, addresses, routes).
 Mininet's TCLink shapes each link with `tc` processes (htb + its default queue); testbed configures the same
 through netlink in-process. Prints each side's seconds and the ratio Mininet / testbed.
+
+Stock Mininet raises host sysctls in ``Mininet.init()`` (``fixLimits``: socket buffer maxima, TCP buffer ranges,
+neighbour thresholds, pty max) and never restores them; the benchmark records them first (so ``testbed clean``
+restores them after a kill) and puts them back afterwards (testbed.hostguard).
 """
 
 from __future__ import annotations
@@ -41,6 +45,19 @@ def testbed_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[floa
 
 
 def mininet_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[float, float, int]:
+    """Stock Mininet; the host sysctls its init changes are restored afterwards (and recorded for testbed clean)."""
+    from testbed.hostguard import preserved_sysctls
+    from testbed.state import RunState
+
+    state = RunState()
+    try:
+        with preserved_sysctls(state=state):
+            return _mininet_build(spines, leaves, hpl, rate)
+    finally:
+        state.drop()
+
+
+def _mininet_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[float, float, int]:
     from mininet.link import TCLink
     from mininet.log import setLogLevel
     from mininet.net import Mininet
