@@ -9,6 +9,7 @@
     testbed sweep SCENARIO ...   one run per value of one parameter, then a table and plots
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
+A run that starts and then fails (an agent error, a data mismatch) ends with one line and exit status 1.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import argparse
 import sys
 
 from testbed import __version__
-from testbed.errors import UsageError
+from testbed.errors import RunFailed, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_run(args, extra)
         args = parser.parse_args(argv)
         return args.func(args)
-    except UsageError as e:
+    except (UsageError, RunFailed) as e:
         print(f"testbed: {e}", file=sys.stderr)
         return e.exit_status
     except KeyboardInterrupt:

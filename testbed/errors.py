@@ -2,6 +2,10 @@
 
 `UsageError` (exit status 2) is raised for bad input and for a missing capability, always *before* anything is
 created on the system. The CLI prints `testbed: <message>` and exits 2; it never prints a traceback for these.
+
+`RunFailed` (exit status 1) is raised by a scenario whose run started and then failed (an agent error, a data
+mismatch). Scenarios raise exceptions; only the CLI turns them into exit statuses, so a sweep can record the
+point as failed and go on.
 """
 
 
@@ -9,6 +13,13 @@ class UsageError(Exception):
     """Bad input or an unusable environment, detected before any side effect. Exit status 2."""
 
     exit_status = 2
+
+
+class RunFailed(Exception):
+    """A run that started failed (its teardown still runs; its run directory keeps what it got). One line,
+    exit status 1."""
+
+    exit_status = 1
 
 
 class CapabilityMissing(UsageError):

@@ -2,8 +2,8 @@
 
 Every point is a normal run directory, ``OUT/<name>=<value>/``; afterwards the sweep writes
 
-* ``OUT/sweep.csv`` — one row per point: the swept value, ``run_dir``, ``complete`` and every numeric
-  metric of the point's ``summary.json`` (bools as 0/1);
+* ``OUT/sweep.csv`` — one row per point: the swept value, ``run_dir``, ``complete``, ``error`` (empty, or why
+  the point failed) and every numeric metric of the point's ``summary.json`` (bools as 0/1);
 * ``OUT/sweep.md`` — the same as a Markdown table;
 * ``OUT/sweep_<metric>.png`` — each key metric present (:data:`PLOT_METRICS`) against the parameter.
 
@@ -12,8 +12,9 @@ A comma that belongs to a value (e.g. the collective scenario's in-run size list
 
 Every point's parameters are validated before the first run (one line, exit status 2). When this kernel
 lacks what the scenario needs, the *whole* sweep re-executes inside one lab VM (`... --vm never`), not one VM
-per point. A point that fails at run time is recorded (``complete`` false, its error in the log) and the
-sweep goes on; the exit status is then 1.
+per point. A point that fails at run time is recorded (``complete`` false, why in ``error`` and in the log)
+and the sweep goes on; the exit status is then 1. A scenario fails a run by raising (``testbed.errors.RunFailed``
+for a run that started and failed), never by ``SystemExit``.
 
 This module may import ``analysis``; the fabric never does.
 """
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from testbed.errors import UsageError, require_root
+from testbed.errors import RunFailed, UsageError, require_root
 from testbed.params import resolve
 
 #: metrics plotted against the swept parameter when the points have them
@@ -139,7 +140,7 @@ def run_sweep(pl: Plan, out: Path, seed: int = 1, quiet: bool = False) -> "Any":
     rows: list[dict] = []
     n = len(pl.points)
     t_start = time.monotonic()
-    failed = 0
+    failed: list[str] = []
     try:
         for i, pt in enumerate(pl.points, 1):
             done = time.monotonic() - t_start
@@ -152,12 +153,16 @@ def run_sweep(pl: Plan, out: Path, seed: int = 1, quiet: bool = False) -> "Any":
             except (KeyboardInterrupt, UsageError):
                 raise
             except Exception as e:  # noqa: BLE001 - record the point, go on with the rest
-                failed += 1
-                _say(f"[{i}/{n}] {pl.name}={pt.text} failed: {type(e).__name__}: {e}")
+                failed.append(f"{pl.name}={pt.text}")
+                why = str(e) if isinstance(e, RunFailed) else f"{type(e).__name__}: {e}"
+                why = " ".join(why.split()) or type(e).__name__  # one line in the log, the csv and the table
+                _say(f"[{i}/{n}] {pl.name}={pt.text} failed after {time.monotonic() - t0:.1f} s: {why}")
                 row["complete"] = False
+                row["error"] = why
                 rows.append(row)
                 continue
             row["complete"] = True
+            row["error"] = ""
             row.update({k: v for k, v in _numeric(summary).items() if k not in row})
             rows.append(row)
             key = ", ".join(f"{k}={summary[k]:.4g}" for k in PLOT_METRICS
@@ -167,7 +172,8 @@ def run_sweep(pl: Plan, out: Path, seed: int = 1, quiet: bool = False) -> "Any":
         if rows:
             df = pd.DataFrame(rows)
             write_outputs(df, pl.name, out, pl.scenario.name)
-    _say(f"{n - failed}/{n} points in {time.monotonic() - t_start:.1f} s; table {out / 'sweep.csv'}")
+    bad = f"; FAILED: {', '.join(failed)}" if failed else ""
+    _say(f"{n - len(failed)}/{n} points in {time.monotonic() - t_start:.1f} s{bad}; table {out / 'sweep.csv'}")
     return df
 
 
@@ -216,9 +222,11 @@ def print_table(df: "Any", name: str) -> None:
     cols = [name, *[c for c in PLOT_METRICS if c in df.columns]]
     if "complete" in df.columns:
         cols.append("complete")
+    if "error" in df.columns and df["error"].fillna("").astype(str).str.len().any():
+        cols.append("error")  # only when a point failed: why
     t = Table(title=f"sweep over {name}")
     for c in cols:
-        t.add_column(c, justify="right", overflow="fold")
+        t.add_column(c, justify="left" if c == "error" else "right", overflow="fold")
     for _, r in df.iterrows():
         t.add_row(*[fmt(r.get(c)) for c in cols])
     Console(width=None if sys.stdout.isatty() else 200).print(t)  # a pipe or log file: do not cut numbers

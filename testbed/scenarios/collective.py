@@ -17,7 +17,7 @@ import math
 import os
 import sys
 
-from testbed.errors import UsageError
+from testbed.errors import RunFailed, UsageError
 from testbed.params import Param
 from testbed.runner import RunContext, Scenario
 
@@ -380,9 +380,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
         try:
             res = ctl.run(setup_timeout_s=p["timeout_s"], run_timeout_s=p["timeout_s"], before_go=before_go)
         except ControlError as e:
-            print(f"testbed: collective: run failed: {e} (agent logs: {ctx.rundir.path}/agent-*.log)",
-                  file=sys.stderr)
-            raise SystemExit(1) from None
+            raise RunFailed(f"collective: run failed: {e} (agent logs: {ctx.rundir.path}/agent-*.log)") from None
     finally:
         if bg and bg in started:
             bg_stats = bg.stop()
@@ -560,8 +558,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
         summary.update(wire_summary(cap, cap_stats, ctx.progress, "collective"))
     if not res.verified:
         ctx.rundir.finish(summary)  # keep the evidence, then fail the run (exit status 1, teardown still runs)
-        print(f"testbed: collective: data verification failed: {summary['mismatches']}", file=sys.stderr)
-        raise SystemExit(1)
+        raise RunFailed(f"collective: data verification failed: {summary['mismatches']}")
     return summary
 
 
