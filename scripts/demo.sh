@@ -2,6 +2,7 @@
 # The flagship demo, from a fresh machine: install what is needed, show what this kernel can do, then run the
 # demo scenario on the real kernel (in the lab VM when this kernel lacks what it needs) and print its table.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/as-root.sh" && as_root "${BASH_SOURCE[0]}" "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/install.sh
 echo; echo "== what this kernel can do (testbed doctor)"

@@ -9,6 +9,7 @@
 # trixie-backports with a private apt state (the host's sources and package lists are not changed) and
 # unpacked under /lib/modules/<release>/, where the microVM (which shares the host filesystem) finds it.
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/as-root.sh" && as_root "${BASH_SOURCE[0]}" "$@"
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 say() { printf 'install: %s\n' "$*"; }
@@ -21,7 +22,6 @@ for arg in "$@"; do
     *) die "unknown option $arg (usage: scripts/install.sh [--box-kernel])" ;;
   esac
 done
-[ "$(id -u)" = 0 ] || die "must run as root (try: sudo $0)"
 [ -r /etc/os-release ] || die "unsupported system: no /etc/os-release (need Debian 12/13 or Ubuntu 24.04+)"
 . /etc/os-release
 case "${ID}:${VERSION_ID:-}" in
@@ -129,6 +129,8 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import mininet, pyver
   /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
 "$venv/bin/pip" install -q --disable-pip-version-check -e "$here[dev]"
-ln -sf "$venv/bin/testbed" /usr/local/bin/testbed
+rm -f /usr/local/bin/testbed
+sed "s|@VENV@|$venv|" "$here/scripts/testbed-launcher.sh" > /usr/local/bin/testbed
+chmod 755 /usr/local/bin/testbed
 version=$("$venv/bin/testbed" --version) || die "testbed does not start from $venv"
-say "testbed $version installed in $venv (linked from /usr/local/bin/testbed)"
+say "testbed $version installed in $venv (launched by /usr/local/bin/testbed)"

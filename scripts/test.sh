@@ -5,6 +5,7 @@
 #   3. integration tests that need the real kernel features, inside ONE lab-VM boot.
 # Exit status: 0 only when every layer passed.
 set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/as-root.sh" && as_root "${BASH_SOURCE[0]}" "$@"
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/install.sh || exit $?
 py=$PWD/.venv/bin/python

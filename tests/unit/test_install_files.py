@@ -43,3 +43,15 @@ def test_install_script_parses_and_refuses_unknown_options():
     assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "install.sh")]).returncode == 0
     r = subprocess.run(["bash", str(ROOT / "scripts" / "install.sh"), "--nonsense"], capture_output=True, text=True)
     assert r.returncode == 2 and "unknown option" in r.stderr
+
+
+def test_quick_start_works_without_sudo_and_ci_runs_it_as_written():
+    """The two commands are written so a root shell without sudo runs them as they are (the scripts re-run
+    themselves under sudo for a user); .ci/run runs the test command exactly as the README writes it."""
+    demo, test = quick_start_commands()
+    for cmd in (demo, test):
+        assert not cmd.startswith("sudo"), cmd
+        script = ROOT / cmd.split()[0]
+        assert script.is_file() and script.stat().st_mode & 0o111, cmd
+        assert 'as_root "${BASH_SOURCE[0]}" "$@"' in script.read_text(), f"{cmd} does not re-run itself as root"
+    assert f"exec {test}" in (ROOT / ".ci" / "run").read_text()
