@@ -14,7 +14,8 @@ from .leafspine import DEFAULT_QUEUE, LeafSpineSpec
 from .load import dumps_toml, from_dict, load_topology, loads_toml, loads_yaml, to_dict
 from .routing import RoutingError, check_reachability, compute_routes, path_links, ports_on_paths
 from .spec import (ClassSpec, EgressPort, Hop, HostTcpSpec, Interface, Link, LinkSpec, NextHop, Node, PortSpec,
-                   QueueSpec, Route, SpecError, Topology, load_balancing_sysctls, root_ifname, validate_ifname)
+                   QueueSpec, Route, SpecError, load_balancing_sysctls, root_ifname, validate_ifname)
+from .topology import Topology
 
 __all__ = [
     "AddressPlan", "ClassSpec", "DEFAULT_QUEUE", "DumbbellSpec", "EgressPort", "Hop", "HostTcpSpec", "Interface",

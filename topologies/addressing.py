@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Mapping
 from .spec import Interface, SpecError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .spec import Topology
+    from .topology import Topology
 
 BENCHMARK_NET = ipaddress.IPv4Network("198.18.0.0/15")
 HOST_NET = ipaddress.IPv4Network("198.18.0.0/16")

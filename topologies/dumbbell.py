@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 from .addressing import MAX_HOSTS_PER_SUBNET
 from .leafspine import DEFAULT_QUEUE, _check_type
 from .spec import (HOST_IFNAME, ClassSpec, HostTcpSpec, Link, LinkSpec, Node, PortSpec, QueueSpec, SpecError,
-                   Topology, _range, _set, resolve_port, spec_dict, validate_classes, validate_prefix)
+                   _range, _set, resolve_port, spec_dict, validate_classes, validate_prefix)
+from .topology import Topology
 
 
 @dataclass(frozen=True)

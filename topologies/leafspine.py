@@ -17,8 +17,9 @@ from typing import Any, ClassVar
 
 from .addressing import MAX_EDGE_ROUTERS, MAX_FABRIC_LINKS, MAX_HOSTS_PER_SUBNET
 from .spec import (HOST_IFNAME, LOAD_BALANCING_MODES, ClassSpec, HostTcpSpec, Link, LinkSpec, Node, PortSpec,
-                   QueueSpec, SpecError, Topology, _choice, _got, _range, _set, resolve_port, spec_dict,
+                   QueueSpec, SpecError, _choice, _got, _range, _set, resolve_port, spec_dict,
                    validate_classes, validate_prefix)
+from .topology import Topology
 
 #: 256 KiB droptail: ~2 ms of queue at 1 Gbit/s.
 DEFAULT_QUEUE = QueueSpec("droptail", buffer_bytes=262_144)

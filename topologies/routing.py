@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterable
 from .spec import Hop, NextHop, Route, SpecError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .spec import Topology
+    from .topology import Topology
 
 
 class RoutingError(SpecError):

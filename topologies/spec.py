@@ -5,8 +5,9 @@ the field, e.g. ``link.rate_mbps: must be > 0 (got -5)``. Units are part of the 
 ``_bytes``, ``_packets``, ``_percent``).
 
 The records a fabric builder consumes (:class:`Node`, :class:`Link`, :class:`PortSpec`, :class:`Interface`,
-:class:`Route`, :class:`Hop`) and the :class:`Topology` base shared by every topology also live here, so the
-builder treats leaf-spine and dumbbell fabrics the same way.
+:class:`Route`, :class:`Hop`) also live here; the :class:`~topologies.topology.Topology` base shared by every
+topology is in topology.py (above addressing and routing, which it uses), so the builder treats leaf-spine and
+dumbbell fabrics the same way.
 """
 
 from __future__ import annotations
@@ -14,11 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, fields
-from functools import cached_property
-from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, NamedTuple
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .addressing import AddressPlan
+from typing import Any, ClassVar, Iterable, Mapping, NamedTuple
 
 # ---- constants ------------------------------------------------------------------------------------------------
 
@@ -243,7 +240,7 @@ class QueueSpec:
                     raise SpecError(f"{k}.{name}", f"only used by discipline {disc!r} "
                                                    f"(discipline is {self.discipline!r})")
         if self.ecn and self.discipline != "red":
-            raise SpecError(f"{k}.ecn", f"only used by discipline 'red' (step always marks; droptail never does)")
+            raise SpecError(f"{k}.ecn", "only used by discipline 'red' (step always marks; droptail never does)")
         if self.discipline == "red":
             self._check_red()
         elif self.discipline == "step":
@@ -694,95 +691,6 @@ class Hop(NamedTuple):
     peer_port: str
 
 
-# ---- the topology base ------------------------------------------------------------------------------------------
-
-
-class Topology:
-    """What every topology offers a builder: ``nodes``, ``links``, ``hosts``, ``addresses``, ``routes``.
-
-    Subclasses are frozen dataclasses with at least ``prefix`` and ``tcp`` fields and implement :meth:`_build`.
-    Everything derived is computed lazily, once.
-    """
-
-    kind: ClassVar[str] = "topology"
-    load_balancing: str = "ecmp"
-    prefix: str
-    tcp: HostTcpSpec
-
-    def _build(self) -> tuple[tuple[Node, ...], tuple[Link, ...]]:  # pragma: no cover
-        raise NotImplementedError
-
-    @cached_property
-    def _graph(self) -> tuple[tuple[Node, ...], tuple[Link, ...]]:
-        nodes, links = self._build()
-        check_graph(nodes, links)
-        return tuple(nodes), tuple(links)
-
-    @property
-    def nodes(self) -> tuple[Node, ...]:
-        return self._graph[0]
-
-    @property
-    def links(self) -> tuple[Link, ...]:
-        return self._graph[1]
-
-    @property
-    def hosts(self) -> tuple[Node, ...]:
-        return tuple(n for n in self.nodes if n.role == "host")
-
-    @property
-    def routers(self) -> tuple[Node, ...]:
-        return tuple(n for n in self.nodes if n.role != "host")
-
-    @cached_property
-    def _node_index(self) -> dict[str, Node]:
-        return {n.name: n for n in self.nodes}
-
-    def node(self, name: str) -> Node:
-        try:
-            return self._node_index[name]
-        except KeyError:
-            raise KeyError(f"no node {name!r} in this topology") from None
-
-    def namespace(self, name: str) -> str:
-        return self.node(name).namespace
-
-    def links_of(self, name: str) -> tuple[Link, ...]:
-        return tuple(l for l in self.links if name in (l.a, l.b))
-
-    def egress_ports(self) -> tuple[EgressPort, ...]:
-        """Every port egress in the fabric (both ends of every link), in link order."""
-        out = []
-        for l in self.links:
-            out.append(EgressPort(l.a, l.a_port, l.b, l.b_port, l.spec, l.a_egress))
-            out.append(EgressPort(l.b, l.b_port, l.a, l.a_port, l.spec, l.b_egress))
-        return tuple(out)
-
-    @cached_property
-    def address_plan(self) -> "AddressPlan":
-        from .addressing import plan_addresses
-        return plan_addresses(self)
-
-    @property
-    def addresses(self) -> Mapping[tuple[str, str], Interface]:
-        """``(node, ifname) -> Interface`` for every interface."""
-        return self.address_plan.interfaces
-
-    def host_ip(self, host: str) -> str:
-        return self.address_plan.host_ip(host)
-
-    @cached_property
-    def routes(self) -> tuple[Route, ...]:
-        from .routing import compute_routes
-        return tuple(compute_routes(self))
-
-    def routes_of(self, name: str) -> tuple[Route, ...]:
-        return tuple(r for r in self.routes if r.node == name)
-
-    def router_sysctls(self) -> dict[str, str]:
-        return load_balancing_sysctls(self.load_balancing)
-
-
 def check_graph(nodes: Iterable[Node], links: Iterable[Link]) -> None:
     """Structural checks every topology must pass: unique names, valid roles, links between known nodes, unique
     port names per node, hosts attached by exactly one link to a router."""
@@ -831,7 +739,7 @@ def spec_dict(obj: Any) -> Any:
 
 __all__ = [
     "SpecError", "QueueSpec", "ClassSpec", "LinkSpec", "HostTcpSpec", "PortSpec", "Node", "Link", "EgressPort",
-    "Interface", "NextHop", "Route", "Hop", "Topology", "validate_ifname", "validate_node_name", "validate_prefix",
+    "Interface", "NextHop", "Route", "Hop", "validate_ifname", "validate_node_name", "validate_prefix",
     "validate_classes", "resolve_port", "check_graph", "load_balancing_sysctls", "root_ifname", "spec_dict",
     "DISCIPLINES", "CONGESTION_CONTROLS", "LOAD_BALANCING_MODES", "ROLES", "IFNAMSIZ", "MAX_IFNAME_LEN",
     "MAX_RATE_MBPS", "MIN_RATE_MBPS", "HOST_IFNAME", "ETH_HEADER_BYTES",

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from .spec import SpecError
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .spec import Topology
+    from .topology import Topology
 
 #: skb mark of a packet the sprayer moved to another port (so the filter there leaves it alone).
 SPRAY_MARK = 0x5A7A
