@@ -39,7 +39,7 @@ import numpy as np
 
 from traffic import schedule_json
 from traffic.schedule import Schedule, random_inputs, simulate
-from traffic.transport import Transport, TransportError, make_transport
+from traffic.transport import Transport, TransportError
 
 EXIT_MISMATCH = 1
 EXIT_ERROR = 3
@@ -156,7 +156,8 @@ class OpState:
                        f"{out[first].item()!r}, expected {self.expected[first].item()!r})")
 
 
-def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None, seq: int = 0) -> tuple[float, float, float]:
+def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None,
+           seq: int = 0) -> tuple[float, float, float]:
     """Walk the rank's DAG of one op to completion; return (start, end, wait_s). ``seq`` numbers the op
     executions of the job (the same on every rank): schedule tags repeat in every op, so the wire tag is
     seq << 32 | tag."""
@@ -240,6 +241,19 @@ def load_job(path: Path) -> tuple[dict, dict[str, Schedule]]:
         raise AgentError(f"{path}: not a testbed-collective-job file")
     scheds = {k: schedule_json.load(path.parent / f) for k, f in job["schedules"].items()}
     return job, scheds
+
+
+def make_transport(kind: str, rank: int, **opts) -> Transport:
+    """'tcp' -> traffic.tcp.TcpTransport(rank, **opts); 'rdma' -> traffic.rdma.RdmaTransport(rank, **opts)."""
+    if kind == "tcp":
+        from traffic.tcp import TcpTransport
+
+        return TcpTransport(rank, **opts)
+    if kind == "rdma":
+        from traffic.rdma import RdmaTransport
+
+        return RdmaTransport(rank, **opts)
+    raise ValueError(f"unknown transport {kind!r} (known: tcp, rdma)")
 
 
 def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: Channel) -> int:

@@ -551,28 +551,6 @@ def _wc_status(s: int) -> str:
     return _WC_STATUS.get(int(s), "see ibv_wc_status")
 
 
-def rdma_counters(ns: str | None, dev: str) -> dict[str, int]:
-    """rxe's hardware counters of port 1 (``rdma statistic show link <dev>/1``), run inside namespace ``ns``."""
-    import json
-    import subprocess
-
-    argv = ["rdma", "-j", "statistic", "show", "link", f"{dev}/1"]
-    if ns:
-        from testbed.kernel import netns
-
-        r = netns.run(ns, argv, timeout=30)
-    else:
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    if r.returncode != 0:
-        raise TransportError(f"rdma statistic {dev}: {(r.stderr or r.stdout).strip()}")
-    out: dict[str, int] = {}
-    for entry in json.loads(r.stdout or "[]"):
-        for k, val in entry.items():
-            if k not in ("ifindex", "port") and isinstance(val, int) and not isinstance(val, bool):
-                out[k] = val
-    return out
-
-
 #: rxe counters that only move when packets are lost, reordered or retried (none of them moves on a clean path)
 RECOVERY_COUNTERS = ("completer_retry_err", "rcvd_seq_err", "out_of_seq_request", "duplicate_request",
                      "retry_exceeded_err", "rcvd_rnr_err", "send_rnr_err", "retry_rnr_exceeded_err")

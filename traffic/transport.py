@@ -2,7 +2,8 @@
 regions, drive progress, read per-connection transport statistics, close.
 
 The agent (traffic/agent.py) only uses this interface, so a second transport (RDMA verbs over SoftRoCE) can be
-added beside the kernel-TCP one (traffic/tcp.py) without touching the DAG walker.
+added beside the kernel-TCP one (traffic/tcp.py) without touching the DAG walker. The implementations import this
+module, never the other way round: the agent picks one by name (``traffic.agent.make_transport``).
 
 Semantics (the same as the schedule model's, docs/schedules.md):
 
@@ -10,9 +11,9 @@ Semantics (the same as the schedule model's, docs/schedules.md):
   the data has left ``buf`` (handed to the transport; the caller may then reuse the memory).
 * ``post_recv(peer, tag, buf)``: receive message ``tag`` from ``peer`` into the writable buffer ``buf`` (exactly
   ``len(buf)`` bytes); done when the data is in ``buf``. Tags are unsigned 64-bit and unique per ordered peer
-  pair for the connection's lifetime (agents put the op's sequence number in the high 32 bits). A message may arrive before its receive is posted: the
-  transport must then hold it (TCP does: eager) or the sender must wait for the receive (rendezvous, RDMA); the
-  schedules are deadlock-free under both (``Schedule.validate``).
+  pair for the connection's lifetime (agents put the op's sequence number in the high 32 bits). A message may
+  arrive before its receive is posted: the transport must then hold it (TCP does: eager) or the sender must wait
+  for the receive (rendezvous, RDMA); the schedules are deadlock-free under both (``Schedule.validate``).
 * ``progress(timeout)``: move data; returns the requests that completed since the last call (waits up to
   ``timeout`` seconds when nothing can move). ``blocked_s`` accumulates the time it spent waiting.
 * ``conn_info()``: per-peer transport statistics (for TCP: TCP_INFO fields) as flat dicts of numbers.
@@ -84,15 +85,3 @@ class Transport(abc.ABC):
     def describe(self) -> dict:
         return {"transport": self.name}
 
-
-def make_transport(kind: str, rank: int, **opts) -> Transport:
-    """'tcp' -> traffic.tcp.TcpTransport(rank, **opts); 'rdma' -> traffic.rdma.RdmaTransport(rank, **opts)."""
-    if kind == "tcp":
-        from traffic.tcp import TcpTransport
-
-        return TcpTransport(rank, **opts)
-    if kind == "rdma":
-        from traffic.rdma import RdmaTransport
-
-        return RdmaTransport(rank, **opts)
-    raise ValueError(f"unknown transport {kind!r} (known: tcp, rdma)")

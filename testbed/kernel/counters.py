@@ -1,8 +1,13 @@
-"""Kernel TCP counters of one namespace (/proc/net/snmp and /proc/net/netstat, as `nstat` reads them)."""
+"""Kernel counters of one namespace: TCP (/proc/net/snmp and /proc/net/netstat, as `nstat` reads them) and rxe's
+RDMA port counters (`rdma statistic`)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 from testbed.kernel import netns
+from traffic.transport import TransportError  # the error rdma_counters has always raised (it lived in traffic.rdma)
 
 
 def _parse(text: str) -> dict[str, int]:
@@ -40,3 +45,20 @@ KEY_COUNTERS = ("TcpRetransSegs", "TcpOutSegs", "TcpInSegs", "TcpExtTCPTimeouts"
                 "IpExtInECT1Pkts", "IpExtInNoECTPkts", "TcpExtTCPDeliveredCE", "TcpExtTCPSynRetrans",
                 "TcpExtTCPLossProbes", "TcpExtTCPDSACKRecv", "TcpExtTCPRcvQDrop", "TcpExtTCPBacklogDrop",
                 "TcpExtTCPOFODrop", "TcpExtTCPRcvCollapsed", "TcpExtTCPSpuriousRtxHostQueues")
+
+
+def rdma_counters(ns: str | None, dev: str) -> dict[str, int]:
+    """rxe's hardware counters of port 1 (``rdma statistic show link <dev>/1``), run inside namespace ``ns``."""
+    argv = ["rdma", "-j", "statistic", "show", "link", f"{dev}/1"]
+    if ns:
+        r = netns.run(ns, argv, timeout=30)
+    else:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise TransportError(f"rdma statistic {dev}: {(r.stderr or r.stdout).strip()}")
+    out: dict[str, int] = {}
+    for entry in json.loads(r.stdout or "[]"):
+        for k, val in entry.items():
+            if k not in ("ifindex", "port") and isinstance(val, int) and not isinstance(val, bool):
+                out[k] = val
+    return out

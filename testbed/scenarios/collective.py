@@ -265,13 +265,14 @@ def _run(p: dict, ctx: RunContext) -> dict:
     from testbed import capture as capm
     from testbed.fabric import Fabric
     from testbed.kernel import counters, netns
+    from testbed.kernel.counters import rdma_counters
     from testbed.telemetry import QueueSampler, port_totals
     from traffic import job as jobm
     from traffic.background import BackgroundFlows
     from traffic.controller import ControlError, Controller, Member
     from traffic.forkserver import ForkServer
     from traffic.schedule import alpha_beta_bound_s
-    from traffic.rdma import RECOVERY_COUNTERS, rdma_counters
+    from traffic.rdma import RECOVERY_COUNTERS
     from traffic.tcp import INFO_KEYS
 
     pl = plan(p, ctx.seed)

@@ -9,7 +9,7 @@ import pytest
 from testbed.errors import CapabilityMissing, UsageError
 from testbed.scenarios import get
 from traffic import rdma
-from traffic.transport import make_transport
+from traffic.agent import make_transport
 
 COLL = get("collective")
 
