@@ -18,15 +18,11 @@ import argparse
 import sys
 
 from testbed import __version__
+from testbed.argparsing import OneLineErrorParser
 from testbed.errors import RunFailed, UsageError
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line and exit status 2 (argparse prints the whole usage)."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(2)
+_Parser = OneLineErrorParser  # one-line usage errors, exit status 2 (also used by the runner: testbed/argparsing.py)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:

@@ -65,9 +65,9 @@ class Scenario:
 
 
 def _options(extra: list[str]) -> argparse.Namespace:
-    from testbed.cli import _Parser
+    from testbed.argparsing import OneLineErrorParser
 
-    p = _Parser(prog="testbed run", add_help=False)
+    p = OneLineErrorParser(prog="testbed run", add_help=False)
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--out", default=None)
@@ -164,10 +164,6 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"{s.name:<12} {s.summary}")
         return 0
     if not args.scenario:
-        if args.help:
-            from testbed.cli import build_parser
-
-            build_parser().parse_args(["run", "--help"])  # pragma: no cover
         raise UsageError("testbed run: name a scenario (testbed run --list)")
     scenario = scenarios.get(args.scenario)
     if args.help:
