@@ -75,8 +75,8 @@ def agents(ns_a: str, ip_a: str, ns_b: str, ip_b: str, size: int, iterations: in
     s = make_schedule("pipeline", 2, size, chunks=1)
     spec = jobm.JobSpec(ranks=2, segments=(jobm.Segment((("p2p", "p2p"),), iterations),), warmup=1)
     job = {"ranks": 2, "seed": 1, "verify": True, "timeout_s": 300,
-           "transport": {"kind": "rdma", "rdma": {"devices": {"0": devices[0], "1": devices[1]}, "timeout": 16, "retry_cnt": 7, "rnr_retry": 7,
-                                                  "min_rnr_timer": 12}},
+           "transport": {"kind": "rdma", "rdma": {"devices": {"0": devices[0], "1": devices[1]}, "timeout": 16,
+                                                  "retry_cnt": 7, "rnr_retry": 7, "min_rnr_timer": 12}},
            "plan": jobm.iteration_plan(spec)}
     ctl = Controller(workdir, job, {"p2p": s}, [Member(0, "a", ns_a, ip_a), Member(1, "b", ns_b, ip_b)],
                      netns.popen)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install what is needed, then
+#   0. lint: ruff and the layering contracts (import-linter, pyproject.toml);
 #   1. unit tests of pure logic, on the host;
 #   2. host tests (root, host kernel): CLI refusals, doctor's verdicts against the stock tools, the lab VM itself;
 #   3. integration tests that need the real kernel features, inside ONE lab-VM boot.
@@ -13,6 +14,11 @@ export PYTHONDONTWRITEBYTECODE=1
 failed=()
 step() { local name=$1; shift; echo; echo "==== $name"; local t0=$SECONDS
   "$@" || failed+=("$name"); echo "==== $name: $((SECONDS - t0)) s"; }
+lint() { local rc=0  # both tools, even when the first one fails
+  "$PWD/.venv/bin/ruff" check --no-cache . || rc=1
+  "$PWD/.venv/bin/lint-imports" --no-cache || rc=1
+  return $rc; }
+step "lint (ruff, import-linter)" lint
 step "unit tests (host)" "$py" -m pytest -q -p no:cacheprovider tests/unit
 step "host tests (host kernel, root)" "$py" -m pytest -q -p no:cacheprovider tests/host
 step "integration tests (lab VM, one boot)" "$PWD/.venv/bin/testbed" vm --timeout 2400 -- \

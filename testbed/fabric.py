@@ -135,7 +135,8 @@ def rps_mask(cpus: int | None = None) -> str:
     enqueue on another), the per-CPU backlogs drain independently and the flow arrives reordered: measured in the
     2-CPU lab VM, 539 of 587 TCP retransmissions of a ring all-reduce were spurious (DSACKed) and its CCT was 3.5x
     the bound; without it the ring test failed in CI, and the whole suite ran slower (the spurious retransmissions
-    are work too). Set per namespace (the kernel keeps the sysctl per netns), so the host's own devices are untouched."""
+    are work too). Set per namespace (the kernel keeps the sysctl per netns), so the host's own devices are
+    untouched."""
     n = cpus or os.cpu_count() or 1
     digits = f"{(1 << n) - 1:x}"
     groups = []

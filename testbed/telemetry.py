@@ -432,9 +432,9 @@ class QueueSampler:
         rundir.write_csv("cpu.csv", CPU_COLUMNS, ((f"{t:.6f}", f"{b:.4f}") for t, b in self.cpu.rows))
 
     def stats(self) -> dict:
-        return {"queue_sampler_backend": self.backend, "queue_sample_interval_s": self.achieved_interval_s, "queue_samples": self.ticks,
-                "queue_ports_sampled": len(self.ports), "cpu_busy_fraction": self.cpu.mean_busy,
-                "cpu_busy_peak": self.cpu.peak_busy}
+        return {"queue_sampler_backend": self.backend, "queue_sample_interval_s": self.achieved_interval_s,
+                "queue_samples": self.ticks, "queue_ports_sampled": len(self.ports),
+                "cpu_busy_fraction": self.cpu.mean_busy, "cpu_busy_peak": self.cpu.peak_busy}
 
 
 def _child_main() -> int:

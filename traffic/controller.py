@@ -257,7 +257,8 @@ class Controller:
         t_ready = time.monotonic()
         t_start = t_ready + self.start_delay_s
         self._broadcast({"type": "go", "t_start": t_start})
-        self.say(f"go: {len(self.members)} ranks connected ({', '.join(sorted(set(c for r in ready.values() for c in r.get('cc', []))))})")
+        ccs = sorted(set(c for r in ready.values() for c in r.get('cc', [])))
+        self.say(f"go: {len(self.members)} ranks connected ({', '.join(ccs)})")
         results: dict[int, dict] = {}
         self._collect("result", time.monotonic() + run_timeout_s, results)
         t_end = time.monotonic()

@@ -50,7 +50,8 @@ def to_dict(schedule: Schedule) -> dict[str, Any]:
         "splits": None if schedule.splits is None else [list(r) for r in schedule.splits],
         "params": dict(schedule.params),
         "programs": [
-            {"rank": p.rank, "buffers": dict(p.buffers), "steps": [_step(st) for st in p.steps]} for p in schedule.programs
+            {"rank": p.rank, "buffers": dict(p.buffers), "steps": [_step(st) for st in p.steps]}
+            for p in schedule.programs
         ],
     }
 
@@ -82,7 +83,8 @@ def dump(schedule: Schedule, path: str | os.PathLike[str]) -> None:
 
 
 def _tname(v: object) -> str:
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object", type(None): "null"}.get(
+    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object",
+            type(None): "null"}.get(
         type(v), type(v).__name__
     )
 
@@ -164,7 +166,8 @@ def _step_from(v: object, path: str) -> Step:
         p = f"{path}.recvs[{i}]"
         o = _obj(x, p, ("peer", "tag", "dst"), ("op",))
         recvs.append(
-            Recv(_int(o["peer"], f"{p}.peer"), _int(o["tag"], f"{p}.tag"), _region_from(o["dst"], f"{p}.dst"), _action(o.get("op", "copy"), f"{p}.op"))
+            Recv(_int(o["peer"], f"{p}.peer"), _int(o["tag"], f"{p}.tag"), _region_from(o["dst"], f"{p}.dst"),
+                 _action(o.get("op", "copy"), f"{p}.op"))
         )
     label = _str(d.get("label", ""), f"{path}.label")
     try:

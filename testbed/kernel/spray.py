@@ -3,7 +3,8 @@
 On the egress of every port of a spray group, a clsact egress hook (it runs before the port's HTB and queue):
 
     prio 1   basic match meta(nfmark eq SPRAY_MARK)          -> ok         (already moved here: let it through)
-    prio 2   basic match meta(random mask 0xffffffff lt T0) -> skbedit mark SPRAY_MARK, mirred egress redirect dev <other port 1>
+    prio 2   basic match meta(random mask 0xffffffff lt T0) -> skbedit mark SPRAY_MARK,
+                                                               mirred egress redirect dev <other port 1>
     prio 3   basic match meta(random lt T1) -> ...                               dev <other port 2>
     ...      (no match: the packet stays on the port the ECMP hash chose)
 

@@ -3,10 +3,10 @@
 4 hosts on a 2x2 leaf-spine at 20 Mbit/s. All-reduce (512 kB) and all-to-all (64 kB) complete with every rank's
 result verified; the same all-reduce runs over TCP and over RDMA, with and without 1% random loss on the packets
 arriving at h1 (four runs, made once for the module): the loss moves rxe's recovery counters and slows the
-collective; TCP is measured under the same loss. Every run is captured at h1's port (tcpdump -s 128) and the wire's own count of go-back-N retransmitted RoCE packets and
-retransmitted TCP segments (analysis.capture) is printed beside rxe's and the kernel's counters. An RDMA incast
-(gather) into drop-tail buffers goes back N thousands of times; in a lossless class (PFC) it does not, and finishes
-sooner.
+collective; TCP is measured under the same loss. Every run is captured at h1's port (tcpdump -s 128) and the
+wire's own count of go-back-N retransmitted RoCE packets and retransmitted TCP segments (analysis.capture) is
+printed beside rxe's and the kernel's counters. An RDMA incast (gather) into drop-tail buffers goes back N
+thousands of times; in a lossless class (PFC) it does not, and finishes sooner.
 """
 
 from __future__ import annotations

@@ -55,7 +55,8 @@ def _own_data(run):
         samples.sort()
         drops += samples[-1][1] - samples[0][1]
         sent += samples[-1][2] - samples[0][2]
-    return rounds, _p99([hi - lo for lo, hi, _ in rounds.values()]), drops, drops / (drops + sent) if drops + sent else 0.0
+    drop_fraction = drops / (drops + sent) if drops + sent else 0.0
+    return rounds, _p99([hi - lo for lo, hi, _ in rounds.values()]), drops, drop_fraction
 
 
 def test_incast_sender_sweep(tmp_path, capsys):

@@ -1,6 +1,5 @@
 """analysis.load: run directories -> DataFrames, with one-line errors."""
 
-import json
 import shutil
 from pathlib import Path
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from testbed import cli, labvm, runner, sweep
-from testbed.errors import CapabilityMissing, UsageError
+from testbed.errors import UsageError
 from testbed.scenarios import get
 
 SMOKE = get("smoke")

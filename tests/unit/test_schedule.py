@@ -131,7 +131,8 @@ def test_races_between_unordered_steps_are_rejected():
     two_rank(s0, s1).validate()
     # reads never conflict
     two_rank([Step(sends=(Send(1, 0, R("input", 0, 4)),)), Step(sends=(Send(1, 1, R("input", 0, 4)),))],
-             [Step(recvs=(Recv(0, 0, R("output", 0, 4)),)), Step(deps=(0,), recvs=(Recv(0, 1, R("output", 0, 4)),))]).validate()
+             [Step(recvs=(Recv(0, 0, R("output", 0, 4)),)),
+              Step(deps=(0,), recvs=(Recv(0, 1, R("output", 0, 4)),))]).validate()
 
 
 def test_in_step_conflicts():
@@ -236,7 +237,8 @@ def test_busbw_factors_match_nccl_tests():
         busbw_factor("allmagic", n)
 
 
-@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce", "gather", "pipeline"])
+@pytest.mark.parametrize("collective", ["allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "reduce",
+                                        "gather", "pipeline"])
 def test_alpha_beta_bound(collective):
     n, S, B = 8, 1 << 20, 1e9
     bw_only = alpha_beta_bound_s(collective, n, S, B, 0.0)

@@ -49,7 +49,8 @@ def test_random_sizes_simulate_matches_first_principles(gen, ranks, count, chunk
     if collective == "alltoall":
         opts["skew"] = (seed % 7) / 3.0
     itemsize = np.dtype(dtype).itemsize
-    s = make_schedule(collective, ranks, count * itemsize, chunks=chunks, seed=seed, algorithm=algorithm, dtype=dtype, **opts)
+    s = make_schedule(collective, ranks, count * itemsize, chunks=chunks, seed=seed, algorithm=algorithm, dtype=dtype,
+                      **opts)
     _check(s, seed)
 
 
@@ -82,7 +83,8 @@ def test_ring_allreduce_bytes_exact(ranks, chunks):
         # only to the right neighbour, only from the left one
         peers = {snd.peer for stp in s.steps(r) for snd in stp.sends}
         assert peers == {(r + 1) % ranks}
-    # every piece of the reduce-scatter phase moves once per ring hop: each rank sends each of n-1 segments once per phase
+    # every piece of the reduce-scatter phase moves once per ring hop: each rank sends each of n-1 segments once per
+    # phase
     d = _delivery(s)
     assert set(d) == {(r, (r + 1) % ranks) for r in range(ranks)}
 

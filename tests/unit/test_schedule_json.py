@@ -108,9 +108,11 @@ def test_minimal_hand_written_file():
             "count": 3,
             "programs": [
                 {"rank": 0, "buffers": {"input": 3, "output": 3}, "steps": [
-                    {"local": [{"src": ["input", 0, 3], "dst": ["output", 0, 3]}], "sends": [{"peer": 1, "tag": 0, "src": ["input", 0, 3]}]}
+                    {"local": [{"src": ["input", 0, 3], "dst": ["output", 0, 3]}],
+                     "sends": [{"peer": 1, "tag": 0, "src": ["input", 0, 3]}]}
                 ]},
-                {"rank": 1, "buffers": {"input": 3, "output": 3}, "steps": [{"recvs": [{"peer": 0, "tag": 0, "dst": ["output", 0, 3]}]}]},
+                {"rank": 1, "buffers": {"input": 3, "output": 3},
+                 "steps": [{"recvs": [{"peer": 0, "tag": 0, "dst": ["output", 0, 3]}]}]},
             ],
         }
     )

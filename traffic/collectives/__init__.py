@@ -17,7 +17,8 @@ from .halving_doubling import halving_doubling_allreduce
 from .incast import direct_gather
 from .pipeline import pipeline_chain
 from .ring import ring_allgather, ring_allreduce, ring_reduce_scatter
-from .tree import double_tree_allreduce, heap_tree, nccl_btree, nccl_double_tree, tree_allreduce, tree_broadcast, tree_reduce
+from .tree import (double_tree_allreduce, heap_tree, nccl_btree, nccl_double_tree, tree_allreduce, tree_broadcast,
+                   tree_reduce)
 
 __all__ = [
     "make_schedule",
@@ -74,7 +75,8 @@ def canonical_collective(name: object) -> str:
     c = name.strip().lower().replace("-", "_")
     c = ALIASES.get(c, c)
     if c not in DEFAULT_ALGORITHM:
-        raise ScheduleError(f"unknown collective {name!r}; known: {', '.join(sorted(DEFAULT_ALGORITHM))} (aliases: {', '.join(sorted(ALIASES))})")
+        raise ScheduleError(f"unknown collective {name!r}; known: {', '.join(sorted(DEFAULT_ALGORITHM))} "
+                            f"(aliases: {', '.join(sorted(ALIASES))})")
     return c
 
 
@@ -93,7 +95,8 @@ def _plain_int(what: str, v: object, minimum: int) -> int:
     return v
 
 
-def make_schedule(collective: str, ranks: int, message_bytes: int, chunks: int = 1, seed: int = 0, **opts: object) -> Schedule:
+def make_schedule(collective: str, ranks: int, message_bytes: int, chunks: int = 1, seed: int = 0,
+                  **opts: object) -> Schedule:
     """Generate and validate a schedule.
 
     ``message_bytes`` is each rank's input size (must be a multiple of the dtype's size); ``chunks`` cuts
@@ -122,7 +125,8 @@ def make_schedule(collective: str, ranks: int, message_bytes: int, chunks: int =
     accepted = set(inspect.signature(gen).parameters) - {"ranks", "count", "dtype", "chunks", "params"}
     for key in opts:
         if key not in accepted:
-            raise ScheduleError(f"unknown option {key!r} for {c}/{algorithm}" + (f"; accepted: {', '.join(sorted(accepted))}" if accepted else ""))
+            raise ScheduleError(f"unknown option {key!r} for {c}/{algorithm}"
+                                + (f"; accepted: {', '.join(sorted(accepted))}" if accepted else ""))
     kwargs = dict(opts)
     if "seed" in accepted:
         kwargs["seed"] = seed

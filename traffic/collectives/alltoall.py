@@ -28,7 +28,8 @@ def moe_splits(ranks: int, count: int, skew: float, seed: int) -> tuple[tuple[in
     per-(source, expert) factor uniform in [0.5, 1.5).  Weights become exact integer counts by largest
     remainder.  Uses only ``random.Random(seed).random()``, so it is identical across Python/NumPy versions.
     """
-    if isinstance(skew, bool) or not isinstance(skew, (int, float)) or not skew >= 0 or skew != skew or skew == float("inf"):
+    if (isinstance(skew, bool) or not isinstance(skew, (int, float)) or not skew >= 0 or skew != skew
+            or skew == float("inf")):
         raise ScheduleError(f"skew must be a finite number >= 0, got {skew!r}")
     n = ranks
     if skew == 0:
@@ -70,7 +71,9 @@ def pairwise_alltoall(
         for r in range(n):
             dst = (r + s) % n
             for k, (off, cnt) in enumerate(pieces(0, splits[r][dst], chunks)):
-                b.transfer(handles[(r, s, k)], ("input", in_off[r][dst] + off, cnt), handles[(dst, s, k)], ("output", out_off[dst][r] + off, cnt))
+                b.transfer(handles[(r, s, k)], ("input", in_off[r][dst] + off, cnt),
+                           handles[(dst, s, k)], ("output", out_off[dst][r] + off, cnt))
     bufs = [{"input": count, "output": sum(col[j])} for j in range(n)]
     splits_field = None if skew == 0 else splits
-    return b.build(collective="alltoall", algorithm="pairwise", count=count, dtype=dtype, buffers=bufs, splits=splits_field, params=params)
+    return b.build(collective="alltoall", algorithm="pairwise", count=count, dtype=dtype, buffers=bufs,
+                   splits=splits_field, params=params)

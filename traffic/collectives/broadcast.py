@@ -41,4 +41,5 @@ def ring_broadcast(ranks: int, count: int, *, dtype: str, chunks: int, params: d
     b = ScheduleBuilder(ranks)
     chain(b, [(root + i) % ranks for i in range(ranks)], count, chunks, first_keeps=True, name="bcast")
     bufs = [{"input": count, "output": count}] * ranks
-    return b.build(collective="broadcast", algorithm="ring", count=count, dtype=dtype, buffers=bufs, root=root, params=params)
+    return b.build(collective="broadcast", algorithm="ring", count=count, dtype=dtype, buffers=bufs, root=root,
+                   params=params)

@@ -30,7 +30,8 @@ def halving_doubling_allreduce(
         raise ScheduleError(f"non_power_of_two must be 'prepost' or 'error', got {non_power_of_two!r}")
     p = 1 << (n.bit_length() - 1)
     if p != n and non_power_of_two == "error":
-        raise ScheduleError(f"halving_doubling needs a power-of-two rank count, got {n} (or use non_power_of_two='prepost')")
+        raise ScheduleError(f"halving_doubling needs a power-of-two rank count, got {n} "
+                            "(or use non_power_of_two='prepost')")
     rem = n - p
     L = p.bit_length() - 1
 
@@ -86,7 +87,8 @@ def halving_doubling_allreduce(
                 new_window[nr] = keep
                 partner = nr ^ mask
                 off, cnt = span(*give)
-                b.transfer(handles[(real(nr), k, 1 + i)], ("output", off, cnt), handles[(real(partner), k, 1 + i)], ("output", off, cnt), op="reduce")
+                b.transfer(handles[(real(nr), k, 1 + i)], ("output", off, cnt),
+                           handles[(real(partner), k, 1 + i)], ("output", off, cnt), op="reduce")
             window = new_window
         # recursive doubling
         for i in range(L):
@@ -95,10 +97,12 @@ def halving_doubling_allreduce(
                 lo = (nr >> i) << i
                 off, cnt = span(lo, lo + (1 << i))
                 partner = nr ^ mask
-                b.transfer(handles[(real(nr), k, 1 + L + i)], ("output", off, cnt), handles[(real(partner), k, 1 + L + i)], ("output", off, cnt))
+                b.transfer(handles[(real(nr), k, 1 + L + i)], ("output", off, cnt),
+                           handles[(real(partner), k, 1 + L + i)], ("output", off, cnt))
         # post-step: odd ranks return the result
         for r in range(0, 2 * rem, 2):
             b.transfer(handles[(r + 1, k, rounds - 1)], whole, handles[(r, k, rounds - 1)], whole)
 
     bufs = [{"input": count, "output": count}] * n
-    return b.build(collective="allreduce", algorithm="halving_doubling", count=count, dtype=dtype, buffers=bufs, params=params)
+    return b.build(collective="allreduce", algorithm="halving_doubling", count=count, dtype=dtype, buffers=bufs,
+                   params=params)

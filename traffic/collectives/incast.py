@@ -24,4 +24,5 @@ def direct_gather(ranks: int, count: int, *, dtype: str, chunks: int, params: di
             if r != root:
                 b.transfer(h[r], ("input", off, cnt), h[root], ("output", r * count + off, cnt))
     bufs = [{"input": count, "output": n * count if r == root else 0} for r in range(n)]
-    return b.build(collective="gather", algorithm="direct", count=count, dtype=dtype, buffers=bufs, root=root, params=params)
+    return b.build(collective="gather", algorithm="direct", count=count, dtype=dtype, buffers=bufs, root=root,
+                   params=params)

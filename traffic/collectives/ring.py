@@ -66,7 +66,8 @@ def ring_allreduce(ranks: int, count: int, *, dtype: str, chunks: int, params: d
     for t in range(n - 1):
         for r in range(n):
             for k in range(chunks):
-                handles[(r, t, k)] = b.step(r, [last[(r, k)], handles.get((r, t, k - 1))], label=f"all-gather t={t} k={k}")
+                handles[(r, t, k)] = b.step(r, [last[(r, k)], handles.get((r, t, k - 1))],
+                                            label=f"all-gather t={t} k={k}")
                 last[(r, k)] = handles[(r, t, k)]
     for t in range(n - 1):
         for r in range(n):
@@ -102,7 +103,8 @@ def ring_allgather(ranks: int, count: int, *, dtype: str, chunks: int, params: d
     for t in range(n - 1):
         for r in range(n):
             for k in range(chunks):
-                handles[(r, t, k)] = b.step(r, [handles.get((r, t - 1, k)), handles.get((r, t, k - 1))], label=f"all-gather t={t} k={k}")
+                handles[(r, t, k)] = b.step(r, [handles.get((r, t - 1, k)), handles.get((r, t, k - 1))],
+                                            label=f"all-gather t={t} k={k}")
     for r in range(n):
         for k, (off, cnt) in enumerate(pieces(0, count, chunks)):
             b.local(handles[(r, 0, k)], ("input", off, cnt), ("output", r * count + off, cnt))

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from ..schedule import Schedule, ScheduleBuilder, ScheduleError
 from ._common import pieces
 
-__all__ = ["Tree", "heap_tree", "nccl_btree", "nccl_double_tree", "tree_allreduce", "double_tree_allreduce", "tree_reduce"]
+__all__ = ["Tree", "heap_tree", "nccl_btree", "nccl_double_tree", "tree_allreduce", "double_tree_allreduce",
+           "tree_reduce"]
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,8 @@ def _tree_phases(
             pbuf, pbase = acc(parent)
             if up:
                 slot = tree.children[parent].index(r)
-                b.transfer(prev[(r, "u")], (buf, base + off, cnt), prev[(parent, "c")], ("scratch", slot * count + off, cnt))
+                b.transfer(prev[(r, "u")], (buf, base + off, cnt),
+                           prev[(parent, "c")], ("scratch", slot * count + off, cnt))
             if down:
                 src = ("input", off, cnt) if (not up and tree.parent[parent] is None) else (pbuf, pbase + off, cnt)
                 b.transfer(prev[(parent, "b")], src, prev[(r, "d")], (buf, base + off, cnt))
@@ -183,7 +185,8 @@ def double_tree_allreduce(ranks: int, count: int, *, dtype: str, chunks: int, pa
         _tree_phases(b, tree, region, count, chunks, up=True, down=True, acc=lambda r: ("output", 0), name=f"tree{i}")
     slots = [max(len(t1.children[r]), len(t2.children[r])) for r in range(ranks)]
     bufs = [{"input": count, "output": count, "scratch": slots[r] * count} for r in range(ranks)]
-    return b.build(collective="allreduce", algorithm="double_tree", count=count, dtype=dtype, buffers=bufs, params=params)
+    return b.build(collective="allreduce", algorithm="double_tree", count=count, dtype=dtype, buffers=bufs,
+                   params=params)
 
 
 def tree_reduce(ranks: int, count: int, *, dtype: str, chunks: int, params: dict, root: int = 0) -> Schedule:
@@ -202,7 +205,8 @@ def tree_reduce(ranks: int, count: int, *, dtype: str, chunks: int, params: dict
         {"input": count, "output": count if r == root else 0, "scratch": (slots[r] + (0 if r == root else 1)) * count}
         for r in range(ranks)
     ]
-    return b.build(collective="reduce", algorithm="tree", count=count, dtype=dtype, buffers=bufs, root=root, params=params)
+    return b.build(collective="reduce", algorithm="tree", count=count, dtype=dtype, buffers=bufs, root=root,
+                   params=params)
 
 
 def tree_broadcast(ranks: int, count: int, *, dtype: str, chunks: int, params: dict, root: int = 0) -> Schedule:
@@ -214,4 +218,5 @@ def tree_broadcast(ranks: int, count: int, *, dtype: str, chunks: int, params: d
     b = ScheduleBuilder(ranks)
     _tree_phases(b, tree, (0, count), count, chunks, up=False, down=True, acc=lambda r: ("output", 0), name="bcast")
     bufs = [{"input": count, "output": count}] * ranks
-    return b.build(collective="broadcast", algorithm="tree", count=count, dtype=dtype, buffers=bufs, root=root, params=params)
+    return b.build(collective="broadcast", algorithm="tree", count=count, dtype=dtype, buffers=bufs, root=root,
+                   params=params)
