@@ -1,14 +1,17 @@
-"""Several run directories side by side: key metrics per run and each run's ratio to the first.
+"""Several run directories side by side: each run's metrics and each run's ratio to the first.
 
-``compare(run_dirs, out=None) -> DataFrame`` with one row per metric:
+``compare(run_dirs, out=None) -> DataFrame`` with one row per metric (one value per run, the same value the
+run's report shows: :func:`analysis.summary.summarize`):
 
-* ``metric`` — the name; ``source`` — ``summary`` (a numeric value of ``summary.json``) or ``data``
-  (recomputed from the CSVs by :func:`analysis.report.key_metrics`, e.g. ``cct_ms_p99`` with ``ops_n``);
+* ``metric`` — the name; ``source`` — ``data`` (recomputed from the CSVs by :mod:`analysis.summary`, e.g.
+  ``cct_ms_p99`` with ``cct_samples``; a summary.json value of the same name is the same number, or stale) or
+  ``summary`` (a numeric ``summary.json`` value no file supports, bools as 0/1);
 * one column per run (the run directory's name, made unique with ``#2``, ``#3`` ... when names repeat);
 * one ``<run>/<first>`` column per later run: ``value / first run's value`` (nan when either is missing or
   the first is 0 — a ratio to nothing is not a number, even when both are 0).
 
-Rows are the union over runs, in first-seen order (summary rows first); a metric a run lacks is nan.
+Rows are the union over runs, in first-seen order (summary rows first); a metric a run lacks is nan. A metric
+that is ``data`` in one run and ``summary`` in another is one row (``source`` says ``data``).
 With ``out`` the table is also written as ``out/compare.csv`` and ``out/compare.md``.
 """
 
@@ -22,20 +25,11 @@ from typing import Sequence
 import pandas as pd
 
 from .load import IncompleteRunWarning, Run, load_run
-from .report import fmt, key_metrics, md_table
+from .report import fmt, md_table
+from .summary import numeric as numeric_summary
+from .summary import summarize
 
 __all__ = ["compare", "numeric_summary", "run_labels"]
-
-
-def numeric_summary(summary: dict) -> dict[str, float]:
-    """The numeric values of a summary.json (bools as 0/1; strings, None, lists dropped)."""
-    out: dict[str, float] = {}
-    for k, v in summary.items():
-        if isinstance(v, bool):
-            out[k] = float(v)
-        elif isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[k] = float(v)
-    return out
 
 
 def run_labels(runs: Sequence[Run]) -> list[str]:
@@ -63,24 +57,22 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> pd
         warnings.simplefilter("ignore", IncompleteRunWarning)
         runs = [load_run(p) for p in run_dirs]
     labels = run_labels(runs)
-    per_run: list[dict[tuple[str, str], float]] = []
+    per_run = [summarize(r) for r in runs]
+    source = {}
+    for vals in per_run:
+        for k, (_v, src) in vals.items():
+            if source.get(k) != "data":
+                source[k] = src
     order: list[tuple[str, str]] = []
-    for r in runs:
-        vals: dict[tuple[str, str], float] = {}
-        for k, v in numeric_summary(r.summary).items():
-            vals[("summary", k)] = v
-        for k, v in key_metrics(r).items():
-            vals[("data", k)] = float(v)
-        per_run.append(vals)
     for src in ("summary", "data"):
         for vals in per_run:
-            for key in vals:
-                if key[0] == src and key not in order:
-                    order.append(key)
+            for k in vals:
+                if source[k] == src and (src, k) not in order:
+                    order.append((src, k))
     rows = []
     for src, metric in order:
         row: dict[str, object] = {"metric": metric, "source": src}
-        values = [vals.get((src, metric), math.nan) for vals in per_run]
+        values = [vals[metric][0] if metric in vals else math.nan for vals in per_run]
         for lab, v in zip(labels, values):
             row[lab] = v
         for lab, v in zip(labels[1:], values[1:]):

@@ -42,6 +42,7 @@ __all__ = [
     "scaling_verdict",
     "step_times",
     "rank_step_times",
+    "rank_timeline",
     "tcp_deltas",
 ]
 
@@ -113,29 +114,55 @@ def cv(values: Iterable[float]) -> float:
 
 # --------------------------------------------------------------------------- bandwidth
 
-#: nccl-tests bus-bandwidth factors, as functions of the rank count n (PERFORMANCE.md of nccl-tests).
+#: nccl-tests bus-bandwidth factors, as functions of the rank count n. This is the project's only copy
+#: (traffic.schedule's cost model and the collective scenario use it through :func:`busbw_factor`).
 BUSBW_FACTORS = {
     "allreduce": lambda n: 2 * (n - 1) / n,
     "allgather": lambda n: (n - 1) / n,
     "reducescatter": lambda n: (n - 1) / n,
     "alltoall": lambda n: (n - 1) / n,
+    "gather": lambda n: (n - 1) / n,
+    "scatter": lambda n: (n - 1) / n,
     "broadcast": lambda n: 1.0,
     "reduce": lambda n: 1.0,
+    "pipeline": lambda n: 1.0,
 }
+
+#: other spellings of the same collectives (the scenario's aliases): an incast is a gather to one root, a
+#: pipeline is a chain of send/recv pairs (nccl-tests' sendrecv)
+_COLLECTIVE_ALIASES = {"incast": "gather", "sendrecv": "pipeline"}
 
 
 def _norm_collective(name: str) -> str:
-    return str(name).lower().replace("_", "").replace("-", "").replace(" ", "")
+    key = str(name).lower().replace("_", "").replace("-", "").replace(" ", "")
+    return _COLLECTIVE_ALIASES.get(key, key)
 
 
 def busbw_factor(collective: str, n: int) -> float:
-    """nccl-tests factor turning algbw into busbw for ``collective`` over ``n`` ranks."""
+    """nccl-tests factor turning algbw into busbw for ``collective`` over ``n`` ranks: ``busbw = algbw * factor``
+    with ``algbw = size / time`` and ``size`` the message size nccl-tests prints.
+
+    The factor makes busbw comparable with the link rate: it is the share of ``size`` that the busiest rank's
+    link must carry, whatever the algorithm (nccl-tests' PERFORMANCE.md and the ``*GetBw`` function of each
+    test in its ``src/``):
+
+    * allreduce ``2(n-1)/n`` (a reduce-scatter then an all-gather);
+    * allgather, reducescatter, alltoall ``(n-1)/n`` (every rank receives / sends all but its own share);
+    * **gather and scatter ``(n-1)/n``**: nccl-tests' gather.cu / scatter.cu compute ``baseBw = count * nranks *
+      typesize / time`` (the *total* gathered or scattered size) and multiply it by ``(nranks-1)/nranks``: the
+      root's link carries every rank's part but its own. (An earlier copy here had no gather/scatter and gave nan.)
+    * broadcast, reduce ``1``; **pipeline (sendrecv) ``1``**: nccl-tests' sendrecv.cu uses factor 1, every rank
+      sends and receives the whole message once.
+
+    Names are matched case-insensitively ignoring ``_``/``-``/spaces, with ``incast`` = gather and ``sendrecv`` =
+    pipeline. ``ValueError`` for an unknown collective or ``n < 1``.
+    """
     key = _norm_collective(collective)
     if key not in BUSBW_FACTORS:
-        raise ValueError(f"unknown collective {collective!r}; known: {sorted(BUSBW_FACTORS)}")
-    if n < 1:
-        raise ValueError(f"rank count must be >= 1, got {n}")
-    return float(BUSBW_FACTORS[key](n))
+        raise ValueError(f"no bus-bandwidth factor for collective {collective!r}; known: {sorted(BUSBW_FACTORS)}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"rank count must be an integer >= 1, got {n!r}")
+    return float(BUSBW_FACTORS[key](int(n)))
 
 
 def algbw(size_bytes: float, cct_s: float) -> float:
@@ -167,17 +194,21 @@ def op_table(ops: pd.DataFrame, size_bytes: float | dict | None = None) -> pd.Da
     wait_s_max (largest per-rank wait). Sorted by (iteration, op_index).
 
     ``size_bytes`` is the nccl-tests message size: a number, a ``{op name or collective: bytes}`` dict, or
-    None to infer it as ``max over ranks of bytes_sent / factor(collective, n)`` (exact for ring-style
-    algorithms, where each rank sends factor*size; nan for unknown collectives).
+    None: then ops.csv's optional ``size_bytes`` column (the writer's exact nccl-tests size of the op) when it
+    has one, else inferred as ``max over ranks of max(bytes_sent, bytes_recv) / factor(collective, n)`` (exact
+    for ring-style algorithms, where each rank sends factor*size, and for gather/scatter, whose root receives /
+    sends factor*size; nan for unknown collectives).
     """
     if ops.empty:
         return pd.DataFrame({c: pd.Series([], dtype=object if c in ("op", "collective") else
                                           ("int64" if c in ("iteration", "op_index", "n_ranks") else "float64"))
                              for c in _OP_COLUMNS})
+    ops = ops.assign(_moved=np.maximum(ops["bytes_sent"].to_numpy(), ops["bytes_recv"].to_numpy()))
     g = ops.groupby(["iteration", "op_index"], sort=True)
     t = g.agg(op=("op", "first"), collective=("collective", "first"), n_ranks=("rank", "nunique"),
-              start_s=("start_s", "min"), end_s=("end_s", "max"), sent_max=("bytes_sent", "max"),
-              wait_s_max=("wait_s", "max")).reset_index()
+              start_s=("start_s", "min"), end_s=("end_s", "max"), sent_max=("_moved", "max"),
+              wait_s_max=("wait_s", "max"),
+              **({"size_col": ("size_bytes", "max")} if "size_bytes" in ops.columns else {})).reset_index()
     t["cct_s"] = t["end_s"] - t["start_s"]
     sizes, algs, buses = [], [], []
     for row in t.itertuples(index=False):
@@ -189,6 +220,8 @@ def op_table(ops: pd.DataFrame, size_bytes: float | dict | None = None) -> pd.Da
             s = size_bytes.get(row.op, size_bytes.get(row.collective, math.nan))
         elif size_bytes is not None:
             s = float(size_bytes)
+        elif "size_col" in t.columns and not math.isnan(float(row.size_col)):
+            s = float(row.size_col)
         else:
             s = row.sent_max / f if f and not math.isnan(f) else math.nan
         a = algbw(s, row.cct_s) if not math.isnan(s) else math.nan
@@ -200,11 +233,25 @@ def op_table(ops: pd.DataFrame, size_bytes: float | dict | None = None) -> pd.Da
     return t[_OP_COLUMNS].reset_index(drop=True)
 
 
+def _origins(ops: pd.DataFrame) -> pd.Series:
+    """Per rank, when it began its first recorded iteration: ops.csv's optional ``iter_start_s`` (the instant
+    the rank started the iteration's compute phase; for the first measured iteration, when it finished its
+    warm-up) of that iteration, else its first op start (no compute before the first op is counted)."""
+    first_it = ops.groupby("rank")["iteration"].transform("min")
+    first = ops[ops["iteration"] == first_it]
+    col = "iter_start_s" if "iter_start_s" in ops.columns else "start_s"
+    origin = first.groupby("rank")[col].min()
+    if col == "iter_start_s":  # a row without it (nan) falls back to the op start
+        origin = origin.fillna(first.groupby("rank")["start_s"].min())
+    return origin
+
+
 def rank_step_times(ops: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, iteration): ``end_s`` = the rank's last op end in the iteration, ``step_s`` =
-    ``end_s`` minus the rank's previous iteration end (for its first iteration: minus its first op start,
-    so the first step excludes any compute before the first op), and ``wait_s`` = sum of the rank's
-    wait_s in that iteration."""
+    ``end_s`` minus the rank's previous iteration end; for its first iteration minus its origin (ops.csv's
+    ``iter_start_s`` when the writer recorded it: the step then includes that iteration's compute phase, like
+    every later one; else its first op start, which leaves the first step's compute out), and ``wait_s`` = sum
+    of the rank's wait_s in that iteration. ``start_s`` is the rank's first op start in the iteration."""
     cols = {"rank": "int64", "iteration": "int64", "start_s": "float64", "end_s": "float64",
             "step_s": "float64", "wait_s": "float64"}
     if ops.empty:
@@ -212,32 +259,62 @@ def rank_step_times(ops: pd.DataFrame) -> pd.DataFrame:
     r = (ops.groupby(["rank", "iteration"], sort=True)
          .agg(start_s=("start_s", "min"), end_s=("end_s", "max"), wait_s=("wait_s", "sum")).reset_index())
     prev = r.groupby("rank")["end_s"].shift(1)
-    r["step_s"] = r["end_s"] - prev.fillna(r["start_s"])
+    r["step_s"] = r["end_s"] - prev.fillna(r["rank"].map(_origins(ops)))
     return r[list(cols)].reset_index(drop=True)
 
 
 def step_times(ops: pd.DataFrame) -> pd.DataFrame:
     """Per iteration of synchronous training: ``end_s`` = when the slowest rank finished the iteration
-    (max end_s), ``step_s = end_s(i) - end_s(i-1)`` (barrier to barrier, so it includes compute); for the
-    first iteration ``end_s(0) - min start_s(0)`` (no earlier boundary; treat it as warm-up).
+    (max end_s), ``step_s = end_s(i) - end_s(i-1)`` (barrier to barrier, so it includes compute). For the
+    first recorded iteration ``end_s(-1)`` is the job's measurement origin: the latest rank origin from
+    ops.csv's ``iter_start_s`` (when every rank had finished its warm-up, so the first step includes its
+    compute like the others), or without that column the first op start (the first step then lacks its
+    compute; treat it as warm-up). Warm-up iterations are never in ops.csv.
     Columns: iteration, start_s (first op start), end_s, step_s."""
     if ops.empty:
         return pd.DataFrame({"iteration": pd.Series([], dtype="int64"), "start_s": pd.Series([], dtype=float),
                              "end_s": pd.Series([], dtype=float), "step_s": pd.Series([], dtype=float)})
     it = ops.groupby("iteration", sort=True).agg(start_s=("start_s", "min"), end_s=("end_s", "max")).reset_index()
-    it["step_s"] = it["end_s"] - it["end_s"].shift(1).fillna(it["start_s"])
+    origin = float(_origins(ops).max()) if "iter_start_s" in ops.columns else float(it["start_s"].iloc[0])
+    it["step_s"] = it["end_s"] - it["end_s"].shift(1).fillna(origin)
     return it
 
 
 def comm_wait_fraction(ops: pd.DataFrame) -> tuple[float, pd.Series]:
     """Communication-wait fraction: ``sum(wait_s) / sum(step_s)`` over (rank, iteration) using
-    :func:`rank_step_times`. Returns ``(overall, per_rank Series indexed by rank)``; nan when empty."""
+    :func:`rank_step_times` (each rank's own steps). Returns ``(overall, per_rank Series indexed by rank)``;
+    nan when empty."""
     r = rank_step_times(ops)
     if r.empty or r["step_s"].sum() <= 0:
         return math.nan, pd.Series([], dtype=float, name="comm_wait_fraction")
     sums = r.groupby("rank")[["wait_s", "step_s"]].sum()
     per = (sums["wait_s"] / sums["step_s"].where(sums["step_s"] > 0)).rename("comm_wait_fraction")
     return float(r["wait_s"].sum() / r["step_s"].sum()), per
+
+
+def rank_timeline(ops: pd.DataFrame) -> pd.DataFrame:
+    """What each rank did, as intervals for a per-rank timeline: one row per (rank, iteration, kind, start_s,
+    end_s) with kind ``compute`` (from the rank's previous iteration end, or its origin, to its first op start
+    of the iteration: compute phase plus any host-side gap), ``wait`` (the op's wait_s, drawn from the op's
+    start: ops.csv records how long a rank waited for its peers inside an op, not when) and ``comm`` (the rest
+    of each op)."""
+    cols = ["rank", "iteration", "kind", "start_s", "end_s"]
+    if ops.empty:
+        return pd.DataFrame({c: pd.Series([], dtype="int64" if c in ("rank", "iteration") else
+                                          (object if c == "kind" else float)) for c in cols})
+    rows = []
+    r = rank_step_times(ops)
+    prev_end = r.groupby("rank")["end_s"].shift(1).fillna(r["rank"].map(_origins(ops)))
+    for row, p in zip(r.itertuples(index=False), prev_end):
+        if row.start_s > p:
+            rows.append((int(row.rank), int(row.iteration), "compute", float(p), float(row.start_s)))
+    for o in ops.itertuples(index=False):
+        w = min(max(float(o.wait_s), 0.0), float(o.end_s - o.start_s))
+        if w > 0:
+            rows.append((int(o.rank), int(o.iteration), "wait", float(o.start_s), float(o.start_s + w)))
+        if o.end_s > o.start_s + w:
+            rows.append((int(o.rank), int(o.iteration), "comm", float(o.start_s + w), float(o.end_s)))
+    return pd.DataFrame(rows, columns=cols).sort_values(["rank", "start_s"], kind="stable").reset_index(drop=True)
 
 
 # --------------------------------------------------------------------------- incast rounds

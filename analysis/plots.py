@@ -14,11 +14,17 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
-from .metrics import GOOD_ABOVE, POOR_BELOW, nearest_rank, pause_intervals, scaling_verdict
+from .metrics import GOOD_ABOVE, POOR_BELOW, nearest_rank, pause_intervals, rank_timeline, scaling_verdict, step_times
 
-__all__ = ["plot_cdf", "plot_metric_vs_param", "plot_pause_timeline", "plot_queue_occupancy",
+__all__ = ["plot_cdf", "plot_metric_vs_param", "plot_pause_timeline", "plot_queue_occupancy", "plot_rank_timeline",
            "plot_scaling_efficiency"]
+
+#: colours of the per-rank timeline
+TIMELINE_COLOURS = {"compute": "tab:green", "comm": "tab:blue", "wait": "tab:red"}
+#: most intervals drawn per rank and kind (closer ones are merged beyond this, as the report merges op phases)
+TIMELINE_MAX_BARS = 2000
 
 _VERDICT_COLOURS = {"poor": "tab:red", "marginal": "tab:orange", "good": "tab:green", "n/a": "tab:gray"}
 
@@ -128,6 +134,59 @@ def plot_pause_timeline(pfc: pd.DataFrame, path: str | Path, *, run_end: float |
     ax.set_xlim(0, max(run_end - t0, 1e-9))
     ax.set_xlabel("time (s)")
     ax.set_title(title + "  (red: still paused at run end)")
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def _merge_bars(bars: list[tuple[float, float]], limit: int) -> list[tuple[float, float]]:
+    """(start, width) bars merged across the smallest gaps until at most ``limit`` remain (a long run stays
+    drawable; every busy instant stays covered)."""
+    if len(bars) <= limit:
+        return bars
+    iv = sorted((s, s + w) for s, w in bars)
+    gaps = sorted(iv[i + 1][0] - iv[i][1] for i in range(len(iv) - 1))
+    cut = gaps[len(iv) - limit - 1]
+    out = [list(iv[0])]
+    for s, e in iv[1:]:
+        if s - out[-1][1] <= cut:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e - s) for s, e in out]
+
+
+def plot_rank_timeline(ops: pd.DataFrame, path: str | Path, *, t0: float | None = None,
+                       title: str = "per-rank timeline") -> Path:
+    """One row per rank (``broken_barh``): compute (green), communication (blue) and waiting for peers (red)
+    across the iterations (:func:`analysis.metrics.rank_timeline`); dotted lines at each iteration's end (the
+    slowest rank's). A straggler shows as the row with the long green bars while the others' red bars grow."""
+    tl = rank_timeline(ops)
+    ranks = sorted(tl["rank"].unique().tolist()) if len(tl) else []
+    fig, ax = _new((9.0, max(2.2, 0.45 * len(ranks) + 1.4)))
+    if tl.empty:
+        _empty_note(ax, "no ops")
+        return _save(fig, path)
+    t0 = float(tl["start_s"].min()) if t0 is None else t0
+    for y, rank in enumerate(ranks):
+        d = tl[tl["rank"] == rank]
+        for kind, colour in TIMELINE_COLOURS.items():
+            k = d[d["kind"] == kind]
+            bars = [(s - t0, max(e - s, 1e-9)) for s, e in zip(k["start_s"], k["end_s"])]
+            if bars:
+                ax.broken_barh(_merge_bars(bars, TIMELINE_MAX_BARS), (y - 0.35, 0.7), facecolors=colour,
+                               label=kind if y == 0 else None)
+    st = step_times(ops)
+    for e in st["end_s"].head(200):
+        ax.axvline(e - t0, color="gray", linestyle=":", linewidth=0.7)
+    ax.set_yticks(range(len(ranks)))
+    ax.set_yticklabels([f"rank {r}" for r in ranks], fontsize="small")
+    ax.set_ylim(-0.6, len(ranks) - 0.4)
+    ax.invert_yaxis()
+    ax.set_xlabel("time (s)")
+    ax.set_title(title + "  (green: compute, blue: communication, red: waiting for peers)")
+    handles = [Patch(color=c, label=k)
+               for k, c in TIMELINE_COLOURS.items()]
+    ax.legend(handles=handles, loc="upper right", fontsize="small", ncol=3)
     ax.grid(True, axis="x", alpha=0.3)
     return _save(fig, path)
 

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as m
+from . import summary as summ
 from .load import SCHEMAS, IncompleteRunWarning, Run, load_run
 
 __all__ = ["PLOT_POINTS", "Block", "build_blocks", "downsample_queues", "fmt", "key_metrics", "render_html",
@@ -78,67 +79,13 @@ def fmt(v: Any) -> str:
 
 # --------------------------------------------------------------------------- metrics from the data
 
-def _ms(p: m.Percentiles, prefix: str, out: dict) -> None:
-    out[f"{prefix}_n"] = p.n
-    out[f"{prefix}_ms_p50"] = p.p50
-    out[f"{prefix}_ms_p99"] = p.p99
-    out[f"{prefix}_ms_max"] = p.max
-
-
 def key_metrics(run: Run, *, queue_stats: pd.DataFrame | None = None,
                 port_deltas: pd.DataFrame | None = None) -> dict[str, float]:
-    """Key numbers recomputed from the run's CSVs (not from summary.json); only those the data supports.
-
-    rounds.csv: ``rounds_n, round_ms_p50/p99/max, round_goodput_mbps`` (all bytes / summed round time);
-    ops.csv: ``ops_n, cct_ms_p50/p99/max, step_n, step_ms_p50/p99/max, step_cv, comm_wait_fraction``;
-    queues.csv: ``loss_rate`` (at the port with most drops), ``drops``, ``ecn_marks``, ``ecn_mark_fraction``,
-    ``queue_peak_bytes``, ``queue_samples``; tcp.csv: ``tcp_retrans_segs``, ``tcp_timeouts``,
-    ``retransmit_rate``; pfc.csv: ``pauses``, ``pause_fraction_max``; cpu.csv: ``cpu_busy_mean``.
+    """Every metric the run's CSVs support, recomputed from them (not from summary.json):
+    :func:`analysis.summary.data_metrics`, the one definition summary.json, the report and compare share.
     ``queue_stats`` / ``port_deltas``: precomputed :func:`metrics.queue_stats` / :func:`metrics.port_counter_deltas`
-    of ``run.queues`` (they are the expensive part on a long run).
-    """
-    out: dict[str, float] = {}
-    if len(run.rounds):
-        rt = m.round_times(run.rounds)
-        _ms(m.percentiles(rt["round_s"] * 1e3), "round", out)
-        out["rounds_n"] = out.pop("round_n")
-        busy = float(rt["round_s"].sum())
-        out["round_goodput_mbps"] = float(rt["bytes"].sum()) * 8 / busy / 1e6 if busy > 0 else math.nan
-    if len(run.ops):
-        ot = m.op_table(run.ops)
-        _ms(m.percentiles(ot["cct_s"] * 1e3), "cct", out)
-        out["ops_n"] = out.pop("cct_n")
-        st = m.step_times(run.ops)
-        _ms(m.percentiles(st["step_s"] * 1e3), "step", out)
-        out["step_cv"] = m.cv(st["step_s"])
-        out["comm_wait_fraction"] = m.comm_wait_fraction(run.ops)[0]
-    if len(run.queues):
-        d = m.port_counter_deltas(run.queues) if port_deltas is None else port_deltas
-        top = d.sort_values(["drops", "sent_packets"], ascending=False, kind="stable").iloc[0]
-        offered = float(top["drops"] + top["sent_packets"])
-        out["loss_rate"] = float(top["drops"]) / offered if offered > 0 else math.nan
-        out["drops"] = float(d["drops"].sum())
-        out["ecn_marks"] = float(d["marks"].sum())
-        sent = float(d["sent_packets"].sum())
-        out["ecn_mark_fraction"] = out["ecn_marks"] / sent if sent > 0 else math.nan
-        qs = m.queue_stats(run.queues) if queue_stats is None else queue_stats
-        out["queue_peak_bytes"] = float(qs["max_bytes"].max())
-        out["queue_samples"] = int(run.queues["t_s"].nunique())
-    if len(run.tcp):
-        td = m.tcp_deltas(run.tcp)
-        if len(td):
-            out["tcp_retrans_segs"] = float(td.loc[td["counter"] == "TcpRetransSegs", "delta"].sum())
-            if (td["counter"] == "TcpExtTCPTimeouts").any():
-                out["tcp_timeouts"] = float(td.loc[td["counter"] == "TcpExtTCPTimeouts", "delta"].sum())
-            out["retransmit_rate"] = m.retransmit_rate(run.tcp)
-    if len(run.pfc):
-        start, end = run.time_window()
-        pf = m.pause_fraction(run.pfc, start, end)
-        out["pauses"] = float(pf["pauses"].sum()) if len(pf) else 0.0
-        out["pause_fraction_max"] = float(pf["fraction"].max()) if len(pf) else 0.0
-    if len(run.cpu):
-        out["cpu_busy_mean"] = float(run.cpu["busy_fraction"].mean())
-    return out
+    of ``run.queues`` (they are the expensive part on a long run)."""
+    return summ.data_metrics(run, queue_stats=queue_stats, port_deltas=port_deltas)
 
 
 # --------------------------------------------------------------------------- plot helpers
@@ -341,9 +288,50 @@ def _config(run: Run) -> tuple[pd.DataFrame, dict, dict]:
     return _kv_table(general), params, versions
 
 
+def _metric_table(vals: dict[str, tuple[float, str]], names: Iterable[str], summary: dict) -> pd.DataFrame:
+    """metric | value | from; a summary.json value is shown as written (``true``, not 1)."""
+    names = list(names)
+    return pd.DataFrame({"metric": names,
+                         "value": [fmt(summary[k] if vals[k][1] == "summary" else vals[k][0]) for k in names],
+                         "from": ["the files" if vals[k][1] == "data" else "summary.json" for k in names]})
+
+
+def _long_tables(run: Run, corr: pd.DataFrame | None, qstats, qdeltas, start: float, end: float) -> list[Block]:
+    """The raw tables at the end: the 10 slowest ops, queues per port, host TCP counters, PFC pauses per link."""
+    b: list[Block] = []
+    if corr is not None:
+        b.append(Block("h2", "The 10 slowest ops"))
+        worst = corr.sort_values("cct_ms", ascending=False).head(10)
+        cols = ["iteration", "op_index", "op", "collective", "cct_ms", "peak_backlog_bytes", "peak_port", "drops",
+                "marks", "paused_ms", "worst_port"]
+        b.append(Block("table", worst[cols], "the 10 slowest ops and what the fabric did during each"))
+    if len(run.queues):
+        b.append(Block("h2", "Queues per port"))
+        qs = qstats.merge(qdeltas, on=["node", "port"], how="left")
+        cols = ["node", "port", "n", "mean_bytes", "p90_bytes", "max_bytes", "drops", "marks", "sent_packets"]
+        b.append(Block("table", qs[cols], "backlog statistics (sample based) and counter increases"))
+    if len(run.tcp):
+        td = m.tcp_deltas(run.tcp)
+        if len(td):
+            b.append(Block("h2", "Host TCP counters (after - before)"))
+            piv = td.pivot_table(index="counter", columns="host", values="delta", aggfunc="sum").reset_index()
+            piv.columns = [str(c) for c in piv.columns]
+            b.append(Block("table", piv))
+    if len(run.pfc):
+        b.append(Block("h2", "PFC pauses per link"))
+        b.append(Block("table", m.pause_fraction(run.pfc, start, end)))
+
+    return b
+
+
 def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Block]:
     """The report as a list of :class:`Block`; PNGs are written into ``files_dir`` (``img`` blocks carry
-    ``(absolute path, path relative to the report)``)."""
+    ``(absolute path, path relative to the report)``).
+
+    Order: what happened (headline numbers, the slowest op and what the fabric did during it, the per-rank
+    timeline), the plots, every other metric (each metric once, with one value: :func:`analysis.summary.summarize`),
+    then the long tables (the wire, the 10 slowest ops, queues, host counters, pauses), configuration and files.
+    """
     from . import plots  # matplotlib only when a report is made
     from .correlate import correlate_run, explain_slowest
 
@@ -356,46 +344,38 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
         b.append(Block("alert", "INCOMPLETE RUN: manifest.json says complete="
                        f"{json.dumps(run.manifest.get('complete'))} (still running or interrupted). "
                        "Every number below may be partial."))
-    if run.warnings:
-        b.append(Block("h2", "Warnings"))
-        b.append(Block("list", list(run.warnings)))
-
-    # -- summary
-    b.append(Block("h2", "Summary (summary.json)"))
-    if run.summary:
-        b.append(Block("table", _kv_table(run.summary).rename(columns={"name": "metric"})))
-    else:
-        b.append(Block("p", "No summary.json (or it is empty)."))
-    wt = wire_table(run.summary or {})
-    if len(wt):
-        port = run.summary.get("wire_capture_port", "?")
-        b.append(Block("h2", f"The wire at {port} (packet capture)"))
-        drops = run.summary.get("wire_capture_kernel_drops")
-        b.append(Block("p", f"Decoded from {run.summary.get('wire_capture_file', 'the capture')} "
-                       f"({fmt(run.summary.get('wire_packets'))} packets; tcpdump's kernel drops: {fmt(drops)}). "
-                       "The capture sees one port, the end-host counters every host."))
-        b.append(Block("table", wt))
     qstats = m.queue_stats(run.queues) if len(run.queues) else None
     qdeltas = m.port_counter_deltas(run.queues) if len(run.queues) else None
-    km = key_metrics(run, queue_stats=qstats, port_deltas=qdeltas)
-    b.append(Block("h2", "Key metrics from the data"))
-    if km:
-        b.append(Block("p", "Recomputed from the CSVs; percentiles are nearest-rank and each _n row is the sample "
-                       "count behind them (p99 of fewer than 100 samples is the max)."))
-        b.append(Block("table", _kv_table(km).rename(columns={"name": "metric"})))
-    else:
-        b.append(Block("p", "No rounds, ops, queue, TCP, PFC or CPU rows to compute from."))
+    data = key_metrics(run, queue_stats=qstats, port_deltas=qdeltas)
+    vals = summ.summarize(run, data=data)
+    notes = list(run.warnings)
+    for k, stored, recomputed in summ.stale_keys(run, data):
+        notes.append(f"summary.json's {k} ({fmt(stored)}) differs from the value recomputed from the files "
+                     f"({fmt(recomputed)}); the report shows the recomputed one (summary.json written by an older "
+                     "version, or edited)")
+    if notes:
+        b.append(Block("h2", "Warnings"))
+        b.append(Block("list", notes))
 
-    # -- explanation of the slowest op
+    # -- what happened
+    b.append(Block("h2", "What happened"))
+    head = [k for k in summ.HEADLINE if k in vals]
+    if head:
+        b.append(Block("table", _metric_table(vals, head, run.summary or {}),
+                       "headline numbers; percentiles are nearest-rank, and p99 of fewer than 100 samples is the max "
+                       "(sample counts: *_samples, *_n)"))
+    elif not run.summary:
+        b.append(Block("p", "No summary.json (or it is empty), and no rounds, ops, queue, TCP, PFC or CPU rows to "
+                       "compute from."))
     ops_tab = m.op_table(run.ops) if len(run.ops) else None
+    corr = None
     if ops_tab is not None:
-        b.append(Block("h2", "The slowest op"))
         corr = correlate_run(run)
-        b.append(Block("p", explain_slowest(run, table=corr)))
-        worst = corr.sort_values("cct_ms", ascending=False).head(10)
-        cols = ["iteration", "op_index", "op", "collective", "cct_ms", "peak_backlog_bytes", "peak_port", "drops",
-                "marks", "paused_ms", "worst_port"]
-        b.append(Block("table", worst[cols], "the 10 slowest ops and what the fabric did during each"))
+        b.append(Block("p", "The slowest op: " + explain_slowest(run, table=corr) + "."))
+        p = plots.plot_rank_timeline(run.ops, files_dir / "timeline.png")
+        b.append(Block("img", (Path(p), f"{rel_dir}/{Path(p).name}"),
+                       "Per-rank timeline: compute, communication and waiting for peers, one row per rank, "
+                       "iteration ends marked (a straggler is the row with long compute; the others wait)"))
 
     # -- plots
     start, end = run.time_window()
@@ -431,22 +411,33 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
         for path, caption in figs:
             b.append(Block("img", (Path(path), f"{rel_dir}/{Path(path).name}"), caption))
 
-    # -- tables from the data
-    if len(run.queues):
-        b.append(Block("h2", "Queues per port"))
-        qs = qstats.merge(qdeltas, on=["node", "port"], how="left")
-        cols = ["node", "port", "n", "mean_bytes", "p90_bytes", "max_bytes", "drops", "marks", "sent_packets"]
-        b.append(Block("table", qs[cols], "backlog statistics (sample based) and counter increases"))
-    if len(run.tcp):
-        td = m.tcp_deltas(run.tcp)
-        if len(td):
-            b.append(Block("h2", "Host TCP counters (after - before)"))
-            piv = td.pivot_table(index="counter", columns="host", values="delta", aggfunc="sum").reset_index()
-            piv.columns = [str(c) for c in piv.columns]
-            b.append(Block("table", piv))
-    if len(run.pfc):
-        b.append(Block("h2", "PFC pauses per link"))
-        b.append(Block("table", m.pause_fraction(run.pfc, start, end)))
+    # -- every other metric, once
+    b.append(Block("h2", "All metrics"))
+    rest = [k for k in vals if k not in head]
+    text = {k: v for k, v in (run.summary or {}).items() if k not in vals}
+    if not run.summary:
+        b.append(Block("p", "No summary.json (or it is empty)."))
+    if not data:
+        b.append(Block("p", "No rounds, ops, queue, TCP, PFC or CPU rows to compute from."))
+    if rest or text:
+        t = _metric_table(vals, rest, run.summary or {})
+        if text:
+            t = pd.concat([t, pd.DataFrame({"metric": list(text), "value": [fmt(v) for v in text.values()],
+                                            "from": "summary.json"})], ignore_index=True)
+        b.append(Block("table", t, "from the files: recomputed from the CSVs (analysis.summary); from summary.json: "
+                       "what the run recorded that is in no file (kernel counters read before/after, parameters)"))
+    wt = wire_table(run.summary or {})
+    if len(wt):
+        port = run.summary.get("wire_capture_port", "?")
+        b.append(Block("h2", f"The wire at {port} (packet capture)"))
+        drops = run.summary.get("wire_capture_kernel_drops")
+        b.append(Block("p", f"Decoded from {run.summary.get('wire_capture_file', 'the capture')} "
+                       f"({fmt(run.summary.get('wire_packets'))} packets; tcpdump's kernel drops: {fmt(drops)}). "
+                       "The capture sees one port, the end-host counters every host."))
+        b.append(Block("table", wt))
+
+    # -- long tables from the data
+    b += _long_tables(run, corr, qstats, qdeltas, start, end)
 
     # -- configuration and files
     b.append(Block("h2", "Configuration (manifest.json)"))

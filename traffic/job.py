@@ -1,4 +1,4 @@
-"""The training-job model the collective agents replay, and the metric math over what they measure.
+"""The training-job model the collective agents replay (the metrics over what they measure live in analysis).
 
 A job is a sequence of *segments*; a segment is ``iterations`` iterations of the same shape (a size sweep is one
 segment per size). One iteration, on every rank:
@@ -14,14 +14,11 @@ not reported, like nccl-tests' warm-up.
 
 Optional **background flows** (checkpoint traffic) run between chosen hosts for the whole job with their own DSCP.
 
-Metric definitions (the same as analysis/metrics.py, which this module must not import):
-
-* CCT of an op = last rank's end - first rank's start (over the ranks of that (iteration, op_index));
-* step time of iteration i = end(i) - end(i-1), end = when the slowest rank finished the iteration's last op,
-  end(-1) = the job's start instant (the agents all start at one agreed monotonic time);
-* comm-wait fraction = sum of wait_s / sum of each rank's own step times;
-* percentiles are nearest-rank (an observed value); CV is sample std (ddof=1) / mean;
-* algbw = nccl-tests size / mean CCT, busbw = algbw x busbw_factor (traffic.schedule).
+The metrics of a job (CCT, step times, step CV, comm-wait fraction, algbw/busbw, percentiles) are computed by
+``analysis`` (analysis.metrics, analysis.summary) from the ops.csv the run writes, never here: one definition.
+What this module adds for them is :func:`iteration_starts`, when each rank began each measured iteration (the
+``iter_start_s`` column of ops.csv), so a step time includes its compute phase from the first measured
+iteration on.
 """
 
 from __future__ import annotations
@@ -29,13 +26,10 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
-
-from traffic.schedule import busbw_factor, nccl_size_bytes
+from typing import Sequence
 
 __all__ = ["JobError", "BackgroundFlow", "JobSpec", "parse_size", "parse_sizes", "parse_int_list", "parse_flows",
-           "compute_plan", "iteration_plan", "nearest_rank", "percentiles", "cv", "op_cct", "step_times",
-           "rank_step_times", "comm_wait_fraction", "nccl_rows", "format_nccl_table"]
+           "compute_plan", "iteration_plan", "iteration_starts", "format_nccl_table"]
 
 
 class JobError(ValueError):
@@ -220,123 +214,37 @@ def iteration_plan(job: JobSpec) -> list[dict]:
     return out
 
 
-# ---- metric math ---------------------------------------------------------------------------------------------
+# ---- what the metrics need from the job -------------------------------------------------------------------------
 
 
-def nearest_rank(values: Iterable[float], q: float) -> float:
-    """The q-quantile (0 < q <= 1) by nearest rank: the ceil(q n)-th smallest value; nan when empty."""
-    v = sorted(x for x in values if x == x)
-    if not v:
-        return math.nan
-    k = max(1, math.ceil(q * len(v) - 1e-9))
-    return v[min(k, len(v)) - 1]
-
-
-def percentiles(values: Iterable[float]) -> dict[str, float]:
-    v = [x for x in values if x == x]
-    return {"p50": nearest_rank(v, 0.50), "p95": nearest_rank(v, 0.95), "p99": nearest_rank(v, 0.99),
-            "p999": nearest_rank(v, 0.999), "max": max(v) if v else math.nan,
-            "mean": sum(v) / len(v) if v else math.nan, "n": len(v)}
-
-
-def cv(values: Sequence[float]) -> float:
-    v = [x for x in values if x == x]
-    if len(v) < 2:
-        return math.nan
-    m = sum(v) / len(v)
-    if m == 0:
-        return math.nan
-    var = sum((x - m) ** 2 for x in v) / (len(v) - 1)
-    return math.sqrt(var) / m
-
-
-# an op row: dict with iteration, op_index, op, collective, rank, start_s, end_s, wait_s (ops.csv columns)
-
-def op_cct(rows: Sequence[dict]) -> list[dict]:
-    """One dict per (iteration, op_index): iteration, op_index, op, collective, ranks, start_s, end_s, cct_s."""
-    groups: dict[tuple[int, int], list[dict]] = {}
+def iteration_starts(rows: Sequence[dict], origin_by_rank: dict[int, float]) -> dict[tuple[int, int], float]:
+    """(rank, iteration) -> when the rank began that measured iteration: its compute phase follows its previous
+    iteration's last op at once, so that op's end; for the rank's first measured iteration its origin (when it
+    finished its warm-up, or the agreed start instant without warm-up). ``rows`` are ops.csv rows (dicts with
+    rank, iteration, end_s)."""
+    ends: dict[int, dict[int, float]] = {}
     for r in rows:
-        groups.setdefault((int(r["iteration"]), int(r["op_index"])), []).append(r)
-    out = []
-    for (it, k), g in sorted(groups.items()):
-        s = min(float(r["start_s"]) for r in g)
-        e = max(float(r["end_s"]) for r in g)
-        out.append({"iteration": it, "op_index": k, "op": g[0]["op"], "collective": g[0]["collective"],
-                    "ranks": len(g), "start_s": s, "end_s": e, "cct_s": e - s})
-    return out
-
-
-def step_times(rows: Sequence[dict], t_start: float) -> list[float]:
-    """Step time per iteration (in iteration order): end(i) - end(i-1), end(-1) = t_start."""
-    ends: dict[int, float] = {}
-    for r in rows:
+        d = ends.setdefault(int(r["rank"]), {})
         it = int(r["iteration"])
-        ends[it] = max(ends.get(it, -math.inf), float(r["end_s"]))
-    out, prev = [], t_start
-    for it in sorted(ends):
-        out.append(ends[it] - prev)
-        prev = ends[it]
-    return out
-
-
-def rank_step_times(rows: Sequence[dict], t_start: float | dict[int, float]) -> dict[int, list[tuple[float, float]]]:
-    """rank -> [(own step time, summed wait_s)] per iteration, the rank's own ends as boundaries; ``t_start`` is
-    the common origin or {rank: that rank's own origin} (e.g. when it finished its warm-up)."""
-    per: dict[int, dict[int, list[float]]] = {}
-    for r in rows:
-        d = per.setdefault(int(r["rank"]), {})
-        e = d.setdefault(int(r["iteration"]), [-math.inf, 0.0])
-        e[0] = max(e[0], float(r["end_s"]))
-        e[1] += float(r["wait_s"])
+        d[it] = max(d.get(it, -math.inf), float(r["end_s"]))
     out = {}
-    for rank, d in per.items():
-        prev = t_start[rank] if isinstance(t_start, dict) else t_start
-        lst = []
+    for rank, d in ends.items():
+        prev = float(origin_by_rank[rank])
         for it in sorted(d):
-            end, wait = d[it]
-            lst.append((end - prev, wait))
-            prev = end
-        out[rank] = lst
-    return out
-
-
-def comm_wait_fraction(rows: Sequence[dict], t_start: float | dict[int, float]) -> float:
-    """Sum of wait_s / sum of per-rank step times (nan without data)."""
-    per = rank_step_times(rows, t_start)
-    step = sum(s for lst in per.values() for s, _ in lst)
-    wait = sum(w for lst in per.values() for _, w in lst)
-    return wait / step if step > 0 else math.nan
-
-
-def nccl_rows(ccts: Sequence[dict], ranks: int, sizes: dict[str, int]) -> list[dict]:
-    """nccl-tests-style rows per op name (in first-seen order): size (nccl-tests size), count (elements are
-    filled in by the caller), time_us (mean CCT), algbw_gbps, busbw_gbps, cct_us_p50/p99, n."""
-    by: dict[str, list[dict]] = {}
-    for c in ccts:
-        by.setdefault(c["op"], []).append(c)
-    out = []
-    for name, g in by.items():
-        coll = g[0]["collective"]
-        m = sizes[name]
-        size = nccl_size_bytes(coll, ranks, m)
-        t = [c["cct_s"] for c in g]
-        mean = sum(t) / len(t)
-        alg = size / mean / 1e9 * 8 if mean > 0 else math.nan
-        out.append({"op": name, "collective": coll, "message_bytes": m, "size": size, "time_us": mean * 1e6,
-                    "algbw_gbps": alg, "busbw_gbps": alg * busbw_factor(coll, ranks),
-                    "cct_us_p50": nearest_rank(t, 0.5) * 1e6, "cct_us_p99": nearest_rank(t, 0.99) * 1e6,
-                    "n": len(t)})
+            out[(rank, it)] = prev
+            prev = d[it]
     return out
 
 
 def format_nccl_table(rows: Sequence[dict], dtype: str = "float", itemsize: int = 4) -> str:
     """The nccl-tests layout: size, count, type, time (us), algbw, busbw (GB/s as nccl-tests prints; we add
-    Gbit/s because emulated links are slow)."""
+    Gbit/s because emulated links are slow). ``rows``: :func:`analysis.summary.nccl_table` rows as dicts."""
     head = (f"{'size':>12} {'count':>12} {'type':>7} {'time(us)':>12} {'algbw(GB/s)':>12} {'busbw(GB/s)':>12} "
             f"{'busbw(Gb/s)':>12} {'p99(us)':>12} {'n':>5}  op")
     lines = [f"#{head[1:]}"]
     for r in rows:
-        lines.append(f"{r['size']:>12} {r['size'] // itemsize:>12} {dtype:>7} {r['time_us']:>12.1f} "
+        size = int(r["size"])
+        lines.append(f"{size:>12} {size // itemsize:>12} {dtype:>7} {r['time_us']:>12.1f} "
                      f"{r['algbw_gbps'] / 8:>12.4f} {r['busbw_gbps'] / 8:>12.4f} {r['busbw_gbps']:>12.4f} "
                      f"{r['cct_us_p99']:>12.1f} {r['n']:>5}  {r['op']}")
     return "\n".join(lines)

@@ -860,18 +860,17 @@ def _canon(collective: str) -> str:
 def busbw_factor(collective: str, ranks: int) -> float:
     """nccl-tests' bus-bandwidth factor: busbw = algbw * factor, algbw = nccl-tests size / time.
 
-    allreduce 2(n-1)/n; allgather, reducescatter, alltoall, gather, scatter (n-1)/n; broadcast, reduce,
-    sendrecv (pipeline) 1.  The matching "size" is :func:`nccl_size_bytes`.
+    One definition, :func:`analysis.metrics.busbw_factor` (its docstring says where each factor comes from);
+    this wrapper accepts the schedule's aliases and raises :class:`ScheduleError`. The matching "size" is
+    :func:`nccl_size_bytes`. (Imported when called: agents import this module and need no pandas.)
     """
+    from analysis.metrics import busbw_factor as _factor
+
     n = _int("ranks", ranks, 1)
-    c = _canon(collective)
-    if c == "allreduce":
-        return 2.0 * (n - 1) / n
-    if c in ("allgather", "reducescatter", "alltoall", "gather", "scatter"):
-        return (n - 1) / n
-    if c in ("broadcast", "reduce", "pipeline"):
-        return 1.0
-    raise ScheduleError(f"no bus-bandwidth factor for collective {collective!r}")
+    try:
+        return _factor(_canon(collective), n)
+    except ValueError:
+        raise ScheduleError(f"no bus-bandwidth factor for collective {collective!r}") from None
 
 
 def nccl_size_bytes(collective: str, ranks: int, message_bytes: int) -> int:

@@ -88,6 +88,8 @@ PARAMS = [
 
 OPS_COLUMNS = ["iteration", "op", "op_index", "collective", "rank", "host", "start_s", "end_s", "bytes_sent",
                "bytes_recv", "wait_s"]
+#: ops.csv's optional columns (docs/rundir.md): when the rank began the iteration, the op's nccl-tests size
+OPS_EXTRA = ["iter_start_s", "size_bytes"]
 
 
 # ---- plan (pure; also what validate() runs) ---------------------------------------------------------------------
@@ -271,8 +273,9 @@ def _run(p: dict, ctx: RunContext) -> dict:
     from traffic.background import BackgroundFlows
     from traffic.controller import ControlError, Controller, Member
     from traffic.forkserver import ForkServer
-    from traffic.schedule import alpha_beta_bound_s
+    from analysis import metrics as am
     from traffic.rdma import RECOVERY_COUNTERS
+    from traffic.schedule import ScheduleError, alpha_beta_bound_s, nccl_size_bytes
     from traffic.tcp import INFO_KEYS
 
     pl = plan(p, ctx.seed)
@@ -399,9 +402,18 @@ def _run(p: dict, ctx: RunContext) -> dict:
     # ---- files ----
     rows = [dict(zip(["iteration", "op", "op_index", "collective", "rank", "start_s", "end_s", "bytes_sent",
                       "bytes_recv", "wait_s"], r)) for r in res.ops]
+    starts = jobm.iteration_starts(rows, res.t_measure_by_rank)  # step-time origins: compute phases count
+    nsize = {}
     for r in rows:
+        if r["op"] not in nsize:
+            try:
+                nsize[r["op"]] = nccl_size_bytes(r["collective"], n, sizes[r["op"]])
+            except ScheduleError:  # a custom schedule: no nccl-tests size convention, report the message size
+                nsize[r["op"]] = sizes[r["op"]]
         r["host"] = host_of[r["rank"]]
-    ctx.rundir.write_csv("ops.csv", OPS_COLUMNS, ([r[c] for c in OPS_COLUMNS] for r in rows))
+        r["iter_start_s"] = round(starts[(r["rank"], r["iteration"])], 6)
+        r["size_bytes"] = nsize[r["op"]]
+    ctx.rundir.write_csv("ops.csv", OPS_COLUMNS + OPS_EXTRA, ([r[c] for c in OPS_COLUMNS + OPS_EXTRA] for r in rows))
     ctx.rundir.write_csv("tcp_info.csv", ["iteration", "op_index", "rank", "peer", "phase", *INFO_KEYS],
                          ([it, k, rk, peer, ph, *[info.get(x, 0) for x in INFO_KEYS]]
                           for it, k, rk, peer, ph, info in res.tcp_info))
@@ -418,20 +430,24 @@ def _run(p: dict, ctx: RunContext) -> dict:
     if pfc:
         pfc.write(ctx.rundir, queues=not sampler)  # the sampler's queues.csv covers every port when it ran
 
-    # ---- metrics ----
-    ccts = jobm.op_cct(rows)
-    nrows = jobm.nccl_rows(ccts, n, sizes)
+    # ---- metrics: computed by analysis from the files just written (what `testbed report` / `compare` show) ----
+    from analysis import summary as asum
+
+    run = asum.load_quietly(ctx.rundir.path)
+    cm = asum.collective_metrics(run.ops)
+    nrows = asum.nccl_table(run.ops).to_dict("records")
     itemsize = next(iter(schedules.values())).itemsize
     dtype = next(iter(schedules.values())).dtype
     # beta is per PAYLOAD byte: the shaper also carries every packet's headers
     efficiency = payload_efficiency(p["transport"], topo.host_link.mtu, p["rdma_mtu"])
     for r in nrows:
+        r["message_bytes"] = sizes[r["op"]]
         r["bound_us"] = alpha_beta_bound_s(r["collective"], n, r["message_bytes"],
                                            p["host_rate_mbps"] * 1e6 / 8 * efficiency, p["delay_ms"] * 1e-3 * 4) * 1e6
         r["time_vs_bound"] = r["time_us"] / r["bound_us"] if r["bound_us"] > 0 else math.nan
     ctx.rundir.write_csv("sweep.csv", ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps",
                                        "busbw_gbps", "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"],
-                         ([r["op"], r["collective"], r["message_bytes"], r["size"], r["size"] // itemsize,
+                         ([r["op"], r["collective"], r["message_bytes"], int(r["size"]), int(r["size"]) // itemsize,
                            round(r["time_us"], 3), r["algbw_gbps"], r["busbw_gbps"], round(r["cct_us_p50"], 3),
                            round(r["cct_us_p99"], 3), round(r["bound_us"], 3), r["time_vs_bound"], r["n"]]
                           for r in nrows))
@@ -439,34 +455,17 @@ def _run(p: dict, ctx: RunContext) -> dict:
           f"{job.iterations} iterations", file=sys.stdout)
     print(jobm.format_nccl_table(nrows, dtype, itemsize), file=sys.stdout, flush=True)
 
-    # headline numbers: a sweep reports its largest size; buckets report every op of the iteration
-    if p["buckets"].strip() or len(nrows) == 1:
-        head = ccts
-        head_rows = nrows
-    else:
-        big = max(nrows, key=lambda r: r["message_bytes"])
-        head = [c for c in ccts if c["op"] == big["op"]]
-        head_rows = [big]
-    cct_ms = jobm.percentiles([c["cct_s"] * 1e3 for c in head])
-    steps = jobm.step_times(rows, res.t_measure)
-    step_ms = jobm.percentiles([s * 1e3 for s in steps])
-    mean_cct = sum(c["cct_s"] for c in head) / len(head)
-    size_total = sum(r["size"] for r in head_rows) if p["buckets"].strip() else head_rows[0]["size"]
-    coll = head[0]["collective"]
+    # the headline ops (analysis.summary.headline_ops): a sweep reports its largest size, buckets every op
+    head = asum.headline_ops(run.ops)
+    head_ops = list(dict.fromkeys(head["op"]))
     bound_of = {r["op"]: r["bound_us"] / 1e6 for r in nrows}
-    ratios = [c["cct_s"] / bound_of[c["op"]] for c in head if bound_of[c["op"]] > 0]
-    bound = sum(bound_of[c["op"]] for c in head) / len(head) * 1e3  # ms, per op (buckets: mean over them)
-    if p["buckets"].strip():  # per-op algbw averaged over the buckets
-        alg = sum(r["algbw_gbps"] for r in head_rows) / len(head_rows)
-        bus = sum(r["busbw_gbps"] for r in head_rows) / len(head_rows)
-        msg = sum(r["message_bytes"] for r in head_rows)
-    else:
-        alg, bus = head_rows[0]["algbw_gbps"], head_rows[0]["busbw_gbps"]
-        msg = head_rows[0]["message_bytes"]
+    ht = am.op_table(head)
+    ratios = [c / bound_of[o] for o, c in zip(ht["op"], ht["cct_s"]) if bound_of[o] > 0]
+    bound = sum(bound_of[o] for o in ht["op"]) / len(ht) * 1e3  # ms, per op (buckets: mean over them)
+    coll = str(ht["collective"].iloc[0])
+    msg = sum(sizes[o] for o in head_ops)
     ti = _tcpinfo_deltas(res.tcp_info)
-
-    def delta(key: str) -> int:
-        return sum(after[h].get(key, 0) - before[h].get(key, 0) for h in hosts)
+    tm = asum.tcp_metrics(run.tcp)
 
     def pdelta(key: str, want_switch: bool) -> dict[str, int]:
         return {f"{n}:{i}": v[key] - port_before.get((n, i), {}).get(key, 0) for (n, i), v in port_after.items()
@@ -483,7 +482,6 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "algorithm": next(iter(schedules.values())).algorithm,
         "ranks": n,
         "message_bytes": msg,
-        "nccl_size_bytes": size_total,
         "sizes": ",".join(str(r["message_bytes"]) for r in nrows),
         "ops_per_iteration": len(job.segments[0].ops),
         "iterations": job.iterations,
@@ -492,24 +490,18 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "placement": p["placement"],
         "hosts": ",".join(host_of[r] for r in range(n)),
         "cc": p["cc"],
-        "cct_ms_p50": cct_ms["p50"], "cct_ms_p95": cct_ms["p95"], "cct_ms_p99": cct_ms["p99"],
-        "cct_ms_p999": cct_ms["p999"], "cct_ms_max": cct_ms["max"], "cct_ms_mean": mean_cct * 1e3,
-        "cct_samples": cct_ms["n"],
+        # cct_ms_*, cct_samples, ops_n, step_ms_*, step_n, step_cv, comm_wait_fraction, nccl_size_bytes, algbw_gbps,
+        # busbw_gbps: analysis.summary.collective_metrics over ops.csv
+        **cm,
         "bound_ms": bound,
         "bound_payload_efficiency": efficiency,
         "cct_vs_bound": sum(ratios) / len(ratios) if ratios else None,
-        "step_ms_p50": step_ms["p50"], "step_ms_p95": step_ms["p95"], "step_ms_p99": step_ms["p99"],
-        "step_ms_max": step_ms["max"], "step_ms_mean": step_ms["mean"],
-        "step_cv": jobm.cv(steps),
-        "comm_wait_fraction": jobm.comm_wait_fraction(rows, res.t_measure_by_rank),
-        "algbw_gbps": alg,
-        "busbw_gbps": bus,
         "data_verified": bool(res.verified),
         "mismatches": "; ".join(mism[:5]),
         "job_s": res.t_end - res.t_start,
         "agent_cpu_s_max": max((r.get("cpu_s") or 0.0 for r in res.per_rank.values()), default=0.0),
-        "tcp_retrans_segs": delta("TcpRetransSegs"),
-        "tcp_timeouts": delta("TcpExtTCPTimeouts"),
+        "tcp_retrans_segs": tm.get("tcp_retrans_segs", 0),
+        "tcp_timeouts": tm.get("tcp_timeouts", 0),
         # every class of every port, collective and background alike (drop-tail overflow, RED drops)
         "switch_drops": sum(switch_drops.values()),
         "switch_drops_by_port": "; ".join(f"{k}={v}" for k, v in switch_drops.items() if v),

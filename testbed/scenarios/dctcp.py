@@ -14,7 +14,6 @@ The summary's queue statistics come from the telemetry samples of the bottleneck
 from __future__ import annotations
 
 import socket
-import statistics
 import threading
 import time
 
@@ -57,14 +56,6 @@ def _validate(p: dict) -> None:
     if p["cc"] == "dctcp" and not p["ecn"]:
         raise UsageError("cc=dctcp needs ecn=true")
     build_spec(_incast_params(p))
-
-
-def _percentile(vals: list[float], q: float) -> float:
-    """Nearest-rank percentile (each value a real sample)."""
-    if not vals:
-        return 0.0
-    s = sorted(vals)
-    return s[max(0, min(len(s) - 1, int(-(-q * len(s) // 1)) - 1))]
 
 
 def _run(p: dict, ctx: RunContext) -> dict:
@@ -149,13 +140,12 @@ def _run(p: dict, ctx: RunContext) -> dict:
                          [(h, ph, k, d[h].get(k, 0)) for ph, d in (("before", before), ("after", after))
                           for h in hosts for k in counters.KEY_COUNTERS])
 
-    rows = [r for r in sampler.rows if r[1] == bn_node and r[2] == bn_port]
-    steady = [r for r in rows if r[0] >= t0 + p["warmup_s"]]
-    pk = [r[5] for r in steady]
-    by = [r[4] for r in steady]
-    first, last = (rows[0], rows[-1]) if rows else ((0,) * 11, (0,) * 11)
-    drops, marks, sent_pk = last[6] - first[6], last[7] - first[7], last[9] - first[9]
-    delta = lambda k, hs=senders: sum(after[h].get(k, 0) - before[h].get(k, 0) for h in hs)  # noqa: E731
+    # the bottleneck's queue after the warm-up, its counters and the hosts': analysis, from queues.csv and tcp.csv
+    from analysis import summary as asum
+
+    run = asum.load_quietly(ctx.rundir.path)
+    bq = asum.port_backlog(run.queues, bn_node, bn_port, t0 + p["warmup_s"])
+    tm = asum.tcp_metrics(run.tcp)
     busy = sampler.cpu.mean_busy
     reasons = []
     if busy > 0.9:
@@ -167,14 +157,14 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "senders": len(senders), "cc": p["cc"], "discipline": p["discipline"], "k_bytes": p["k_bytes"],
         "k_packets": round(p["k_bytes"] / 1514, 1), "buffer_bytes": p["buffer_bytes"],
         "goodput_mbps": goodput,
-        "queue_median_packets": statistics.median(pk) if pk else 0,
-        "queue_p90_packets": _percentile(pk, 0.9),
-        "queue_max_packets": max(pk, default=0),
-        "queue_mean_packets": sum(pk) / len(pk) if pk else 0.0,
-        "queue_mean_bytes": sum(by) / len(by) if by else 0.0,
-        "queue_samples": len(pk),
-        "bottleneck_drops": drops, "ecn_marks": marks, "bottleneck_packets": sent_pk,
-        "tcp_retrans_segs": delta("TcpRetransSegs"), "tcp_timeouts": delta("TcpExtTCPTimeouts"),
+        "queue_median_packets": bq["packets_median"],
+        "queue_p90_packets": bq["packets_p90"],  # nearest rank
+        "queue_max_packets": bq["packets_max"],
+        "queue_mean_packets": bq["packets_mean"],
+        "queue_mean_bytes": bq["bytes_mean"],
+        # counter increases over the bottleneck's samples (whole run)
+        "bottleneck_drops": bq["drops"], "ecn_marks": bq["marks"], "bottleneck_packets": bq["sent_packets"],
+        "tcp_retrans_segs": tm.get("tcp_retrans_segs", 0), "tcp_timeouts": tm.get("tcp_timeouts", 0),
         **sampler.stats(),
         "fidelity_ok": not reasons, "fidelity_reasons": reasons,
     }

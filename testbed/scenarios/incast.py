@@ -275,7 +275,6 @@ def _run(p: dict, ctx: RunContext) -> dict:
     before = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
     sampler.start()
     rows = []
-    t_first = t_last = 0.0
     completed = False
     ctx.progress(f"{rounds} rounds of {n} x {block} B")
     try:
@@ -291,9 +290,6 @@ def _run(p: dict, ctx: RunContext) -> dict:
                 raise errors[0]
             for i, h in enumerate(senders):
                 rows.append((r, h, starts[r][i], rx.end[i], block))
-            if r == 0:
-                t_first = min(starts[0])
-            t_last = max(rx.end)
         completed = True
     finally:
         sampler.stop()
@@ -319,12 +315,18 @@ def _run(p: dict, ctx: RunContext) -> dict:
     def qdelta(attr: str) -> int:
         return sum(getattr(a, attr) for a in after_q) - sum(getattr(b, attr) for b in before_q)
 
-    round_ms = sorted((max(rx_e for (rr, _, _, rx_e, _) in rows if rr == r)
-                       - min(s for (rr, _, s, _, _) in rows if rr == r)) * 1e3 for r in range(rounds))
-    busy = sum(round_ms) / 1e3
+    # round times, goodput, the bottleneck's backlog and the TCP counters: analysis, from the files just written
+    from analysis import summary as asum
+    from analysis.metrics import round_times
+
+    run = asum.load_quietly(ctx.rundir.path)
+    rm = asum.round_metrics(run.rounds)
+    busy = float(round_times(run.rounds)["round_s"].sum())
+    bq = asum.port_backlog(run.queues, bn_node, bn_port, float(run.rounds["start_s"].min()),
+                           float(run.rounds["end_s"].max()))
+    tm = asum.tcp_metrics(run.tcp)
     drops, sent_pk, marks = qdelta("drops"), qdelta("sent_packets"), qdelta("marks")
     q_stats = sampler.stats()
-    in_rounds = [r[4] for r in sampler.rows if r[1] == bn_node and r[2] == bn_port and t_first <= r[0] <= t_last]
     reasons = []
     if q_stats["cpu_busy_fraction"] > 0.9:
         reasons.append(f"CPU {q_stats['cpu_busy_fraction']:.0%} busy: software switching may lag the shapers")
@@ -343,39 +345,27 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "topology": topo.kind,
         "discipline": p["discipline"],
         "buffer_bytes": p["buffer_bytes"],
-        "goodput_mbps": n * block * rounds * 8 / busy / 1e6 if busy > 0 else 0.0,
+        "goodput_mbps": rm["round_goodput_mbps"],  # = round_goodput_mbps: all bytes / summed round time
         "bottleneck_utilisation": util,
-        "round_ms_p50": _pct(round_ms, 50),
-        "round_ms_p95": _pct(round_ms, 95),
-        "round_ms_p99": _pct(round_ms, 99),
-        "round_ms_max": max(round_ms),
+        **rm,  # rounds_n, round_ms_p50/p95/p99/max (nearest rank), round_goodput_mbps
         "round_ms_ideal": n * block * 8 / (p["host_rate_mbps"] * 1e6) * 1e3,
         "bottleneck": f"{bn_node}:{bn_port}",
         "bottleneck_drops": drops,
         "bottleneck_packets": sent_pk,
         "incast_loss_rate": drops / (drops + sent_pk) if drops + sent_pk else 0.0,
         "ecn_marks": marks,
-        "tcp_retrans_segs": delta("TcpRetransSegs"),
-        "tcp_timeouts": delta("TcpExtTCPTimeouts"),
+        "tcp_retrans_segs": tm.get("tcp_retrans_segs", 0),  # every host of tcp.csv (the receiver sends only ACKs)
+        "tcp_timeouts": tm.get("tcp_timeouts", 0),
         "receiver_ce_packets": delta("IpExtInCEPkts", [receiver]),
-        "queue_peak_bytes": max(in_rounds, default=0),
-        "queue_mean_bytes": sum(in_rounds) / len(in_rounds) if in_rounds else 0.0,
+        # the bottleneck's backlog (summed over classes) in the samples between the first start and the last end
+        "queue_peak_bytes": bq["bytes_max"],
+        "queue_mean_bytes": bq["bytes_mean"],
         "queue_sample_interval_ms": got * 1e3 if got == got else None,
         "queue_samples": q_stats["queue_samples"],
         "cpu_busy_fraction": q_stats["cpu_busy_fraction"],
         "fidelity_ok": not reasons,
         "fidelity_reasons": "; ".join(reasons),
     }
-
-
-def _pct(sorted_vals: list[float], q: float) -> float:
-    """Percentile by linear interpolation (numpy's default) of an already sorted list."""
-    if not sorted_vals:
-        return 0.0
-    k = (len(sorted_vals) - 1) * q / 100.0
-    lo = math.floor(k)
-    hi = min(lo + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (k - lo)
 
 
 SCENARIO = Scenario(

@@ -106,6 +106,9 @@ def _run(p: dict, ctx: RunContext) -> dict:
                           for ph, d in (("before", before), ("after", after)) for ns in (h1, h2)
                           for k in counters.KEY_COUNTERS])
     d = lambda ns, k: after[ns].get(k, 0) - before[ns].get(k, 0)  # noqa: E731
+    from analysis import summary as asum
+
+    tm = asum.tcp_metrics(asum.load_quietly(ctx.rundir.path).tcp)  # one definition: every host of tcp.csv
     return {
         "rate_mbps": p["rate_mbps"],
         "duration_s": round(elapsed, 3),
@@ -115,7 +118,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
         "bottleneck_packets": stats.sent_packets,
         "bottleneck_drops": stats.drops,
         "ecn_marks": stats.marks,
-        "tcp_retrans_segs": d(h1, "TcpRetransSegs"),
+        "tcp_retrans_segs": tm.get("tcp_retrans_segs", 0),
         "receiver_ce_packets": d(h2, "IpExtInCEPkts"),
         "received_bytes": received[0],
     }

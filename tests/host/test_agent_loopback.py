@@ -81,7 +81,13 @@ def test_straggler_delays_everyone(tmp_path):
     res = run_job(tmp_path, {"op": s}, 3, iterations=3, compute_ms=50, stragglers=[1], factor=4)
     rows = [dict(zip(["iteration", "op", "op_index", "collective", "rank", "start_s", "end_s", "bytes_sent",
                       "bytes_recv", "wait_s"], r)) for r in res.ops]
-    steps = jobm.step_times(rows, res.t_measure)
+    import pandas as pd
+
+    from analysis import metrics as am
+
+    starts = jobm.iteration_starts(rows, res.t_measure_by_rank)
+    ops = pd.DataFrame([{**r, "iter_start_s": starts[(r["rank"], r["iteration"])]} for r in rows])
+    steps = am.step_times(ops)["step_s"].tolist()
     assert all(0.19 <= x <= 0.35 for x in steps), steps  # 4 x 50 ms compute + a tiny all-reduce
     # the fast ranks wait for the straggler inside the collective
     fast_wait = [r["wait_s"] for r in rows if r["rank"] != 1]

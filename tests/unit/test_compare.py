@@ -47,7 +47,9 @@ def test_ratios_to_the_first_run(tmp_path):
     g = row(df, "goodput_mbps", "summary")
     assert (g["a"], g["b"], g["c"]) == (20.0, 10.0, 30.0)
     assert g["b/a"] == pytest.approx(0.5) and g["c/a"] == pytest.approx(1.5)
-    assert row(df, "round_ms_p99", "summary")["b/a"] == pytest.approx(3.5)
+    # one row per metric: summary.json's round_ms_p99 (10, 35: not what rounds.csv says) is replaced by the value
+    # recomputed from rounds.csv, the one the report shows too
+    assert (df["metric"] == "round_ms_p99").sum() == 1
     d = row(df, "drops", "summary")
     assert d["b"] == 5 and math.isnan(d["b/a"])  # a ratio to zero is not a number
     assert math.isnan(d["c"]) and math.isnan(d["c/a"])  # absent in c

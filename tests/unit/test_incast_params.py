@@ -11,7 +11,7 @@ from testbed.errors import UsageError
 from testbed.fabric import Fabric, leaf_queue, plan_port
 from testbed.params import resolve
 from testbed.scenarios import get
-from testbed.scenarios.incast import PARAMS, _pct, build_spec
+from testbed.scenarios.incast import PARAMS, build_spec
 from topologies import ClassSpec, LeafSpineSpec, LinkSpec, QueueSpec
 
 
@@ -131,9 +131,18 @@ def test_classes_map_to_htb_classes():
     assert plan.class_label(0x11) == "ctrl"
 
 
-def test_percentiles():
-    assert _pct([1.0, 2.0, 3.0, 4.0], 50) == 2.5
-    assert _pct([5.0], 99) == 5.0
+def test_round_percentiles_are_analysis_nearest_rank():
+    """incast's round_ms_* come from analysis.summary.round_metrics over rounds.csv (nearest rank: an observed
+    round), no longer from a linear-interpolation copy in the scenario."""
+    import pandas as pd
+
+    from analysis.summary import round_metrics
+
+    rounds = pd.DataFrame({"round": [0, 1, 2, 3], "sender": "h2", "start_s": [0.0, 1.0, 2.0, 3.0],
+                           "end_s": [0.001, 1.002, 2.003, 3.004], "bytes": 1000})
+    r = round_metrics(rounds)
+    assert r["round_ms_p50"] == pytest.approx(2.0) and r["round_ms_p99"] == pytest.approx(4.0)
+    assert r["rounds_n"] == 4 and r["round_goodput_mbps"] == pytest.approx(4000 * 8 / 0.010 / 1e6)
 
 
 def test_class_quanta_follow_weights_per_prio():

@@ -1,11 +1,14 @@
-"""traffic.job: parsing, the job plan (compute jitter, stragglers, warm-up) and the metric math."""
+"""traffic.job: parsing, the job plan (compute jitter, stragglers, warm-up), and the job's metric definitions as
+analysis computes them from ops.csv."""
 
 from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
+from analysis import metrics as m
 from traffic import job as j
 
 
@@ -105,24 +108,6 @@ def test_iteration_plan_warmup_and_segments():
 
 # ---- metrics ----
 
-def test_nearest_rank_and_percentiles():
-    v = list(range(1, 101))
-    assert j.nearest_rank(v, 0.5) == 50
-    assert j.nearest_rank(v, 0.99) == 99
-    assert j.nearest_rank(v, 0.999) == 100
-    assert j.nearest_rank([3.0], 0.99) == 3.0
-    assert math.isnan(j.nearest_rank([], 0.5))
-    p = j.percentiles([5, 1, 3])
-    assert p["p50"] == 3 and p["max"] == 5 and p["n"] == 3 and p["mean"] == 3
-    assert j.percentiles(range(10))["p99"] == 9  # p99 of 10 samples is the max
-
-
-def test_cv():
-    assert math.isnan(j.cv([1.0]))
-    assert j.cv([2.0, 2.0, 2.0]) == 0
-    assert math.isclose(j.cv([1.0, 3.0]), math.sqrt(2) / 2)
-
-
 def _rows():
     # 2 ranks, 2 iterations, 1 op; start 10.0
     R = []
@@ -134,33 +119,57 @@ def _rows():
     return R
 
 
-def test_op_cct_and_step_times():
-    c = j.op_cct(_rows())
-    assert [(x["iteration"], x["ranks"]) for x in c] == [(0, 2), (1, 2)]
-    assert math.isclose(c[0]["cct_s"], 0.5) and math.isclose(c[1]["cct_s"], 0.5)
-    st = j.step_times(_rows(), 10.0)
-    assert [round(x, 6) for x in st] == [0.6, 0.6]
+def _ops(origins=None):
+    """_rows() as ops.csv, with iter_start_s from traffic.job.iteration_starts (the job's start instant 10.0, or
+    per-rank origins), as the collective scenario writes it."""
+    rows = _rows()
+    starts = j.iteration_starts(rows, origins or {0: 10.0, 1: 10.0})
+    df = pd.DataFrame(rows)
+    df["host"], df["bytes_sent"], df["bytes_recv"] = "h", 1_000_000, 1_000_000
+    df["iter_start_s"] = [starts[(r["rank"], r["iteration"])] for r in rows]
+    return df
+
+
+def test_iteration_starts():
+    s = j.iteration_starts(_rows(), {0: 10.0, 1: 10.2})
+    assert s == {(0, 0): 10.0, (0, 1): 10.5, (1, 0): 10.2, (1, 1): 10.6}
+
+
+def test_step_times_from_the_origin_include_the_first_compute():
+    """The job's definitions, computed by analysis from ops.csv: CCT = last end - first start, step = end(i) -
+    end(i-1) with end(-1) the measurement origin (so the first step includes its compute phase)."""
+    ops = _ops()
+    t = m.op_table(ops)
+    assert t["n_ranks"].tolist() == [2, 2] and t["cct_s"].tolist() == pytest.approx([0.5, 0.5])
+    assert m.step_times(ops)["step_s"].tolist() == pytest.approx([0.6, 0.6])
+    # without iter_start_s the first step starts at the first op start: its compute is left out
+    assert m.step_times(ops.drop(columns="iter_start_s"))["step_s"].tolist() == pytest.approx([0.5, 0.6])
 
 
 def test_comm_wait_fraction():
     # rank 0 steps: 0.5, 0.5; rank 1: 0.6, 0.6; waits 0.2+0.2, 0.1+0.1 -> 0.6 / 2.2
-    assert math.isclose(j.comm_wait_fraction(_rows(), 10.0), 0.6 / 2.2)
-    assert math.isnan(j.comm_wait_fraction([], 0.0))
+    assert math.isclose(m.comm_wait_fraction(_ops())[0], 0.6 / 2.2)
     # per-rank origins: rank 1 finished its warm-up later, so its first step is shorter
-    assert math.isclose(j.comm_wait_fraction(_rows(), {0: 10.0, 1: 10.2}), 0.6 / 2.0)
+    assert math.isclose(m.comm_wait_fraction(_ops({0: 10.0, 1: 10.2}))[0], 0.6 / 2.0)
 
 
 def test_nccl_rows_and_table():
-    ccts = [{"op": "allreduce", "collective": "allreduce", "cct_s": 0.1},
-            {"op": "allreduce", "collective": "allreduce", "cct_s": 0.3},
-            {"op": "ag", "collective": "allgather", "cct_s": 0.4}]
-    rows = j.nccl_rows(ccts, 4, {"allreduce": 1_000_000, "ag": 1_000_000})
-    ar, ag = rows
+    from analysis.summary import nccl_table
+
+    ops = []
+    for it, (name, coll, size, cct) in enumerate([("allreduce", "allreduce", 1_000_000, 0.1),
+                                                  ("allreduce", "allreduce", 1_000_000, 0.3),
+                                                  ("ag", "allgather", 4_000_000, 0.4)]):
+        for rank in range(4):
+            ops.append({"iteration": it, "op": name, "op_index": 0, "collective": coll, "rank": rank, "host": "h",
+                        "start_s": 10.0 + it, "end_s": 10.0 + it + cct, "bytes_sent": 1, "bytes_recv": 1,
+                        "wait_s": 0.0, "size_bytes": size})
+    ar, ag = nccl_table(pd.DataFrame(ops)).to_dict("records")
     assert ar["size"] == 1_000_000 and math.isclose(ar["time_us"], 200_000)
     assert math.isclose(ar["algbw_gbps"], 1e6 * 8 / 0.2 / 1e9)
     assert math.isclose(ar["busbw_gbps"], ar["algbw_gbps"] * 1.5)
     assert ag["size"] == 4_000_000 and math.isclose(ag["busbw_gbps"], ag["algbw_gbps"] * 0.75)
-    t = j.format_nccl_table(rows, "float32", 4)
+    t = j.format_nccl_table([ar, ag], "float32", 4)
     lines = t.splitlines()
     assert lines[0].startswith("#") and "algbw" in lines[0] and "busbw" in lines[0]
     assert lines[1].split()[:3] == ["1000000", "250000", "float32"]

@@ -128,8 +128,8 @@ def test_fixture_collective_report(tmp_path):
     html, md = html_p.read_text(), md_p.read_text()
     self_contained(html)
     imgs = images(html)
-    assert len(imgs) == 4 and all(i[:8] == PNG for i in imgs)  # CCT CDF, round CDF, queues, pauses
-    for png in ("cdf_cct.png", "cdf_round.png", "queues.png", "pauses.png"):
+    assert len(imgs) == 5 and all(i[:8] == PNG for i in imgs)  # timeline, CCT CDF, round CDF, queues, pauses
+    for png in ("timeline.png", "cdf_cct.png", "cdf_round.png", "queues.png", "pauses.png"):
         assert f"](report_files/{png})" in md
         assert (tmp_path / "report_files" / png).read_bytes()[:8] == PNG
     # the explanation sentence, with the fixture's hand-computed numbers
@@ -200,7 +200,7 @@ def test_collective_like_run_explains_the_slowest_op(tmp_path):
     html_p, md_p = write_report(run, tmp_path / "elsewhere")
     html, md = html_p.read_text(), md_p.read_text()
     assert html_p == tmp_path / "elsewhere" / "report.html"
-    assert len(images(html)) == 3  # CCT CDF, queues with ops shaded, pauses
+    assert len(images(html)) == 4  # per-rank timeline, CCT CDF, queues with ops shaded, pauses
     assert ("p99 op (iteration 2, op 0, 45.0 ms) coincided with 20.0 ms of pauses on spine1:eth1 and 7 drops on "
             "spine1:eth1") in md
     assert "| cct_ms_p99 | 45 |" in md and "| ops_n | 3 |" in md and "| pauses | 1 |" in md
@@ -274,7 +274,7 @@ def test_key_metrics_only_what_the_data_supports(tmp_path):
     km = key_metrics(load_run(smoke_like(tmp_path / "s")))
     assert set(km) == {"tcp_retrans_segs", "retransmit_rate"}
     km = key_metrics(load_run(incast_like(tmp_path / "i")))
-    assert km["round_ms_max"] == pytest.approx(80.0) and km["queue_peak_bytes"] == 16000
+    assert km["round_ms_max"] == pytest.approx(80.0) and km["backlog_peak_bytes"] == 16000
     # 4 senders x 64000 B x 4 rounds over 140 ms of rounds
     assert km["round_goodput_mbps"] == pytest.approx(4 * 64000 * 4 * 8 / 0.140 / 1e6)
 
@@ -364,3 +364,42 @@ def test_wire_counts_beside_host_counters(tmp_path):
     plain = smoke_like(tmp_path / "plain")
     _, md_p = write_report(plain)
     assert "The wire at" not in md_p.read_text()
+
+
+# ---------------------------------------------------------------------------------------------- the story first
+
+def test_report_opens_with_what_happened_then_plots_then_tables(tmp_path):
+    _, md_p = write_report(RUNS / "straggler_collective", tmp_path)
+    md = md_p.read_text()
+    order = ["## What happened", "| step_cv |", "The slowest op: p99 op (iteration 1, op 0, 100.0 ms)",
+             "](report_files/timeline.png)", "## Plots", "](report_files/cdf_cct.png)", "## All metrics",
+             "## The 10 slowest ops", "## Queues per port", "## Host TCP counters", "## Configuration (manifest.json)",
+             "## Files"]
+    at = [md.find(x) for x in order]
+    assert all(i >= 0 for i in at), dict(zip(order, at))
+    assert at == sorted(at), dict(zip(order, at))
+    # the slowest op coincided with the 4 drops at spine1:leaf1 (the bracketing queue samples)
+    assert "4 drops on spine1:leaf1" in md
+    # headline numbers are not repeated in the full table: every metric once
+    assert md.count("| step_cv |") == 1 and md.count("| comm_wait_fraction |") == 1
+    assert md.count("| step_ms_p50 |") == 1 and md.count("| busbw_gbps |") == 1
+    assert "Summary (summary.json)" not in md and "Key metrics from the data" not in md
+    assert (tmp_path / "report_files" / "timeline.png").read_bytes()[:8] == PNG
+
+
+def test_rank_timeline_shows_the_straggler(tmp_path):
+    from analysis import plots
+    from analysis.metrics import rank_timeline
+
+    run = load_run(RUNS / "straggler_collective")
+    tl = rank_timeline(run.ops)
+    tl["s"] = tl["end_s"] - tl["start_s"]
+    per = tl.groupby(["rank", "kind"])["s"].sum().unstack(fill_value=0.0)
+    assert per.loc[2, "compute"] == pytest.approx(4 * 0.100 + 0.004)  # the straggler computes longest
+    assert per.loc[2, "wait"] == 0 and per.loc[0, "wait"] == pytest.approx(0.292)  # the others wait for it
+    assert per.loc[0, "compute"] == pytest.approx(4 * 0.030)
+    # compute + comm + wait covers each rank from its origin to its last op end
+    assert per.loc[0].sum() == pytest.approx(1000.498 - 1000.000)
+    p = plots.plot_rank_timeline(run.ops, tmp_path / "t.png")
+    assert p.read_bytes()[:8] == PNG
+    assert plots.plot_rank_timeline(run.ops.iloc[:0], tmp_path / "e.png").read_bytes()[:8] == PNG
