@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from mininet.cli import CLI
 from mininet.link import Intf, Link
-from mininet.log import error
+from mininet.log import error, output
 from mininet.net import Mininet
 
 from testbed.fabric import Fabric
@@ -153,6 +153,7 @@ class TestbedNet(Mininet):
         udp = l4Type == "UDP"
         if l4Type not in ("TCP", "UDP"):
             raise ValueError(f"unexpected l4 type: {l4Type}")
+        output(f"*** Iperf: testing {l4Type} bandwidth between {client} and {server}\n")
         args = ["iperf", "-p", str(port)] + (["-u"] if udp else []) + (["-f", fmt] if fmt else [])
         srv = server.popen([*args, "-s"], text=True)
         try:
@@ -171,6 +172,7 @@ class TestbedNet(Mininet):
         result = [self._parseIperf(servout), self._parseIperf(cliout)]
         if udp:
             result.insert(0, udpBw)
+        output(f"*** Results: {result}\n")
         return result
 
     def configHosts(self) -> None:  # noqa: N802
