@@ -71,8 +71,16 @@ def _run_dir_arg(path: str):
 def _cmd_report(args: argparse.Namespace) -> int:
     from analysis.load import RunDirError
     from analysis.report import write_report
+    from testbed.rundir import check_out_dir
 
     run_dir = _run_dir_arg(args.run_dir)
+    if args.out:  # where the report goes: one line and exit 2 before anything is written
+        check_out_dir(args.out)
+    else:
+        try:
+            check_out_dir(run_dir, "RUN_DIR")
+        except UsageError as e:
+            raise UsageError(f"{e} (write the report elsewhere with --out DIR)") from None
     try:
         html_path, md_path = write_report(run_dir, args.out)
     except RunDirError as e:
@@ -94,8 +102,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from analysis.compare import compare
     from analysis.load import RunDirError
     from analysis.report import fmt
+    from testbed.rundir import check_out_dir
 
     dirs = [_run_dir_arg(d) for d in args.run_dirs]
+    if args.out:  # one line and exit 2 before anything is written
+        check_out_dir(args.out)
     try:
         df = compare(dirs, out=args.out)
     except RunDirError as e:
@@ -191,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--set", action="append", default=[], metavar="NAME=V1,V2,...",
                     help="a parameter value; exactly one parameter takes a comma list (repeatable)")
     sw.add_argument("--seed", type=int, default=1, help="seed of every point (default 1)")
-    sw.add_argument("--out", default=None, metavar="DIR", help="sweep folder (default results/sweep-SCENARIO-TIME)")
+    sw.add_argument("--out", default=None, metavar="DIR", help="sweep folder (default results/sweep-SCENARIO-TIME); "
+                    "refused when it cannot be created or written")
     sw.add_argument("--vm", default="auto", choices=["auto", "always", "never"],
                     help="run in the lab VM: auto (when this kernel lacks a capability), always, never")
     sw.add_argument("--quiet", action="store_true", help="only the sweep's own progress lines")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from testbed import __version__
+from testbed.errors import UsageError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 TOOLS = {
@@ -57,6 +58,54 @@ def git_commit() -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() or None
+
+
+#: kernel filesystems: nothing a run writes belongs there (root's access() says yes to /sys, mkdir then fails)
+_KERNEL_FS = (Path("/proc"), Path("/sys"))
+
+
+def _short(p: object, n: int = 100) -> str:
+    t = str(p)
+    return t if len(t) <= n else t[: n - 3] + "..."
+
+
+def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
+    """The absolute folder an output will be written to, or UsageError (one line, exit status 2) when it cannot
+    be: inside /proc or /sys, a component that is not a directory, the nearest existing ancestor read-only or
+    not writable (os.access, which reports a read-only mount even for root), a name too long. Creates nothing;
+    call it before anything is built. ``flag`` names the option in the message."""
+    text = os.fspath(path)
+    if not str(text).strip():
+        raise UsageError(f"{flag}: empty path")
+    try:
+        p = Path(text).expanduser().resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop, an unreadable component
+        raise UsageError(f"{flag} {_short(text)}: cannot resolve the path "
+                         f"({getattr(e, 'strerror', None) or e})") from None
+    where = f"{flag} {_short(text)}" + ("" if str(p) == str(text) else f" ({_short(p)})")
+    for k in _KERNEL_FS:
+        if p == k or k in p.parents:
+            raise UsageError(f"{where}: inside {k}, a kernel filesystem; choose a folder on a disk")
+    anc = p
+    while anc != anc.parent:  # the nearest existing ancestor (a path through a regular file does not exist)
+        try:
+            anc.stat()
+            break
+        except (FileNotFoundError, NotADirectoryError):
+            anc = anc.parent
+        except OSError as e:  # ENAMETOOLONG; EACCES: a folder on the way we may not search
+            raise UsageError(f"{where}: {e.strerror}") from None
+    if not anc.is_dir():
+        raise UsageError(f"{where}: {_short(anc)} is not a directory")
+    if not os.access(anc, os.W_OK | os.X_OK):
+        try:
+            ro = bool(os.statvfs(anc).f_flag & os.ST_RDONLY)
+        except OSError:
+            ro = False
+        why = "is on a read-only filesystem" if ro else "is not writable (permission denied)"
+        nearest = "" if p == anc else ", the nearest existing folder,"
+        raise UsageError(f"{where}: {_short(anc)}{nearest} {why}")
+    return p
 
 
 def default_out(scenario: str) -> Path:

@@ -56,7 +56,10 @@ class Scenario:
     def help(self) -> str:
         lines = [f"testbed run {self.name}: {self.summary}", "",
                  f"usage: testbed run {self.name} [--set NAME=VALUE ...] [--seed N] [--out DIR] "
-                 "[--vm auto|always|never]", "", "parameters:"]
+                 "[--vm auto|always|never]", "",
+                 "  --out DIR  the run directory (default results/SCENARIO-TIME); refused when it cannot be created",
+                 "             or written (read-only, not a directory, inside /proc or /sys)",
+                 "", "parameters:"]
         lines += [p.describe() for p in self.params]
         lines += ["", f"needs: {', '.join(self.needs)}"]
         if self.needs_for and self.needs_for.__doc__:
@@ -173,12 +176,12 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     params = resolve(scenario.params, opts.set)
     scenario.validate(params)
     require_root(f"testbed run {scenario.name}")
-    out = Path(opts.out).resolve() if opts.out else None
+    from testbed.rundir import check_out_dir, default_out
+
+    # an output folder that cannot be written is refused here: before doctor probes, a VM boot or a fabric
+    out = check_out_dir(opts.out) if opts.out else check_out_dir(default_out(scenario.name), "--out (default)")
 
     if use_vm(opts.vm, scenario.needs_of(params), labvm.in_vm()):
-        from testbed.rundir import default_out
-
-        out = out or default_out(scenario.name)
         argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
                 "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]
         if opts.quiet:
@@ -189,9 +192,6 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         labvm.vm_kernel()  # fail early with the install hint
         return labvm.run([sys.executable, "-m", "testbed.cli", *argv[1:]])
 
-    from testbed.rundir import default_out
-
-    out = out or default_out(scenario.name)
     summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet)
     print_table(scenario, summary, out)
     return 0

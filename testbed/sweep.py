@@ -240,7 +240,10 @@ def main(args: argparse.Namespace) -> int:
     scenario = scenarios.get(args.scenario)
     pl = plan(scenario, args.set or [])
     require_root(f"testbed sweep {scenario.name}")
-    out = Path(args.out).resolve() if args.out else default_out(scenario.name)
+    from testbed.rundir import check_out_dir
+
+    # an output folder that cannot be written is refused here: before doctor probes, a VM boot or a fabric
+    out = check_out_dir(args.out) if args.out else check_out_dir(default_out(scenario.name), "--out (default)")
 
     # every point's own needs (a sweep over transport=tcp,rdma needs rxe for one of its points)
     needs = sorted({n for pt in pl.points for n in scenario.needs_of(pt.params)})

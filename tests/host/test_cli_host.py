@@ -1,6 +1,8 @@
 """The command line on the host: bad invocations are one line and exit 2; the lab VM returns exit status and
 output; nothing is created by a refused command."""
 
+import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -87,3 +89,97 @@ def test_vm_exit_status_and_shared_output(tmp_path):
     assert "to-stdout" in r.stdout and "to-stderr" in r.stderr
     release = (out / "release").read_text().strip()
     assert release and release != os.uname().release  # it really ran on the VM's kernel
+
+
+# ------------------------------------------------------------------------------ bad --out: one line, nothing made
+
+@contextlib.contextmanager
+def read_only_mount(where, prepare=None):
+    """A read-only tmpfs at `where` (a folder under tmp_path), unmounted afterwards; `prepare(where)` fills it
+    while it is still writable."""
+    where.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)], check=True)
+    try:
+        if prepare:
+            prepare(where)
+        subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)
+
+
+def no_new_netns(before):
+    """No namespace appeared since `before` (other runs on this host may remove theirs meanwhile)."""
+    added = set(netns_list().splitlines()) - set(before.splitlines())
+    assert not added, added
+
+
+def refused_bad_out(r, path, why):
+    """Exit 2, one line that names --out and the reason, no traceback; the path was not created."""
+    one_line_exit_2(r)
+    assert "--out" in r.stderr and why in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+    assert not os.path.lexists(path) or not os.path.isdir(path), f"{path} was created"
+
+
+def fake_run_dir(path):
+    path.mkdir(parents=True)
+    (path / "manifest.json").write_text(json.dumps({"scenario": "smoke", "params": {}, "seed": 1,
+                                                    "complete": True}))
+    (path / "summary.json").write_text(json.dumps({"goodput_mbps": 1.0}))
+    return path
+
+
+def test_bad_out_is_one_line_and_creates_nothing(tmp_path, monkeypatch):
+    state = tmp_path / "state"  # a run's state file would appear here (testbed.state): none may
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(state))
+    afile = tmp_path / "afile"
+    afile.write_text("a regular file\n")
+    cases = [
+        (afile / "run", "not a directory"),  # a file as a parent component
+        (afile / "a" / "b" / "run", "not a directory"),
+        (afile, "not a directory"),  # an existing file
+        ("/proc/forbidden", "inside /proc"),
+        ("/sys/x", "inside /sys"),
+        ("/sys/class/net/testbed-nonexistent/run", "inside /sys"),
+    ]
+    before_ns = netns_list()
+    with read_only_mount(tmp_path / "ro") as ro:
+        cases += [(ro / "run", "read-only"),  # the parent is a read-only mount
+                  (ro / "missing" / "chain" / "run", "read-only")]  # a parent chain that cannot be created
+        for path, why in cases:
+            refused_bad_out(run("run", "smoke", "--out", str(path)), path, why)
+        # the same check guards the other commands that write
+        sweep_out = ro / "sweep"
+        refused_bad_out(run("sweep", "smoke", "--set", "rate_mbps=10,20", "--out", str(sweep_out)), sweep_out,
+                        "read-only")
+        refused_bad_out(run("sweep", "smoke", "--set", "rate_mbps=10,20", "--out", "/proc/forbidden"),
+                        "/proc/forbidden", "inside /proc")
+        a, b = fake_run_dir(tmp_path / "runs" / "a"), fake_run_dir(tmp_path / "runs" / "b")
+        for path, why in ((afile / "report", "not a directory"), (ro / "report", "read-only"),
+                          ("/sys/report", "inside /sys")):
+            refused_bad_out(run("report", str(a), "--out", str(path)), path, why)
+        for path, why in ((afile / "cmp", "not a directory"), (ro / "cmp", "read-only"),
+                          ("/proc/cmp", "inside /proc")):
+            refused_bad_out(run("compare", str(a), str(b), "--out", str(path)), path, why)
+        assert sorted(os.listdir(ro)) == []
+    assert not list(tmp_path.joinpath("runs").rglob("report*")) and not list(tmp_path.rglob("compare.*"))
+    no_new_netns(before_ns)
+    assert not state.exists()
+
+
+def test_report_into_a_read_only_run_dir_is_one_line(tmp_path):
+    with read_only_mount(tmp_path / "ro", prepare=lambda d: fake_run_dir(d / "run")) as ro:
+        r = run("report", str(ro / "run"))
+        one_line_exit_2(r)
+        assert "read-only" in r.stderr and "--out DIR" in r.stderr, r.stderr
+        assert sorted(os.listdir(ro / "run")) == ["manifest.json", "summary.json"]
+
+
+def test_a_good_out_passes_the_check(tmp_path):
+    """A path the check accepts is not refused for its --out: the refusal that follows is another one (a bad
+    parameter, checked first), so nothing runs."""
+    out = tmp_path / "new" / "chain" / "run"
+    r = run("run", "smoke", "--set", "rate_mbps=-5", "--out", str(out))
+    one_line_exit_2(r)
+    assert "rate_mbps" in r.stderr and not out.exists() and not (tmp_path / "new").exists()
