@@ -20,6 +20,7 @@ import sys
 from testbed import __version__
 from testbed.argparsing import OneLineErrorParser
 from testbed.errors import RunFailed, UsageError
+from testbed.params import SEED_HELP, parse_seed
 
 
 _Parser = OneLineErrorParser  # one-line usage errors, exit status 2 (also used by the runner: testbed/argparsing.py)
@@ -201,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("scenario", metavar="SCENARIO", help="scenario name (testbed run --list)")
     sw.add_argument("--set", action="append", default=[], metavar="NAME=V1,V2,...",
                     help="a parameter value; exactly one parameter takes a comma list (repeatable)")
-    sw.add_argument("--seed", type=int, default=1, help="seed of every point (default 1)")
+    sw.add_argument("--seed", type=parse_seed, default=1, metavar="N",
+                    help=f"seed of every point, {SEED_HELP} (default 1)")
     sw.add_argument("--out", default=None, metavar="DIR", help="sweep folder (default results/sweep-SCENARIO-TIME); "
                     "refused when it cannot be created or written")
     sw.add_argument("--vm", default="auto", choices=["auto", "always", "never"],

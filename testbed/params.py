@@ -5,12 +5,30 @@ Validation happens here, before anything is created on the system; a bad value i
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from testbed.errors import UsageError
 
 _SUFFIX = {"k": 10**3, "m": 10**6, "g": 10**9, "ki": 2**10, "mi": 2**20, "gi": 2**30}
+
+#: a run's ``--seed``: it seeds numpy/random (schedules, placement, jitter) and the multipath hash seed
+#: (net.ipv4.fib_multipath_hash_seed, a u32), so it is an integer 0..2**32-1
+SEED_MAX = 2**32 - 1
+SEED_HELP = f"an integer 0..{SEED_MAX}"
+
+
+def parse_seed(text: str) -> int:
+    """argparse ``type=`` of ``--seed`` (testbed run, testbed sweep): a decimal integer 0..2**32-1; anything
+    else is argparse's one-line error, exit status 2."""
+    t = str(text).strip()
+    if not t.isdigit() or not t.isascii():  # no sign, no 0x, no 1e3, no 1_000: the value as the manifest records it
+        raise argparse.ArgumentTypeError(f"a seed is {SEED_HELP} (got {text!r})")
+    v = int(t)
+    if v > SEED_MAX:
+        raise argparse.ArgumentTypeError(f"a seed is {SEED_HELP} (got {text!r})")
+    return v
 
 
 def parse_number(text: str, integer: bool) -> float | int:

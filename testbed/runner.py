@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from testbed.errors import CapabilityMissing, UsageError, require_root
-from testbed.params import Param, resolve
+from testbed.params import SEED_HELP, Param, parse_seed, resolve
 
 
 @dataclass
@@ -57,6 +57,8 @@ class Scenario:
         lines = [f"testbed run {self.name}: {self.summary}", "",
                  f"usage: testbed run {self.name} [--set NAME=VALUE ...] [--seed N] [--out DIR] "
                  "[--vm auto|always|never]", "",
+                 f"  --seed N   {SEED_HELP} (default 1): seeds the run's random choices (schedules, placement,",
+                 "             jitter) and the multipath hash, unless a parameter named seed is set (not 0)",
                  "  --out DIR  the run directory (default results/SCENARIO-TIME); refused when it cannot be created",
                  "             or written (read-only, not a directory, inside /proc or /sys)",
                  "", "parameters:"]
@@ -72,7 +74,7 @@ def _options(extra: list[str]) -> argparse.Namespace:
 
     p = OneLineErrorParser(prog="testbed run", add_help=False)
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=parse_seed, default=1, help=f"{SEED_HELP} (default 1)")
     p.add_argument("--out", default=None)
     p.add_argument("--vm", default="auto", choices=["auto", "always", "never"])
     p.add_argument("--quiet", action="store_true")

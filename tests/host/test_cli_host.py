@@ -183,3 +183,34 @@ def test_a_good_out_passes_the_check(tmp_path):
     r = run("run", "smoke", "--set", "rate_mbps=-5", "--out", str(out))
     one_line_exit_2(r)
     assert "rate_mbps" in r.stderr and not out.exists() and not (tmp_path / "new").exists()
+
+
+# ------------------------------------------------------------------------------ --seed: 0..2**32-1, else exit 2
+
+def test_bad_seed_is_one_line_exit_2(tmp_path):
+    before = netns_list()
+    for seed in ("-1", str(2**32), "abc", "1.5", ""):
+        for args in (("run", "smoke"), ("sweep", "smoke", "--set", "rate_mbps=10,20")):
+            r = run(*args, "--seed", seed, "--out", str(tmp_path / "out"))
+            one_line_exit_2(r)
+            assert "seed" in r.stderr and "0..4294967295" in r.stderr, r.stderr
+        r = run("run", "smoke", f"--seed={seed}", "--out", str(tmp_path / "out"))
+        one_line_exit_2(r)
+    assert not (tmp_path / "out").exists()
+    no_new_netns(before)
+
+
+def test_seed_bounds_are_accepted():
+    """0 and 2**32-1 get past --seed parsing: the command then stops at the --out check (nothing runs)."""
+    for seed in ("0", str(2**32 - 1)):
+        for args in (("run", "smoke"), ("sweep", "smoke", "--set", "rate_mbps=10,20")):
+            r = run(*args, "--seed", seed, "--out", "/proc/forbidden")
+            one_line_exit_2(r)
+            assert "inside /proc" in r.stderr and "seed" not in r.stderr, r.stderr
+
+
+def test_seed_is_documented():
+    r = run("run", "smoke", "--help")
+    assert "--seed N" in r.stdout and "0..4294967295" in r.stdout
+    r = run("sweep", "--help")
+    assert "0..4294967295" in r.stdout
