@@ -7,6 +7,7 @@
     testbed report RUN_DIR       write report.html / report.md for a run directory
     testbed compare RUN_DIR...   key metrics of several runs side by side
     testbed sweep SCENARIO ...   one run per value of one parameter, then a table and plots
+    testbed cli [--set ...]      build a fabric and open Mininet's CLI on it (pingall, h1 ping h4, tc -s ...)
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
 A run that starts and then fails (an agent error, a data mismatch) ends with one line and exit status 1.
@@ -210,6 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run in the lab VM: auto (when this kernel lacks a capability), always, never")
     sw.add_argument("--quiet", action="store_true", help="only the sweep's own progress lines")
     sw.set_defaults(func=_cmd_sweep)
+
+    from testbed import explore
+
+    explore.add_parser(sub)
 
     r = sub.add_parser("run", help="run a scenario (see --list)", add_help=False,
                        description="Run SCENARIO: build its fabric, run its traffic, write a run directory, "
