@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 TESTBED = [sys.executable, "-m", "testbed.cli"]
 
@@ -108,9 +109,30 @@ def read_only_mount(where, prepare=None):
         subprocess.run(["umount", str(where)], check=False)
 
 
+def _names(listing):
+    return {line.split()[0] for line in listing.splitlines() if line.strip()}  # "name (id: 3)" -> name
+
+
+def _other_runs_namespaces():
+    """Namespaces recorded by live runs in /run/testbed: another test session's, not this test's commands (which
+    record theirs in a private TESTBED_STATE_DIR, asserted to stay empty)."""
+    out = set()
+    for f in Path("/run/testbed").glob("*.json"):
+        try:
+            out |= set(json.loads(f.read_text()).get("namespaces", []))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
 def no_new_netns(before):
-    """No namespace appeared since `before` (other runs on this host may remove theirs meanwhile)."""
-    added = set(netns_list().splitlines()) - set(before.splitlines())
+    """No namespace appeared since `before`. Runs of other sessions on this host may add and remove theirs
+    meanwhile; those are recorded in /run/testbed (read before and after listing, so neither a run that starts
+    nor one that ends in between is taken for ours)."""
+    others = _other_runs_namespaces()
+    now = _names(netns_list())
+    others |= _other_runs_namespaces()
+    added = now - _names(before) - others
     assert not added, added
 
 
@@ -187,7 +209,8 @@ def test_a_good_out_passes_the_check(tmp_path):
 
 # ------------------------------------------------------------------------------ --seed: 0..2**32-1, else exit 2
 
-def test_bad_seed_is_one_line_exit_2(tmp_path):
+def test_bad_seed_is_one_line_exit_2(tmp_path, monkeypatch):
+    monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path / "state"))
     before = netns_list()
     for seed in ("-1", str(2**32), "abc", "1.5", ""):
         for args in (("run", "smoke"), ("sweep", "smoke", "--set", "rate_mbps=10,20")):
@@ -196,7 +219,7 @@ def test_bad_seed_is_one_line_exit_2(tmp_path):
             assert "seed" in r.stderr and "0..4294967295" in r.stderr, r.stderr
         r = run("run", "smoke", f"--seed={seed}", "--out", str(tmp_path / "out"))
         one_line_exit_2(r)
-    assert not (tmp_path / "out").exists()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "state").exists()
     no_new_netns(before)
 
 
