@@ -9,64 +9,14 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from testbed.errors import CapabilityMissing, UsageError, require_root
-from testbed.params import SEED_HELP, Param, parse_seed, resolve
+from testbed.params import SEED_HELP, parse_seed, resolve
+from testbed.scenario import RunContext, Scenario
 
-
-@dataclass
-class RunContext:
-    rundir: Any  # testbed.rundir.RunDir
-    state: Any  # testbed.state.RunState
-    seed: int
-    progress: Callable[[str], None]
-    cleanups: list[Callable[[], None]] = field(default_factory=list)
-
-    @property
-    def run_id(self) -> str:
-        return self.state.run_id
-
-    def on_teardown(self, fn: Callable[[], None]) -> None:
-        """Register an undo step; they run in reverse order, whatever happens."""
-        self.cleanups.append(fn)
-
-
-@dataclass(frozen=True)
-class Scenario:
-    name: str
-    summary: str
-    params: Sequence[Param]
-    needs: Sequence[str]  # doctor capability names
-    run: Callable[[dict, RunContext], dict]
-    table: Sequence[tuple[str, str]]  # (summary key, label)
-    validate: Callable[[dict], None] = lambda p: None
-    needs_for: Callable[[dict], Sequence[str]] | None = None  # capabilities some parameter values add
-
-    def needs_of(self, params: dict) -> list[str]:
-        """Doctor capabilities a run with these (resolved) parameters needs: ``needs`` plus ``needs_for``'s."""
-        out = list(self.needs)
-        for n in (self.needs_for(params) if self.needs_for else ()):
-            if n not in out:
-                out.append(n)
-        return out
-
-    def help(self) -> str:
-        lines = [f"testbed run {self.name}: {self.summary}", "",
-                 f"usage: testbed run {self.name} [--set NAME=VALUE ...] [--seed N] [--out DIR] "
-                 "[--vm auto|always|never]", "",
-                 f"  --seed N   {SEED_HELP} (default 1): seeds the run's random choices (schedules, placement,",
-                 "             jitter) and the multipath hash, unless a parameter named seed is set (not 0)",
-                 "  --out DIR  the run directory (default results/SCENARIO-TIME); refused when it cannot be created",
-                 "             or written (read-only, not a directory, inside /proc or /sys)",
-                 "", "parameters:"]
-        lines += [p.describe() for p in self.params]
-        lines += ["", f"needs: {', '.join(self.needs)}"]
-        if self.needs_for and self.needs_for.__doc__:
-            lines += ["  plus: " + " ".join(self.needs_for.__doc__.split())]
-        return "\n".join(lines)
+__all__ = ["RunContext", "Scenario", "main", "run_scenario", "use_vm", "print_table", "missing_capabilities"]
 
 
 def _options(extra: list[str]) -> argparse.Namespace:
@@ -78,6 +28,7 @@ def _options(extra: list[str]) -> argparse.Namespace:
     p.add_argument("--out", default=None)
     p.add_argument("--vm", default="auto", choices=["auto", "always", "never"])
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--cli", action="store_true")
     return p.parse_args(extra)
 
 
@@ -121,8 +72,12 @@ def print_table(scenario: Scenario, summary: dict, out: Path) -> None:
     Console().print(t)
 
 
-def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool = False) -> dict:
-    """Build, run and tear down one scenario run in this kernel; return its summary."""
+def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool = False,
+                 cli: bool = False) -> dict:
+    """Build, run and tear down one scenario run in this kernel; return its summary. ``cli``: open Mininet's CLI
+    once the fabric is up and again after the traffic (Lab API scenarios)."""
+    if scenario.topology is not None:
+        return _run_on_lab(scenario, params, seed, out, quiet, cli)
     from testbed.rundir import RunDir
     from testbed.state import RunState
 
@@ -161,8 +116,22 @@ def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: 
         signal.signal(signal.SIGTERM, old)
 
 
+def _run_on_lab(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool, cli: bool) -> dict:
+    from testbed.lab import Lab
+
+    with Lab(scenario.topology(params, seed), out=out, seed=seed, name=scenario.name, params=params,
+             rxe=scenario.rxe_for(params), quiet=quiet) as lab:
+        if cli:
+            lab.cli()
+        lab.summary = scenario.run(params, lab)
+        if cli:
+            lab.cli()
+    return lab.summary
+
+
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from testbed import labvm, scenarios
+    from testbed import labvm
+    from testbed import scenario as scenarios
 
     if args.list:
         for s in scenarios.all_scenarios():
@@ -183,6 +152,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     # an output folder that cannot be written is refused here: before doctor probes, a VM boot or a fabric
     out = check_out_dir(opts.out) if opts.out else check_out_dir(default_out(scenario.name), "--out (default)")
 
+    if opts.cli and use_vm(opts.vm, scenario.needs_of(params), labvm.in_vm()):
+        raise UsageError(f"--cli: {scenario.name} needs the lab VM here, and the lab VM has no terminal yet")
     if use_vm(opts.vm, scenario.needs_of(params), labvm.in_vm()):
         argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
                 "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]
@@ -194,6 +165,10 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         labvm.vm_kernel()  # fail early with the install hint
         return labvm.run([sys.executable, "-m", "testbed.cli", *argv[1:]])
 
-    summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet)
+    if opts.cli and scenario.topology is None:
+        raise UsageError(f"--cli: {scenario.name} is not on the Lab API yet")
+    if opts.cli and (labvm.in_vm() or not sys.stdin.isatty()):
+        raise UsageError("--cli needs a terminal (and the lab VM has none yet)")
+    summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet, cli=opts.cli)
     print_table(scenario, summary, out)
     return 0

@@ -234,7 +234,8 @@ def print_table(df: "Any", name: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """The `testbed sweep` command (parsed by testbed.cli)."""
-    from testbed import labvm, scenarios
+    from testbed import labvm
+    from testbed import scenario as scenarios
     from testbed import runner
 
     scenario = scenarios.get(args.scenario)

@@ -19,7 +19,7 @@ import sys
 
 from testbed.errors import RunFailed, UsageError
 from testbed.params import Param
-from testbed.runner import RunContext, Scenario
+from testbed.scenario import RunContext, Scenario
 
 PARAMS = [
     Param("collective", str, "allreduce", "", "allreduce|allgather|reducescatter|alltoall|broadcast|reduce|gather|"

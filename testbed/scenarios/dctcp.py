@@ -19,7 +19,7 @@ import time
 
 from testbed.errors import UsageError
 from testbed.params import Param
-from testbed.runner import RunContext, Scenario
+from testbed.scenario import RunContext, Scenario
 
 PORT = 5401
 

@@ -14,7 +14,7 @@ import time
 
 from testbed.kernel import counters, links, netns, qdisc
 from testbed.params import Param
-from testbed.runner import RunContext, Scenario
+from testbed.scenario import RunContext, Scenario
 
 PARAMS = [
     Param("rate_mbps", float, 20.0, "Mbit/s", "bottleneck rate (s1 -> h2)", min=1, max=10_000),

@@ -14,7 +14,8 @@ import os
 import pandas as pd
 import pytest
 
-from testbed import cli, runner, scenarios, sweep
+from testbed import cli, runner, sweep
+from testbed import scenario as scenarios
 from testbed.errors import RunFailed
 from testbed.params import Param
 

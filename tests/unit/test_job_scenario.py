@@ -8,7 +8,7 @@ import pytest
 
 from testbed.errors import UsageError
 from testbed.params import resolve
-from testbed.scenarios import NAMES, get
+from testbed.scenarios import get, names
 from traffic import schedule_json
 from traffic.collectives import make_schedule
 
@@ -20,7 +20,7 @@ def params(**kw):
 
 
 def test_registered():
-    assert "collective" in NAMES and SC.name == "collective"
+    assert "collective" in names() and SC.name == "collective"
 
 
 def test_defaults_plan():

@@ -1,0 +1,144 @@
+"""What a scenario is, and where `testbed run NAME` finds it.
+
+A scenario is a script in ``scenarios/`` (the script *is* the scenario): it declares its parameters once (name,
+unit, default, range), the kernel capabilities it needs, the topology it builds and the experiment it runs on the
+Lab API, and ends with ``if __name__ == "__main__": sys.exit(main(["run", NAME, *sys.argv[1:]]))`` (testbed.cli's
+``main``) so that
+``sudo .venv/bin/python scenarios/NAME.py --set ...`` and ``sudo testbed run NAME --set ...`` are the same run.
+
+    SCENARIO = Scenario(
+        name="smoke", summary="...", params=PARAMS, needs=("qdisc:htb", ...),
+        topology=topology,          # (params, seed) -> a Mininet Topo (topologies.mininet_topo)
+        run=experiment,             # (params, lab) -> summary dict, on a live testbed.lab.Lab
+        table=(("goodput_mbps", "receiver goodput (Mbit/s)"), ...),
+        validate=validate)          # (params) -> None or UsageError, before anything is created
+
+Discovery: every ``scenarios/*.py`` that defines ``SCENARIO``, by its ``name``. Scenarios not yet rewritten on
+the Lab API still live as modules in ``testbed/scenarios/`` (their ``run`` takes a :class:`RunContext`); a
+script of the same name takes precedence.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from testbed.params import SEED_HELP, Param
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT_DIR = PROJECT_ROOT / "scenarios"
+#: modules of testbed/scenarios/ not yet rewritten as scripts (name -> module)
+LEGACY = {"smoke": "smoke", "incast": "incast", "dctcp": "dctcp", "collective": "collective", "pfc-hol": "pfc_hol"}
+ORDER = ("smoke", "incast", "dctcp", "collective", "pfc-hol")
+
+
+@dataclass
+class RunContext:
+    """What a not-yet-rewritten scenario's ``run`` receives: run directory, state, seed, progress, teardown."""
+
+    rundir: Any  # testbed.rundir.RunDir
+    state: Any  # testbed.state.RunState
+    seed: int
+    progress: Callable[[str], None]
+    cleanups: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    def on_teardown(self, fn: Callable[[], None]) -> None:
+        """Register an undo step; they run in reverse order, whatever happens."""
+        self.cleanups.append(fn)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    params: Sequence[Param]
+    needs: Sequence[str]  # doctor capability names
+    run: Callable[[dict, Any], dict]  # (params, lab) with topology; (params, RunContext) without
+    table: Sequence[tuple[str, str]]  # (summary key, label)
+    validate: Callable[[dict], None] = lambda p: None
+    needs_for: Callable[[dict], Sequence[str]] | None = None  # capabilities some parameter values add
+    topology: Callable[[dict, int], Any] | None = None  # (params, seed) -> Mininet Topo: a Lab API scenario
+    rxe_for: Callable[[dict], bool] = lambda p: False  # a SoftRoCE device on every host?
+
+    def needs_of(self, params: dict) -> list[str]:
+        """Doctor capabilities a run with these (resolved) parameters needs: ``needs`` plus ``needs_for``'s."""
+        out = list(self.needs)
+        for n in (self.needs_for(params) if self.needs_for else ()):
+            if n not in out:
+                out.append(n)
+        return out
+
+    def help(self) -> str:
+        lines = [f"testbed run {self.name}: {self.summary}", "",
+                 f"usage: testbed run {self.name} [--set NAME=VALUE ...] [--seed N] [--out DIR] "
+                 "[--vm auto|always|never] [--cli]", "",
+                 f"  --seed N   {SEED_HELP} (default 1): seeds the run's random choices (schedules, placement,",
+                 "             jitter) and the multipath hash, unless a parameter named seed is set (not 0)",
+                 "  --out DIR  the run directory (default results/SCENARIO-TIME); refused when it cannot be created",
+                 "             or written (read-only, not a directory, inside /proc or /sys)",
+                 "  --cli      open Mininet's CLI once the fabric is up and again after the traffic",
+                 "", "parameters:"]
+        lines += [p.describe() for p in self.params]
+        lines += ["", f"needs: {', '.join(self.needs)}"]
+        if self.needs_for and self.needs_for.__doc__:
+            lines += ["  plus: " + " ".join(self.needs_for.__doc__.split())]
+        return "\n".join(lines)
+
+
+def _load_script(path: Path) -> Scenario | None:
+    spec = importlib.util.spec_from_file_location(f"testbed_scenario_{path.stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return getattr(mod, "SCENARIO", None)
+
+
+def _scripts() -> dict[str, Scenario]:
+    found: dict[str, Scenario] = {}
+    for path in sorted(SCRIPT_DIR.glob("*.py")) if SCRIPT_DIR.is_dir() else ():
+        if "SCENARIO = Scenario(" not in path.read_text(encoding="utf-8"):
+            continue  # not (yet) a scenario script
+        sc = _load_script(path)
+        if sc is not None:
+            found[sc.name] = sc
+    return found
+
+
+def names() -> list[str]:
+    known = set(_script_names()) | set(LEGACY)
+    return [n for n in ORDER if n in known] + sorted(known - set(ORDER))
+
+
+def _script_names() -> list[str]:
+    out = []
+    for path in sorted(SCRIPT_DIR.glob("*.py")) if SCRIPT_DIR.is_dir() else ():
+        text = path.read_text(encoding="utf-8")
+        if "SCENARIO = Scenario(" in text:
+            for line in text.splitlines():
+                s = line.strip()
+                if s.startswith('name="') or s.startswith("name='"):
+                    out.append(s.split(s[5], 2)[1])
+                    break
+    return out
+
+
+def get(name: str) -> Scenario:
+    """The scenario called ``name``: its script in scenarios/, else its legacy module; UsageError if unknown."""
+    from testbed.errors import UsageError
+
+    scripts = _scripts() if name in _script_names() else {}
+    if name in scripts:
+        return scripts[name]
+    if name in LEGACY:
+        return importlib.import_module(f"testbed.scenarios.{LEGACY[name]}").SCENARIO
+    raise UsageError(f"unknown scenario {name!r} (known: {', '.join(names())})")
+
+
+def all_scenarios() -> list[Scenario]:
+    return [get(n) for n in names()]
