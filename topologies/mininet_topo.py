@@ -139,12 +139,17 @@ def _queue(opts: dict, end: str) -> QueueSpec:
     return q if q is not None else DEFAULT_QUEUE
 
 
-def spec_from_topo(topo: Topo, tcp: HostTcpSpec | None = None, seed: int = 0, load_balancing: str = "ecmp",
-                   prefix: str = "tb") -> Topology:
+def spec_from_topo(topo: Topo, tcp: HostTcpSpec | None = None, seed: int | None = None,
+                   load_balancing: str | None = None, prefix: str = "tb") -> Topology:
     """The spec of a Mininet ``Topo``: a :class:`SpecTopo` gives its own; any other becomes a :class:`GraphSpec`
-    (see the module docstring). SpecError (one line, naming the link) on what the testbed cannot build."""
+    (see the module docstring). The hosts' TCP settings, the seed and the load balancing come from the arguments,
+    else from the Topo's attributes ``tcp`` (a :class:`HostTcpSpec`), ``seed``, ``load_balancing``. SpecError (one
+    line, naming the link) on what the testbed cannot build."""
     if isinstance(topo, SpecTopo):
         return topo.spec
+    tcp = tcp or getattr(topo, "tcp", None)
+    seed = seed if seed is not None else getattr(topo, "seed", 0)
+    load_balancing = load_balancing or getattr(topo, "load_balancing", "ecmp")
     nodes = []
     for name in topo.nodes():
         info = topo.nodeInfo(name)
