@@ -6,8 +6,11 @@
     with Lab(LeafSpineTopo(spines=2, leaves=2, hosts_per_leaf=2), out="results/look", seed=1) as lab:
         lab.sample_queues(every_ms=1)
         print(lab.net["h1"].cmd("ping -c3", lab.net["h4"].IP()))
+        flows = lab.flows([("h1", "h4")], duration_s=5)     # long-lived TCP flows, in the background
+        burst = lab.burst(["h2", "h3"], "h4", 4000, rounds=10, at_s=2)  # synchronized rounds (blocks)
+        print(flows.wait(), burst.percentiles_ms())          # per-flow goodput; round completion p50/p99
         lab.cli()                       # Mininet's CLI on the live fabric; the samplers keep running
-    # leaving the block stops the samplers, writes the run directory and tears everything down
+    # leaving the block stops the samplers and flows, writes the run directory and tears everything down
 
 A :class:`Lab` is one run: it checks the output folder and root before creating anything (one line, exit status 2
 from the CLI), records what it creates in the run's state (so ``testbed clean`` finds a killed run's leftovers),
@@ -15,6 +18,11 @@ builds the network as a :class:`~testbed.net.TestbedNet` (``lab.net`` is the Min
 ``pingAll``, ``iperf``), writes ``manifest.json`` (resolved parameters, seed, topology, kernel, versions), and tears
 down on success, failure, Ctrl-C and SIGTERM. The manifest says ``complete: true`` only when the block ended
 normally.
+
+Traffic writes the run directory's files as it ends: ``flows.csv`` (one row per long-lived flow: ``flow, src, dst,
+src_port, dst_port, dscp, start_s, end_s, bytes, seconds, goodput_mbps``) and ``rounds.csv`` (the incast scenario's
+``round, sender, start_s, end_s, bytes``, so ``testbed report`` shows the bursts' round times). Times are monotonic
+seconds, the clock of every CSV.
 """
 
 from __future__ import annotations
@@ -22,11 +30,15 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Sequence
 
 from testbed.errors import require_root
+
+#: the first TCP port lab traffic listens on; every flows()/burst() call takes the next free ones
+FIRST_PORT = 5300
 
 
 class Lab:
@@ -58,6 +70,11 @@ class Lab:
         self.summary: dict[str, Any] = {}
         self._teardown: list[Callable[[], None]] = []
         self._old_sigterm = None
+        self.t_up = 0.0  # monotonic time the network was up (the origin of burst(at_s=...))
+        self._next_port = FIRST_PORT
+        self._flow_rows: list[tuple] = []
+        self._round_rows: list[tuple] = []
+        self._files_lock = threading.Lock()
 
     # ---- progress ----
 
@@ -87,6 +104,7 @@ class Lab:
         except BaseException:
             self._close()
             raise
+        self.t_up = time.monotonic()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -166,6 +184,79 @@ class Lab:
 
         return port_totals(self.ports())
 
+    # ---- traffic ----
+
+    def endpoints(self, hosts: Iterable) -> dict[str, tuple[str, str]]:
+        """host name -> (namespace, IP), what the traffic generators in ``traffic/`` take."""
+        return {h: (self.net.ns(h), self.net.fabric.host_ip(h)) for h in map(_name, hosts)}
+
+    def _ports(self, n: int) -> int:
+        port, self._next_port = self._next_port, self._next_port + n
+        return port
+
+    def flows(self, pairs: Sequence[tuple], duration_s: float | None = None, cc: str | None = None,
+              src_ports: Sequence[int] | None = None, dscp: int = 0) -> "Flows":
+        """Start one long-lived bulk TCP flow per (src, dst) pair (names or host objects) and return at once with
+        a :class:`Flows` handle. ``duration_s``: the flows stop by themselves then (else at ``stop()`` or when the
+        lab ends); ``cc``: congestion control; ``src_ports``: each sender's source port (0: the kernel picks).
+        ``flows.csv`` gets their rows when they stop."""
+        from testbed.kernel import netns
+        from traffic.background import BackgroundFlows
+        from traffic.job import BackgroundFlow
+
+        pairs = [(_name(a), _name(b)) for a, b in pairs]
+        sports = list(src_ports) if src_ports is not None else [0] * len(pairs)
+        if len(sports) != len(pairs):
+            raise ValueError(f"flows: {len(pairs)} pairs but {len(sports)} source ports")
+        records = [BackgroundFlow(a, b, dscp=dscp, src_port=sp) for (a, b), sp in zip(pairs, sports)]
+        bg = BackgroundFlows(records, self.endpoints({h for p in pairs for h in p}), netns.entered, cc=cc,
+                             base_port=self._ports(len(records)))
+        handle = Flows(bg, self._record_flows)
+        self.on_teardown(handle.stop)
+        bg.start()
+        if duration_s is not None:
+            handle.stop_after(duration_s)
+        self.progress(f"{len(records)} flow(s) running: " + ", ".join(f"{a}>{b}" for a, b in pairs))
+        return handle
+
+    def _record_flows(self, stats: list[dict]) -> None:
+        with self._files_lock:
+            first = len(self._flow_rows)
+            self._flow_rows += [(first + i, s["src"], s["dst"], s["src_port"], s["dst_port"], s["dscp"],
+                                 f"{s['start_s']:.6f}", f"{s['end_s']:.6f}", s["bytes"], f"{s['seconds']:.6f}",
+                                 f"{s['goodput_mbps']:.6f}") for i, s in enumerate(stats)]
+            self.rundir.write_csv("flows.csv", ["flow", "src", "dst", "src_port", "dst_port", "dscp", "start_s",
+                                                "end_s", "bytes", "seconds", "goodput_mbps"], self._flow_rows)
+
+    def burst(self, senders: Sequence, receiver, size_bytes: int, rounds: int = 1, at_s: float | None = None,
+              cc: str | None = None) -> "Burst":
+        """Synchronized incast: in each of ``rounds`` rounds every sender writes ``size_bytes`` to ``receiver`` at
+        the same instant (one persistent TCP connection each, opened first); a round ends when the receiver holds
+        every block, and the next starts then. ``at_s``: the first round starts that many seconds after the
+        network came up (else now). Blocks until the last round; appends to ``rounds.csv``."""
+        from testbed.kernel import netns
+        from traffic.incast import ROUNDS_COLUMNS, IncastRounds
+
+        names = [_name(h) for h in senders]
+        rname = _name(receiver)
+        inc = IncastRounds(names, rname, self.endpoints([rname, *names]), netns.entered, size_bytes,
+                           port=self._ports(1), cc=cc)
+        try:
+            inc.connect()
+            if at_s is not None:
+                time.sleep(max(0.0, self.t_up + at_s - time.monotonic()))
+            self.progress(f"burst: {rounds} round(s) of {len(names)} x {size_bytes} B -> {rname}")
+            with self._files_lock:
+                first = 1 + max((r[0] for r in self._round_rows), default=-1)
+            rows = inc.run(rounds, first_round=first)
+        finally:
+            inc.close()
+        with self._files_lock:
+            self._round_rows += rows
+            self.rundir.write_csv("rounds.csv", ROUNDS_COLUMNS, ((r, h, f"{s:.6f}", f"{e:.6f}", b)
+                                                                 for r, h, s, e, b in self._round_rows))
+        return Burst(rows)
+
     # ---- looking around ----
 
     def cli(self) -> None:
@@ -173,3 +264,87 @@ class Lab:
         from testbed.net import TestbedCLI
 
         TestbedCLI(self.net)
+
+
+def _name(host) -> str:
+    """A host given by name or as a Mininet node."""
+    return host if isinstance(host, str) else host.name
+
+
+class Flows:
+    """Long-lived TCP flows started by :meth:`Lab.flows`: ``snapshot()`` while they run, ``stop()`` (or
+    ``wait()`` when a duration was given) for their stats, one dict per flow: src, dst, src_port, dst_port, dscp,
+    start_s, end_s, bytes, seconds, goodput_mbps."""
+
+    def __init__(self, bg, on_stop: Callable[[list[dict]], None]):
+        self.bg = bg
+        self._on_stop = on_stop
+        self._lock = threading.Lock()
+        self._stats: list[dict] | None = None
+        self._timer: threading.Timer | None = None
+        self.stop_at = None
+
+    @property
+    def ports(self) -> list[tuple[int, int]]:
+        """(source, destination) port of each flow."""
+        return list(self.bg.ports)
+
+    def snapshot(self) -> tuple[float, list[int]]:
+        """(monotonic time, bytes received so far per flow)."""
+        return self.bg.snapshot()
+
+    @staticmethod
+    def goodput_mbps(before: tuple[float, list[int]], after: tuple[float, list[int]]) -> list[float]:
+        """Each flow's goodput between two snapshots."""
+        dt = after[0] - before[0]
+        return [(b - a) * 8 / dt / 1e6 if dt > 0 else 0.0 for a, b in zip(before[1], after[1])]
+
+    def stop_after(self, seconds: float) -> None:
+        self.stop_at = time.monotonic() + seconds
+        self._timer = threading.Timer(seconds, self.stop)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def wait(self) -> list[dict]:
+        """Until the duration given to :meth:`Lab.flows` has passed, then :meth:`stop`."""
+        if self.stop_at is not None:
+            time.sleep(max(0.0, self.stop_at - time.monotonic()))
+        return self.stop()
+
+    def stop(self) -> list[dict]:
+        """Stop the senders (idempotent); returns the per-flow stats and writes them to ``flows.csv``."""
+        with self._lock:
+            if self._stats is None:
+                if self._timer is not None:
+                    self._timer.cancel()
+                stats = self.bg.stop()
+                for i, s in enumerate(stats):
+                    s["start_s"] = self.bg.t_start
+                    s["end_s"] = self.bg.t_last[i] or self.bg.t_start
+                self._stats = stats
+                if self.bg.errors:
+                    print(f"testbed: flows: {'; '.join(self.bg.errors)}", file=sys.stderr)
+                self._on_stop(stats)
+            return self._stats
+
+
+class Burst:
+    """The rounds of one :meth:`Lab.burst`: ``rows`` (round, sender, start_s, end_s, bytes), ``round_ms`` (each
+    round's completion time: its first sender's start to the receiver reading its last byte), ``start_s``/``end_s``
+    (the burst's span) and :meth:`percentiles_ms` (analysis.metrics' nearest-rank p50/p95/p99/max)."""
+
+    def __init__(self, rows: list[tuple]):
+        import pandas as pd
+
+        from analysis.metrics import round_times
+
+        self.rows = rows
+        self.rounds = round_times(pd.DataFrame(rows, columns=["round", "sender", "start_s", "end_s", "bytes"]))
+        self.round_ms = [float(x) * 1e3 for x in self.rounds["round_s"]]
+        self.start_s = float(self.rounds["start_s"].min())
+        self.end_s = float(self.rounds["end_s"].max())
+
+    def percentiles_ms(self):
+        from analysis.metrics import percentiles
+
+        return percentiles(self.round_ms)

@@ -3,9 +3,10 @@
     bg = BackgroundFlows(flows, endpoints, enter, cc="cubic")   # endpoints: host -> (namespace, ip)
     bg.start()      # connections up, senders streaming
     ...
-    stats = bg.stop()   # [{src, dst, bytes, seconds, goodput_mbps, dscp}]
+    stats = bg.stop()   # [{src, dst, dscp, src_port, dst_port, bytes, seconds, goodput_mbps}]
 
-Each flow is one TCP connection from ``src`` to ``dst`` (ports 5300, 5301, ...), one sender thread and one
+Each flow is one TCP connection from ``src`` (port ``src_port``, or one the kernel picks) to ``dst`` (ports
+``base_port``, ``base_port + 1``, ...; 5300 by default), one sender thread and one
 receiver thread in the controller process; sockets are created inside the hosts' namespaces through ``enter(ns)``
 (a context manager, testbed.kernel.netns.entered). DSCP via IP_TOS, congestion control per socket, optional
 pacing with SO_MAX_PACING_RATE.
@@ -27,8 +28,11 @@ SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 
 class BackgroundFlows:
     def __init__(self, flows: Sequence[BackgroundFlow], endpoints: dict[str, tuple[str, str]],
-                 enter: Callable[[str], ContextManager], cc: str | None = None, chunk: int = 1 << 16):
+                 enter: Callable[[str], ContextManager], cc: str | None = None, chunk: int = 1 << 16,
+                 base_port: int = BASE_PORT):
         self.flows = list(flows)
+        self.base_port = base_port
+        self.ports: list[tuple[int, int]] = []  # (source, destination) port of each started flow
         self.endpoints = endpoints
         self.enter = enter
         self.cc = cc
@@ -59,7 +63,7 @@ class BackgroundFlows:
             ls = self._sock(f.dst)
             ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             set_cc(ls, self.cc)
-            ls.bind((dip, BASE_PORT + i))
+            ls.bind((dip, self.base_port + i))
             ls.listen(1)
             cs = self._sock(f.src)
             set_cc(cs, self.cc)
@@ -68,8 +72,11 @@ class BackgroundFlows:
             if f.rate_mbps > 0:
                 cs.setsockopt(socket.SOL_SOCKET, SO_MAX_PACING_RATE, int(f.rate_mbps * 1e6 / 8))
             cs.settimeout(timeout_s)
-            cs.bind((sip, 0))
-            cs.connect((dip, BASE_PORT + i))
+            if f.src_port:
+                cs.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            cs.bind((sip, f.src_port))
+            cs.connect((dip, self.base_port + i))
+            self.ports.append((cs.getsockname()[1], self.base_port + i))
             ls.settimeout(timeout_s)
             rs, _ = ls.accept()
             self.socks.append(rs)
@@ -125,6 +132,10 @@ class BackgroundFlows:
             if not self.stop_ev.is_set():
                 self.errors.append(f"flow {i} receive: {e}")
 
+    def snapshot(self) -> tuple[float, list[int]]:
+        """(monotonic time, bytes received so far per flow): two snapshots give each flow's goodput in between."""
+        return time.monotonic(), list(self.received)
+
     def stop(self) -> list[dict]:
         self.stop_ev.set()
         for t in self.threads:
@@ -137,6 +148,8 @@ class BackgroundFlows:
         out = []
         for i, f in enumerate(self.flows):
             dur = self.t_last[i] - self.t_start if self.t_last[i] else 0.0
-            out.append({"src": f.src, "dst": f.dst, "dscp": f.dscp, "bytes": self.received[i], "seconds": dur,
+            sport, dport = self.ports[i] if i < len(self.ports) else (f.src_port, self.base_port + i)
+            out.append({"src": f.src, "dst": f.dst, "dscp": f.dscp, "src_port": sport, "dst_port": dport,
+                        "bytes": self.received[i], "seconds": dur,
                         "goodput_mbps": self.received[i] * 8 / dur / 1e6 if dur > 0 else 0.0})
         return out

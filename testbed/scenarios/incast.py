@@ -20,17 +20,11 @@ sender): the sender's start and the time the receiver read the block's last byte
 from __future__ import annotations
 
 import math
-import selectors
-import socket
-import threading
-import time
 
 from testbed.errors import UsageError
 from testbed.params import Param
-from testbed.runner import RunContext, Scenario
-
-PORT = 5301
-ROUND_TIMEOUT_S = 60.0
+from testbed.scenario import RunContext, Scenario
+from traffic.incast import PORT, ROUND_TIMEOUT_S, ROUNDS_COLUMNS, IncastRounds
 
 PARAMS = [
     Param("senders", int, 8, "", "number of incast senders (N)", min=1, max=64),
@@ -132,68 +126,6 @@ def _validate(p: dict) -> None:
     build_spec(p)
 
 
-# ---- traffic ---------------------------------------------------------------------------------------------------
-
-
-class _Receiver(threading.Thread):
-    """Reads every connection with a selector; per round, notes when each sender's block is complete."""
-
-    def __init__(self, conns: dict[socket.socket, int], n: int, block: int):
-        super().__init__(name="incast-receiver", daemon=True)
-        self.conns = conns
-        self.n = n
-        self.block = block
-        self.got = [0] * n
-        self.end = [0.0] * n
-        self.done_count = 0
-        self.round_done = threading.Event()
-        self.stopping = threading.Event()
-        self.error: BaseException | None = None
-        self.lock = threading.Lock()
-
-    def arm(self) -> None:
-        with self.lock:
-            self.got = [0] * self.n
-            self.end = [0.0] * self.n
-            self.done_count = 0
-            self.round_done.clear()
-
-    def run(self) -> None:
-        sel = selectors.DefaultSelector()
-        for c, i in self.conns.items():
-            c.setblocking(False)
-            sel.register(c, selectors.EVENT_READ, i)
-        buf = bytearray(1 << 18)
-        view = memoryview(buf)
-        try:
-            while not self.stopping.is_set():
-                for key, _ in sel.select(timeout=0.1):
-                    i = key.data
-                    try:
-                        k = key.fileobj.recv_into(view)
-                    except BlockingIOError:
-                        continue
-                    now = time.monotonic()
-                    if k == 0:
-                        sel.unregister(key.fileobj)
-                        continue
-                    with self.lock:
-                        self.got[i] += k
-                        if self.got[i] > self.block:
-                            raise RuntimeError(f"sender {i} sent {self.got[i]} bytes in one round (block "
-                                               f"{self.block})")
-                        if self.got[i] == self.block:
-                            self.end[i] = now
-                            self.done_count += 1
-                            if self.done_count == self.n:
-                                self.round_done.set()
-        except BaseException as e:  # noqa: BLE001 - reported to the main thread
-            self.error = e
-            self.round_done.set()
-        finally:
-            sel.close()
-
-
 def _run(p: dict, ctx: RunContext) -> dict:
     from testbed.fabric import Fabric
     from testbed.kernel import counters, netns, qdisc
@@ -211,58 +143,12 @@ def _run(p: dict, ctx: RunContext) -> dict:
     ctx.rundir.manifest["topology"] = fabric.describe()
     ctx.rundir.write_manifest()
 
-    rip = fabric.host_ip(receiver)
     hosts = [receiver, *senders]
-    cc = p["cc"].encode()
-    with netns.entered(fabric.ns(receiver)):
-        lsock = socket.socket()
-    lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    lsock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc)  # accepted sockets inherit it (DCTCP's ACKs)
-    lsock.bind((rip, PORT))
-    lsock.listen(n + 8)
-    ctx.on_teardown(lsock.close)
-    socks: list[socket.socket] = []
-    for h in senders:
-        with netns.entered(fabric.ns(h)):
-            s = socket.socket()
-        ctx.on_teardown(s.close)
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc)
-        s.settimeout(30)
-        s.connect((rip, PORT))
-        socks.append(s)
-    ip_of = {fabric.host_ip(h): i for i, h in enumerate(senders)}
-    conns: dict[socket.socket, int] = {}
-    lsock.settimeout(30)
-    while len(conns) < n:
-        c, (addr, _) = lsock.accept()
-        ctx.on_teardown(c.close)
-        conns[c] = ip_of[addr]
+    inc = IncastRounds(senders, receiver, {h: (fabric.ns(h), fabric.host_ip(h)) for h in hosts}, netns.entered,
+                       block, port=PORT, cc=p["cc"])
+    ctx.on_teardown(inc.close)
+    inc.connect()
     ctx.progress(f"{n} connections up ({p['cc']}, ecn={p['ecn']}, rto_min {p['rto_min_ms']} ms)")
-
-    rx = _Receiver(conns, n, block)
-    rx.start()
-    barrier = threading.Barrier(n + 1)
-    starts = [[0.0] * n for _ in range(rounds)]
-    errors: list[BaseException] = []
-    payload = bytes(block)
-
-    def send(i: int, s: socket.socket) -> None:
-        try:
-            s.settimeout(None)
-            for r in range(rounds):
-                barrier.wait()
-                starts[r][i] = time.monotonic()
-                s.sendall(payload)
-        except threading.BrokenBarrierError:
-            pass
-        except BaseException as e:  # noqa: BLE001
-            errors.append(e)
-            barrier.abort()
-
-    threads = [threading.Thread(target=send, args=(i, s), name=f"incast-{senders[i]}", daemon=True)
-               for i, s in enumerate(socks)]
-    for t in threads:
-        t.start()
 
     watch = set()
     for h in senders:
@@ -274,35 +160,15 @@ def _run(p: dict, ctx: RunContext) -> dict:
     before_q = qdisc.port_stats(bn_ns, bn_port)
     before = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
     sampler.start()
-    rows = []
-    completed = False
     ctx.progress(f"{rounds} rounds of {n} x {block} B")
     try:
-        for r in range(rounds):
-            rx.arm()
-            barrier.wait(timeout=ROUND_TIMEOUT_S)
-            if not rx.round_done.wait(timeout=ROUND_TIMEOUT_S):
-                raise RuntimeError(f"round {r} did not finish in {ROUND_TIMEOUT_S} s "
-                                   f"(received {sum(rx.got)} of {n * block} bytes)")
-            if rx.error:
-                raise rx.error
-            if errors:
-                raise errors[0]
-            for i, h in enumerate(senders):
-                rows.append((r, h, starts[r][i], rx.end[i], block))
-        completed = True
+        rows = inc.run(rounds, round_timeout_s=ROUND_TIMEOUT_S)
     finally:
         sampler.stop()
-        rx.stopping.set()
-        if not completed:
-            barrier.abort()
-    for t in threads:
-        t.join(timeout=10)
-    rx.join(timeout=5)
     after = {h: counters.tcp_counters(fabric.ns(h)) for h in hosts}
     after_q = qdisc.port_stats(bn_ns, bn_port)
 
-    ctx.rundir.write_csv("rounds.csv", ["round", "sender", "start_s", "end_s", "bytes"],
+    ctx.rundir.write_csv("rounds.csv", ROUNDS_COLUMNS,
                          ((r, h, f"{s:.6f}", f"{e:.6f}", b) for r, h, s, e, b in rows))
     ctx.rundir.write_csv("tcp.csv", ["host", "phase", "counter", "value"],
                          [(h, ph, k, d[h].get(k, 0)) for ph, d in (("before", before), ("after", after))
