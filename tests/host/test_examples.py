@@ -1,0 +1,55 @@
+"""The examples/ scripts run on the host kernel (HTB + bfifo, ECMP routes; the spraying half of ecmp_collision needs
+tc's basic/meta classifier and skbedit: tests/integration/test_examples_spray.py runs it in the lab VM). Each example
+runs as `python examples/<name>.py --out DIR` in a subprocess, as a user runs it; its last line is a JSON object of
+what it measured from the kernel (socket byte counts, qdisc counters). Margins hold on a loaded 2-CPU machine."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the examples build namespaces: run as root")
+
+
+def run_example(name: str, out: Path, *args: str, timeout_s: float = 180) -> dict:
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py"), "--out", str(out), *args],
+                       capture_output=True, text=True, timeout=timeout_s, cwd=ROOT)
+    print(r.stdout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_victim_flow_below_fair_share_during_burst(tmp_path):
+    m = run_example("victim_burst", tmp_path / "run")
+    # the victim alone on h2's 20 Mbit/s port gets most of it; during the 15 -> 1 burst clearly less
+    assert m["victim_before_mbps"] > 0.8 * m["fair_share_mbps"], m
+    assert m["victim_during_mbps"] / m["fair_share_mbps"] < 0.8, m
+    assert m["rounds"] == 15 and m["round_ms_p99"] >= m["round_ms_p50"] > m["ideal_round_ms"], m
+    # the run directory is a report's input: rounds.csv gives the same percentiles
+    from analysis import summary
+
+    rm = summary.round_metrics(summary.load_quietly(tmp_path / "run").rounds)
+    assert rm["round_ms_p50"] == pytest.approx(m["round_ms_p50"]) and rm["rounds_n"] == 15
+    flows = (tmp_path / "run" / "flows.csv").read_text().splitlines()
+    assert flows[0].startswith("flow,src,dst,src_port,dst_port") and len(flows) == 3
+
+
+def test_ecmp_collision_halves_the_pair(tmp_path):
+    m = run_example("ecmp_collision", tmp_path / "run", "--no-spray")
+    ups = m["uplink_packets"]
+    assert min(ups) < 0.1 * max(ups) and max(ups) > 500, m  # leaf1 sent both flows up one spine
+    assert m["ecmp_mbps"] < 0.65 * 2 * m["link_mbps"], m  # two flows on one link-rate uplink: about half each
+    assert m["ecmp_mbps"] > 0.35 * 2 * m["link_mbps"], m  # ... and that link is busy
+
+
+def test_custom_topo_queue_counters(tmp_path):
+    m = run_example("custom_topo", tmp_path / "run")
+    assert m["ping_loss_percent"] == 0.0, m
+    assert m["sent_packets"] > 500, m  # the flow went through s1's queued port
+    assert m["drops"] > 0 and 0 < m["backlog_peak_bytes"] <= m["buffer_bytes"], m  # a 20 kB drop-tail buffer
+    assert m["goodput_mbps"] < 10.5, m  # shaped at the queued link's 10 Mbit/s

@@ -1,0 +1,25 @@
+"""examples/ecmp_collision.py whole, in the lab VM (spraying needs cls:basic+meta, act:skbedit and act:mirred, which
+the host kernel may lack): the pair that collides under ECMP gets about one link's rate, spraying restores ~2x."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def test_spraying_restores_the_colliding_pair(tmp_path):
+    from testbed import doctor
+
+    missing = doctor.missing(["qdisc:clsact", "cls:basic+meta", "act:skbedit", "act:mirred"])
+    assert not missing, f"spraying needs {missing}"
+    r = subprocess.run([sys.executable, str(ROOT / "examples" / "ecmp_collision.py"), "--out", str(tmp_path / "run")],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    print(r.stdout)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    full = 2 * m["link_mbps"]
+    assert m["ecmp_mbps"] < 0.65 * full, m
+    assert m["spray_mbps"] > 0.8 * full, m
+    assert min(m["spray_uplink_packets"]) > 0.3 * max(m["spray_uplink_packets"]), m  # both spines carry it
