@@ -39,7 +39,7 @@ from typing import Any, Callable
 import pyroute2.config
 
 from testbed.errors import UsageError
-from testbed.kernel import PREFIX, links, netns, qdisc, spray
+from testbed.kernel import PREFIX, batch, links, netns, qdisc, spray
 from topologies.spray import shared_macs, spray_groups
 
 # pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
@@ -156,6 +156,25 @@ def ipr_in(ns: str):
         return IPRoute()
 
 
+def _sockets_in(ns: str) -> tuple[Any, socket.socket, socket.socket]:
+    """(IPRoute, netlink socket for a Batch, AF_INET datagram socket for ioctls), all opened in namespace `ns` with
+    one namespace switch."""
+    from pyroute2 import IPRoute
+
+    with netns.entered(ns):
+        ipr = IPRoute()
+        try:
+            nl = batch.open_socket()
+            try:
+                return ipr, nl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            except BaseException:
+                nl.close()
+                raise
+        except BaseException:
+            ipr.close()
+            raise
+
+
 class Fabric:
     """Namespaces, links, routes and queues of one topology for one run (see the module docstring)."""
 
@@ -220,21 +239,28 @@ class Fabric:
             name = self._ns[node.name]
             if state is not None:
                 state.add("namespaces", name)
-            netns.create(name)
+            netns.create(name, inside=self._pre_sysctls_here)
             self.created.append(name)
-            self._pre_sysctls(name)
-        iprs = {n: ipr_in(ns) for n, ns in self._ns.items()}
+        iprs: dict[str, Any] = {}
+        nls: dict[str, socket.socket] = {}
+        socks: dict[str, socket.socket] = {}
         try:
-            self._links(iprs)
-            self._addresses(iprs)
-            self._routes(iprs)
+            for n, ns in self._ns.items():
+                iprs[n], nls[n], socks[n] = _sockets_in(ns)
+            ifindex = self._links(iprs, nls, socks)
+            # addresses, routes and queues: one batch of requests per namespace, in that order
+            batches = {n: batch.Batch(ipr, nls[n]) for n, ipr in iprs.items()}
+            self._addresses(batches, ifindex)
+            self._routes(batches, ifindex)
+            self._queues(batches, ifindex)
+            for b in batches.values():
+                b.commit()
             self._sysctls()
-            self._queues(iprs)
             for g in self.spray:
-                spray.install_group(iprs[g.node], g)
+                spray.install_group(iprs[g.node], g, ifindex[g.node])
             self._impairments(iprs)
         finally:
-            for i in iprs.values():
+            for i in (*iprs.values(), *nls.values(), *socks.values()):
                 with contextlib.suppress(Exception):
                     i.close()
         if self.want_rxe:
@@ -242,47 +268,62 @@ class Fabric:
         self.built = True
         return self
 
-    def _pre_sysctls(self, ns: str) -> None:
-        """Before any interface exists, so the `default` values apply to all of them. ``rps_default_mask``: see
-        :func:`rps_mask`."""
-        with netns.entered(ns):
-            for key, val in (("net/ipv6/conf/all/disable_ipv6", "1"), ("net/ipv6/conf/default/disable_ipv6", "1"),
-                             ("net/ipv4/conf/all/rp_filter", "0"), ("net/ipv4/conf/default/rp_filter", "0"),
-                             ("net/core/rps_default_mask", rps_mask())):
-                p = Path("/proc/sys") / key
-                if p.exists():
-                    p.write_text(val)
+    @staticmethod
+    def _pre_sysctls_here() -> None:
+        """In a new namespace (the calling thread is inside it, see netns.create), before any interface exists, so
+        the `default` values apply to all of them. ``rps_default_mask``: see :func:`rps_mask`."""
+        for key, val in (("net/ipv6/conf/all/disable_ipv6", "1"), ("net/ipv6/conf/default/disable_ipv6", "1"),
+                         ("net/ipv4/conf/all/rp_filter", "0"), ("net/ipv4/conf/default/rp_filter", "0"),
+                         ("net/core/rps_default_mask", rps_mask())):
+            p = Path("/proc/sys") / key
+            if p.exists():
+                p.write_text(val)
 
-    def _links(self, iprs) -> None:
+    def _links(self, iprs, nls, socks) -> dict[str, dict[str, int]]:
+        """veth pairs (one netlink batch per namespace of the a ends), then both ends up, offloads off and their
+        indexes read (ioctls on a socket in each end's namespace). Returns node -> {ifname: ifindex}: kept, so no
+        request looks an interface up by name again (each lookup is a dump through pyroute2)."""
         addrs = self.topology.addresses
+        batches = {n: batch.Batch(ipr, nls[n]) for n, ipr in iprs.items()}
+        fds: dict[str, int] = {}
+        try:
+            for l in self.topology.links:
+                if l.b not in fds:
+                    fds[l.b] = os.open(netns.NETNS_DIR / self._ns[l.b], os.O_RDONLY)
+                mtu = l.spec.mtu
+                mac_a = self.macs.get((l.a, l.a_port), addrs[(l.a, l.a_port)].mac)
+                mac_b = self.macs.get((l.b, l.b_port), addrs[(l.b, l.b_port)].mac)
+                batches[l.a].link("add", ifname=l.a_port, kind="veth", address=mac_a, mtu=mtu,
+                                  peer={"ifname": l.b_port, "net_ns_fd": fds[l.b], "address": mac_b, "mtu": mtu})
+            for b in batches.values():
+                b.commit()
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        ifindex: dict[str, dict[str, int]] = {n: {} for n in iprs}
         for l in self.topology.links:
-            na, nb = self._ns[l.a], self._ns[l.b]
-            mtu = l.spec.mtu
-            mac_a = self.macs.get((l.a, l.a_port), addrs[(l.a, l.a_port)].mac)
-            mac_b = self.macs.get((l.b, l.b_port), addrs[(l.b, l.b_port)].mac)
-            ia, ib = iprs[l.a], iprs[l.b]
-            ia.link("add", ifname=l.a_port, kind="veth", address=mac_a, mtu=mtu,
-                    peer={"ifname": l.b_port, "net_ns_fd": nb, "address": mac_b, "mtu": mtu})
-            ia.link("set", index=ia.link_lookup(ifname=l.a_port)[0], state="up")
-            ib.link("set", index=ib.link_lookup(ifname=l.b_port)[0], state="up")
-            for ns, ifn, node in ((na, l.a_port, l.a), (nb, l.b_port, l.b)):
-                self.offloads[f"{node}:{ifn}"] = links.offloads_off(ns, ifn)
+            for ifn, node in ((l.a_port, l.a), (l.b_port, l.b)):
+                netns.set_up(socks[node], ifn)
+                self.offloads[f"{node}:{ifn}"] = links.offloads_off_sock(socks[node], ifn)
+                ifindex[node][ifn] = netns.ifindex(socks[node], ifn)
+        return ifindex
 
-    def _addresses(self, iprs) -> None:
+    def _addresses(self, iprs, ifindex) -> None:
+        """`iprs`: per node, an IPRoute or a testbed.kernel.batch.Batch (the same call syntax)."""
         for (node, ifname), itf in self.topology.addresses.items():
-            ipr = iprs[node]
-            ipr.addr("add", index=ipr.link_lookup(ifname=ifname)[0], address=itf.ip, prefixlen=itf.prefixlen)
+            iprs[node].addr("add", index=ifindex[node][ifname], address=itf.ip, prefixlen=itf.prefixlen)
 
-    def _routes(self, iprs) -> None:
+    def _routes(self, iprs, ifindex) -> None:
         for r in self.topology.routes:
             ipr = iprs[r.node]
+            idx = ifindex[r.node]
             kw: dict[str, Any] = {"dst": r.dst}
             if r.ecmp:
-                kw["multipath"] = [{"gateway": nh.gateway, "oif": ipr.link_lookup(ifname=nh.ifname)[0],
+                kw["multipath"] = [{"gateway": nh.gateway, "oif": idx[nh.ifname],
                                     **({"flags": RTNH_F_ONLINK} if r.onlink else {})} for nh in r.nexthops]
             else:
                 nh = r.nexthops[0]
-                kw["oif"] = ipr.link_lookup(ifname=nh.ifname)[0]
+                kw["oif"] = idx[nh.ifname]
                 if nh.gateway is not None:
                     kw["gateway"] = nh.gateway
                 else:
@@ -319,13 +360,13 @@ class Fabric:
                         # tcp_allowed_congestion_control) can be a namespace default; sockets set it themselves
                         self.cc_default_failed.append(node.name)
 
-    def _queues(self, iprs) -> None:
+    def _queues(self, iprs, ifindex) -> None:
         for p in self.port_plans:
             ipr = iprs[p.node]
-            idx = ipr.link_lookup(ifname=p.ifname)[0]
+            idx = ifindex[p.node][p.ifname]
             classes = [qdisc.PortClass(minor, q, prio=prio, weight=weight)
                        for minor, _, q, prio, weight, _ in p.classes]
-            qdisc.install_port(ipr, idx, p.rate_mbps, classes, p.default_minor, mtu=p.mtu)
+            qdisc.install_port(ipr, idx, p.rate_mbps, classes, p.default_minor, mtu=p.mtu, fresh=True)
             if any(dscps for *_, dscps in p.classes):
                 self._dscp_filters(ipr, idx, p)
 

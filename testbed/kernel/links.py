@@ -7,7 +7,10 @@ veth was measured at ~25 KB, which makes queue lengths and marking thresholds in
 
 from __future__ import annotations
 
-import contextlib
+import ctypes
+import fcntl
+import socket
+import struct
 
 from testbed.kernel import netns
 
@@ -52,26 +55,65 @@ def mac(ns: str, ifname: str) -> str:
         return ipr.get_links(ipr.link_lookup(ifname=ifname)[0])[0].get_attr("IFLA_ADDRESS")
 
 
+SIOCETHTOOL = 0x8946
+ETHTOOL_GSTRINGS = 0x1B
+ETHTOOL_GSSET_INFO = 0x37
+ETHTOOL_GFEATURES = 0x3A
+ETHTOOL_SFEATURES = 0x3B
+ETH_SS_FEATURES = 4
+ETH_GSTRING_LEN = 32
+_feature_names: list[str] = []  # the kernel's netdev feature strings (one global table: read once per process)
+
+
+def _ethtool(sock: socket.socket, ifname: str, buf) -> None:
+    """One SIOCETHTOOL ioctl: ifreq {name, pointer to `buf`} (the kernel reads and writes `buf` in place)."""
+    fcntl.ioctl(sock, SIOCETHTOOL, struct.pack("16sP16x", ifname.encode(), ctypes.addressof(buf)))
+
+
+def feature_names(sock: socket.socket, ifname: str) -> list[str]:
+    """Names of the netdev feature bits, in bit order (ETH_SS_FEATURES, as `ethtool -k` lists them)."""
+    if not _feature_names:
+        info = ctypes.create_string_buffer(struct.pack("IIQI", ETHTOOL_GSSET_INFO, 0, 1 << ETH_SS_FEATURES, 0))
+        _ethtool(sock, ifname, info)
+        count = struct.unpack_from("I", info, 16)[0]
+        gs = ctypes.create_string_buffer(struct.pack("III", ETHTOOL_GSTRINGS, ETH_SS_FEATURES, count),
+                                         12 + count * ETH_GSTRING_LEN)
+        _ethtool(sock, ifname, gs)
+        raw = gs.raw[12:]
+        _feature_names[:] = [raw[i * ETH_GSTRING_LEN:(i + 1) * ETH_GSTRING_LEN].split(b"\0", 1)[0].decode()
+                             for i in range(count)]
+    return _feature_names
+
+
+def _gfeatures(sock: socket.socket, ifname: str, words: int) -> list[tuple[int, int, int, int]]:
+    """(available, requested, active, never_changed) per 32-bit word of the device's features."""
+    buf = ctypes.create_string_buffer(struct.pack("II", ETHTOOL_GFEATURES, words), 8 + 16 * words)
+    _ethtool(sock, ifname, buf)
+    return [struct.unpack_from("IIII", buf, 8 + 16 * w) for w in range(words)]
+
+
+def offloads_off_sock(sock: socket.socket, ifname: str) -> dict[str, bool]:
+    """offloads_off through `sock`, an AF_INET datagram socket opened in the interface's namespace: three ethtool
+    ioctls (get, set every offload feature the device can change to off, get again), no namespace switch."""
+    names = feature_names(sock, ifname)
+    words = (len(names) + 31) // 32
+    before = _gfeatures(sock, ifname, words)
+    touched = [(i, n) for i, n in enumerate(names) if _is_offload(n) and before[i // 32][0] >> (i % 32) & 1]
+    valid = [0] * words
+    for i, _ in touched:
+        valid[i // 32] |= 1 << (i % 32)
+    req = struct.pack("II", ETHTOOL_SFEATURES, words) + b"".join(struct.pack("II", v, 0) for v in valid)
+    _ethtool(sock, ifname, ctypes.create_string_buffer(req, len(req)))
+    after = _gfeatures(sock, ifname, words)
+    return {n: bool(after[i // 32][2] >> (i % 32) & 1) for i, n in touched}
+
+
 def offloads_off(ns: str, ifname: str) -> dict[str, bool]:
     """Turn segmentation/receive offloads off on one port (ethtool ioctls inside the namespace).
 
     Returns the resulting state of each feature it touched; a feature the device does not have is skipped.
     """
-    from pyroute2.ethtool import Ethtool
-
-    result: dict[str, bool] = {}
     with netns.entered(ns):
-        eth = Ethtool()
-        try:
-            feats = eth.get_features(ifname)
-            touched = [n for n, f in feats.features.items() if _is_offload(n) and f.available]
-            for name in touched:
-                feats.features[name].enable = False
-            eth.set_features(ifname, feats)
-            after = eth.get_features(ifname)
-            for name in touched:
-                result[name] = bool(after.features[name].enable)
-        finally:
-            with contextlib.suppress(Exception):
-                eth.close()
-    return result
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with sock:
+        return offloads_off_sock(sock, ifname)

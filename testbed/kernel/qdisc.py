@@ -109,15 +109,18 @@ def class_quanta(classes: list[PortClass], frame_bytes: int) -> dict[int, int]:
 
 
 def install_port(ipr, idx: int, rate_mbps: float, classes: list[PortClass], default_minor: int, mtu: int = 1500,
-                 slack_ms: float = SHAPER_SLACK_MS) -> None:
+                 slack_ms: float = SHAPER_SLACK_MS, fresh: bool = False) -> None:
     """Replace the root qdisc of interface `idx` (on an open IPRoute `ipr` of its namespace) by the shaper, the
-    classes and their leaf queues described in the module docstring. Burst = one frame + `slack_ms` of line rate."""
+    classes and their leaf queues described in the module docstring. Burst = one frame + `slack_ms` of line rate.
+    `fresh`: the interface was just created and has only its default root qdisc, which adding ours replaces, so
+    the (failing, hence costly in pyroute2) delete of an old 1: root is skipped."""
     rate = _htb_rate(rate_mbps)
     frame = mtu + WIRE_OVERHEAD_BYTES
     burst = frame + int(rate * slack_ms / 1000.0)
     quanta = class_quanta(classes, frame)
-    with contextlib.suppress(Exception):
-        ipr.tc("del", index=idx, handle="1:", root=True)
+    if not fresh:
+        with contextlib.suppress(Exception):
+            ipr.tc("del", index=idx, handle="1:", root=True)
     ipr.tc("add", "htb", index=idx, handle="1:", default=default_minor)
     ipr.tc("add-class", "htb", index=idx, handle="1:1", parent="1:", rate=f"{rate * 8}bit", ceil=f"{rate * 8}bit",
            burst=burst, cburst=burst, quantum=frame)

@@ -24,10 +24,10 @@ def _meta(kind: str, opnd: str, value: int, mask: int = 0) -> list[dict]:
     return [{"kind": "meta", "object": {"kind": kind, "opnd": opnd}, "value": int(value), "mask": mask}]
 
 
-def install_group(ipr, group: SprayGroup) -> int:
+def install_group(ipr, group: SprayGroup, ifindex: dict[str, int] | None = None) -> int:
     """Install the sprayer on every port of `group` through `ipr` (a socket in the router's namespace). Returns the
-    number of filters added."""
-    index = {p: ipr.link_lookup(ifname=p)[0] for p in group.ports}
+    number of filters added. `ifindex`: the router's interface indexes by name, when the caller knows them."""
+    index = {p: ifindex[p] if ifindex else ipr.link_lookup(ifname=p)[0] for p in group.ports}
     n = 0
     for port in group.ports:
         idx = index[port]
