@@ -186,6 +186,16 @@ class Lab:
 
     # ---- traffic ----
 
+    def tcp_counters(self, hosts: Iterable | None = None):
+        """The hosts' (default: all) kernel TCP counters now; ``.stop()`` reads them again and writes tcp.csv (also
+        done at teardown). Returns the :class:`testbed.tcprecord.TcpCounters`."""
+        from testbed.tcprecord import TcpCounters
+
+        names = [_name(h) for h in (hosts if hosts is not None else self.net.hosts)]
+        rec = TcpCounters({h: self.net.ns(h) for h in names})
+        self.on_teardown(lambda: rec.stop(self.rundir))
+        return rec
+
     def endpoints(self, hosts: Iterable) -> dict[str, tuple[str, str]]:
         """host name -> (namespace, IP), what the traffic generators in ``traffic/`` take."""
         return {h: (self.net.ns(h), self.net.fabric.host_ip(h)) for h in map(_name, hosts)}
