@@ -49,7 +49,7 @@ def _incast_params(p: dict) -> dict:
 
 
 def _validate(p: dict) -> None:
-    from testbed.scenarios.incast import build_spec
+    from testbed.bottleneck import build_spec
 
     if p["warmup_s"] >= p["duration_s"]:
         raise UsageError(f"warmup_s ({p['warmup_s']}) must be < duration_s ({p['duration_s']})")
@@ -61,7 +61,7 @@ def _validate(p: dict) -> None:
 def _run(p: dict, ctx: RunContext) -> dict:
     from testbed.fabric import Fabric
     from testbed.kernel import counters, netns
-    from testbed.scenarios.incast import build_spec
+    from testbed.bottleneck import build_spec
     from testbed.telemetry import QueueSampler
 
     topo, receiver, senders, (bn_node, bn_port) = build_spec(_incast_params(p), ctx.seed)

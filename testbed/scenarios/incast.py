@@ -19,11 +19,10 @@ sender): the sender's start and the time the receiver read the block's last byte
 
 from __future__ import annotations
 
-import math
 
-from testbed.errors import UsageError
 from testbed.params import Param
 from testbed.scenario import RunContext, Scenario
+from testbed.bottleneck import build_spec, bottleneck_needs
 from traffic.incast import PORT, ROUND_TIMEOUT_S, ROUNDS_COLUMNS, IncastRounds
 
 PARAMS = [
@@ -53,73 +52,6 @@ PARAMS = [
           max=64),
     Param("sample_interval_ms", float, 1.0, "ms", "queue sampling interval", min=0.1, max=1000),
 ]
-
-
-# ---- spec ------------------------------------------------------------------------------------------------------
-
-
-def _queue(p: dict):
-    from topologies import QueueSpec
-
-    d = p["discipline"]
-    if d == "droptail":
-        return QueueSpec("droptail", buffer_bytes=p["buffer_bytes"])
-    if d == "red":
-        k = p["k_bytes"]
-        return QueueSpec("red", buffer_bytes=p["buffer_bytes"], min_bytes=k, max_bytes=min(3 * k, p["buffer_bytes"]),
-                         probability=0.1, ecn=p["ecn"])
-    return QueueSpec("step", buffer_bytes=p["buffer_bytes"], k_bytes=p["k_bytes"])
-
-
-def build_spec(p: dict, seed: int = 0):
-    """The topology of a parameter set, plus (receiver, senders, bottleneck (node, port)). UsageError when the
-    parameters cannot make a valid fabric."""
-    from topologies import DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, SpecError
-
-    n = p["senders"]
-    if p["discipline"] == "step" and p["k_bytes"] + 1500 > p["buffer_bytes"]:
-        raise UsageError(f"k_bytes ({p['k_bytes']}) + one packet (1500) must be <= buffer_bytes "
-                         f"({p['buffer_bytes']}) for step marking")
-    if p["discipline"] == "red" and p["k_bytes"] >= p["buffer_bytes"]:
-        raise UsageError(f"k_bytes ({p['k_bytes']}) must be < buffer_bytes ({p['buffer_bytes']}) for RED")
-    if p["ecn"] and p["discipline"] == "droptail":
-        pass  # legal: ECN-capable hosts behind a queue that never marks (the spec lists it as a warning)
-    seed = p["seed"] or seed
-    try:
-        tcp = HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"], rto_min_ms=p["rto_min_ms"])
-        q = _queue(p)
-        host = LinkSpec(p["host_rate_mbps"])
-        fabric = LinkSpec(p["fabric_rate_mbps"])
-        if p["topology"] == "dumbbell":
-            topo = DumbbellSpec(senders=n, sender_link=host, bottleneck_link=fabric, receiver_link=host,
-                                switch_queue=q, tcp=tcp, seed=seed % 2**32)
-            return topo, "r1", list(topo.sender_names), ("s2", "r1")
-        hpl = p["hosts_per_leaf"]
-        leaves = 1 + math.ceil(n / hpl)
-        topo = LeafSpineSpec(spines=p["spines"], leaves=leaves, hosts_per_leaf=hpl, host_link=host,
-                             fabric_link=fabric, leaf_down_queue=q, tcp=tcp, seed=seed % 2**32,
-                             load_balancing=p["load_balancing"])
-        senders = [h for leaf in range(2, leaves + 1) for h in topo.hosts_of(f"leaf{leaf}")][:n]
-        return topo, "h1", senders, ("leaf1", "h1")
-    except SpecError as e:
-        raise UsageError(str(e)) from None
-
-
-def _needs(p: dict) -> tuple[str, ...]:
-    """What this run needs beyond HTB and bfifo: RED (red, step), ECN, the congestion control if it is not built
-    into every kernel (dctcp, bbr), and for load_balancing=spray qdisc:clsact, cls:basic+meta, act:skbedit and
-    act:mirred (the per-packet sprayer on the leaves' uplinks). A drop-tail incast with cubic or reno therefore
-    runs on a host kernel that has only HTB (`--vm auto` does not boot the lab VM for it)."""
-    need: list[str] = []
-    if p.get("discipline") in ("red", "step"):
-        need.append("qdisc:red+ecn")
-    if p.get("ecn"):
-        need.append("sysctl:ecn")
-    if p.get("cc") in ("dctcp", "bbr"):
-        need.append(f"tcp:{p['cc']}")
-    if p.get("load_balancing") == "spray":
-        need += ["qdisc:clsact", "cls:basic+meta", "act:skbedit", "act:mirred"]
-    return tuple(need)
 
 
 def _validate(p: dict) -> None:
@@ -239,7 +171,7 @@ SCENARIO = Scenario(
     summary="N senders x B bytes to one receiver at once, R rounds, over a leaf-spine or dumbbell (kernel TCP)",
     params=PARAMS,
     needs=("qdisc:htb", "qdisc:bfifo"),
-    needs_for=_needs,
+    needs_for=bottleneck_needs,
     run=_run,
     validate=_validate,
     table=(("senders", "senders"), ("block_bytes", "block (bytes)"), ("rounds", "rounds"),

@@ -11,7 +11,8 @@ from testbed.errors import UsageError
 from testbed.fabric import Fabric, leaf_queue, plan_port
 from testbed.params import resolve
 from testbed.scenarios import get
-from testbed.scenarios.incast import PARAMS, build_spec
+from testbed.bottleneck import build_spec
+from testbed.scenarios.incast import PARAMS
 from topologies import ClassSpec, LeafSpineSpec, LinkSpec, QueueSpec
 
 
