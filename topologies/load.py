@@ -32,6 +32,8 @@ def load_topology(path: str | Path) -> Topology:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise SpecError("", f"cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise SpecError("", f"cannot read {path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
     suffix = path.suffix.lower()
     try:
         if suffix == ".toml":
@@ -70,7 +72,7 @@ def from_dict(data: Any) -> Topology:
         raise SpecError("", f"a topology must be a table/mapping (got {type(data).__name__})")
     data = dict(data)
     kind = data.pop("kind", "leafspine")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise SpecError("kind", f"unknown topology kind {_got(kind)} (allowed: {', '.join(KINDS)})")
     return _build(KINDS[kind], data, "")
 
@@ -132,7 +134,10 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
     if origin is frozenset:
         if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple, set, frozenset)):
             raise SpecError(path, f"must be a list (got {_got(value)})")
-        return frozenset(value)
+        try:
+            return frozenset(value)
+        except TypeError:  # a nested list or table is not a set member
+            raise SpecError(path, f"must be a list of plain values (got {_got(value)})") from None
     return value  # scalars are type-checked (and ints widened to float) by the specs' own validation
 
 

@@ -67,7 +67,9 @@ class SpecError(ValueError):
 
     def _text(self) -> str:
         head = f"{self.path}: {self.message}" if self.path else self.message
-        return f"{self.source}: {head}" if self.source else head
+        text = f"{self.source}: {head}" if self.source else head
+        # one line, whatever a file name or a document's key holds
+        return text.replace("\r", "\\r").replace("\n", "\\n")
 
     def rebased(self, old: str, new: str) -> "SpecError":
         """The same error with the leading path component ``old`` (a spec kind like ``link``) replaced by ``new``.
