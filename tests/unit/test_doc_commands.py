@@ -1,6 +1,5 @@
 """Every `testbed run` / `testbed sweep` / `testbed cli` command shown in the README and docs/ resolves and
-validates: a lab reader
-who copies one gets a run, not a usage error (pure parameter logic, nothing is built)."""
+validates: a lab reader who copies one gets a run, not a usage error (pure parameter logic, nothing is built)."""
 
 from __future__ import annotations
 
