@@ -10,6 +10,9 @@ Lifecycle: :meth:`PortCapture.start` returns once tcpdump reports that it is lis
 that is missed); :meth:`PortCapture.stop` ends it with SIGTERM (tcpdump flushes and closes the file), waits, and
 returns tcpdump's own packet counts (``dropped by kernel`` says whether the capture is complete). ``stop`` is
 idempotent: register it as a teardown step and call it again at the end of the run.
+
+For a run: :func:`start_capture` (a ``NODE:IFNAME`` parameter -> a started capture, stopped at teardown, or None)
+and, once it stopped, :func:`wire_summary` (the ``wire_*`` numbers of summary.json).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -132,4 +136,44 @@ def parse_stats(lines: Iterable[str]) -> dict:
         if m:
             out[{"captured": "captured", "received by filter": "received",
                  "dropped by kernel": "dropped"}[m.group(2)]] = int(m.group(1))
+    return out
+
+
+def start_capture(spec: str, fabric, rundir_path: Path, on_teardown: Callable[[Callable[[], object]], None],
+                  progress: Callable[[str], None]) -> PortCapture | None:
+    """A capture at ``spec`` (``NODE:IFNAME`` of ``fabric``, checked as :func:`parse_spec` does; empty: None) into
+    the run directory, started (listening) and registered to stop at teardown."""
+    from testbed.kernel import netns
+
+    where = parse_spec(spec, fabric.topology.addresses)
+    if not where:
+        return None
+    cap = PortCapture(fabric.ns(where[0]), where[0], where[1], Path(rundir_path) / file_name(*where), netns.popen)
+    on_teardown(cap.stop)
+    cap.start()
+    progress(f"capturing {where[0]}:{where[1]} into {cap.path.name} (tcpdump -s {cap.snaplen})")
+    return cap
+
+
+def wire_summary(cap: PortCapture, stats: dict, progress: Callable[[str], None], scenario: str) -> dict:
+    """A stopped capture (``stats``: what :meth:`PortCapture.stop` returned) as summary.json's ``wire_*`` keys:
+    ``wire_capture_port/file/kernel_drops`` plus analysis.capture's decoded numbers (an undecodable file is one
+    line on stderr and leaves only the capture's own keys)."""
+    from analysis.capture import CaptureError, decode
+
+    t = time.monotonic()
+    out = {"wire_capture_port": f"{cap.node}:{cap.ifname}", "wire_capture_file": cap.path.name,
+           "wire_capture_kernel_drops": stats.get("dropped")}
+    try:
+        decoded = decode(cap.path)
+    except CaptureError as e:
+        print(f"testbed: {scenario}: capture not decoded: {e}", file=sys.stderr)
+        return out
+    out.update(decoded.summary())
+    if decoded.notes:
+        out["wire_capture_notes"] = "; ".join(decoded.notes)
+    progress(f"decoded {decoded.packets} captured packets in {time.monotonic() - t:.1f} s: "
+             f"{out['wire_roce_retransmitted_packets']} RoCE packets retransmitted, {out['wire_roce_naks']} NAKs, "
+             f"{out['wire_tcp_retransmitted_segments']} TCP segments retransmitted, {out['wire_pfc_frames']} PFC "
+             f"frames")
     return out

@@ -546,7 +546,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
         summary["lossless_drops"] = sum(v - pfc_drops_before.get(k, 0) for k, v in drops.items())
         summary.update(pfc.summary())
     if cap:
-        from testbed.scenarios.wire import wire_summary
+        from testbed.capture import wire_summary
 
         summary.update(wire_summary(cap, cap_stats, ctx.progress, "collective"))
     if not res.verified:

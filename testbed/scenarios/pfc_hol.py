@@ -347,7 +347,7 @@ def _run(p: dict, ctx: RunContext) -> dict:
     }
     s.update(pfc.summary())
     if cap:
-        from testbed.scenarios.wire import wire_summary
+        from testbed.capture import wire_summary
 
         s.update(wire_summary(cap, cap_stats, ctx.progress, "pfc-hol"))
     return s
