@@ -6,6 +6,7 @@ Validation happens here, before anything is created on the system; a bad value i
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -40,6 +41,8 @@ def parse_number(text: str, integer: bool) -> float | int:
             mult, t = _SUFFIX[suf], t[: -len(suf)]
             break
     v = float(t) * mult
+    if not math.isfinite(v):  # NaN passes every range check; int(inf) raises OverflowError
+        raise ValueError(text)
     if integer:
         if v != int(v):
             raise ValueError(text)

@@ -248,30 +248,8 @@ def invalid_value(p: Param) -> st.SearchStrategy[str]:
     return st.one_of(out) if out else st.nothing()
 
 
-def _known_params_bug(p: Param, text: str) -> bool:
-    """Inputs testbed/params.py mishandles today (reported; pinned by test_known_params_bugs): a float parameter
-    accepts NaN (every range check is False for NaN), and an int parameter given an infinite number ('inf',
-    '1e999') raises OverflowError from int(). Remove with the xfail marks below once params.py is fixed."""
-    if p.kind not in (int, float):
-        return False
-    try:
-        v = parse_number(text, False)
-    except ValueError:
-        return False
-    return math.isnan(v) if p.kind is float else math.isinf(v)
-
-
 def _param(scn: str, name: str) -> Param | None:
     return {p.name: p for p in SCENARIOS[scn].params}.get(name.strip().replace("-", "_"))
-
-
-def _hits_known_bug(scn: str, sets: list[str]) -> bool:
-    for s in sets:
-        k, sep, v = s.partition("=")
-        p = _param(scn, k) if sep else None
-        if p is not None and _known_params_bug(p, v):
-            return True
-    return False
 
 
 # ---- scenario parameters: --set items ----------------------------------------------------------------------------
@@ -383,7 +361,6 @@ def test_any_set_list_resolves_or_is_one_line(scn, data):
             must_fail = True
         else:
             sets.append(data.draw(garbage_item(scn)))
-    assume(not _hits_known_bug(scn, sets))
     r = outcome(scn, sets)
     if must_fail:
         assert isinstance(r, UsageError), f"accepted invalid input {sets!r}"
@@ -394,13 +371,11 @@ def test_combinations_validate_rejects(scn, sets):
     assert isinstance(outcome(scn, sets), UsageError), sets
 
 
-@pytest.mark.xfail(strict=True, reason="open bug in testbed/params.py (found by this test): a float parameter "
-                   "accepts NaN, an int one raises OverflowError for an infinite number; once fixed, drop this "
-                   "mark and _known_params_bug")
 @pytest.mark.parametrize("scn,item", [("smoke", "rate_mbps=nan"), ("pfc-hol", "duration_s=NaN"),
                                       ("incast", "senders=inf"), ("smoke", "red_min_bytes=1e999"),
                                       ("dctcp", "buffer_bytes=-inf")])
-def test_known_params_bugs(scn, item):
+def test_non_finite_numbers_are_refused(scn, item):
+    """Found by this test: NaN passed every range check, int('inf') raised OverflowError (a traceback)."""
     assert isinstance(outcome(scn, [item]), UsageError)
 
 
@@ -431,7 +406,6 @@ def cli_bad_run(draw) -> tuple[str, list[str], list[str], bool]:
 @given(case=cli_bad_run())
 def test_cli_refuses_bad_parameters(guarded, capsys, case):
     scn, argv, sets, alone = case
-    assume(not _hits_known_bug(scn, sets))
     r = outcome(scn, sets)
     if not alone:  # a valid item drawn before a cross-parameter pair can make the pair valid
         assume(isinstance(r, UsageError))
