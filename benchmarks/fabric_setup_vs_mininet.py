@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
-"""Benchmark: fabric set-up + tear-down time, testbed's netlink builder vs Mininet's stock TCLink, same topology,
-same run, same kernel.
+"""Benchmark: fabric set-up + tear-down time of the testbed (its netlink builder alone, and the Mininet network
+built on it, testbed.net.TestbedNet) vs Mininet's stock TCLink: same topology, same run, same kernel.
 
     sudo .venv/bin/python benchmarks/fabric_setup_vs_mininet.py [--spines 2 --leaves 4 --hosts-per-leaf 4]
-    sudo testbed vm -- .venv/bin/python benchmarks/fabric_setup_vs_mininet.py     # in the lab VM
+                                                                [--repeats 3]
+    sudo testbed vm -- .venv/bin/python benchmarks/fabric_setup_vs_mininet.py --repeats 1     # in the lab VM
 
 Topology: an L3 leaf-spine. For Mininet every leaf and spine is a Mininet Host acting as a router (no OVS and no
 controller, so both sides build the same thing: namespaces, veth pairs, HTB-shaped ports, addresses, routes).
 Mininet's TCLink shapes each link with `tc` processes (htb + its default queue); testbed configures the same
-through netlink in-process. Prints each side's seconds and the ratio Mininet / testbed.
+through netlink in-process.
+
+Each build runs ``--repeats`` times, each time in a fresh Python process (as a user's script or ``mn`` would: no
+warm caches, and stock Mininet's one-time ``Mininet.init()`` paid every time), the three builders interleaved so
+that a busy machine slows them alike. Printed: the median set-up, tear-down and total of each, the fastest and
+slowest total, and each testbed build's total as a fraction of stock Mininet's.
 
 Stock Mininet raises host sysctls in ``Mininet.init()`` (``fixLimits``: socket buffer maxima, TCP buffer ranges,
 neighbour thresholds, pty max) and never restores them; the benchmark records them first (so ``testbed clean``
@@ -18,6 +24,9 @@ restores them after a kill) and puts them back afterwards (testbed.hostguard).
 from __future__ import annotations
 
 import argparse
+import json
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,6 +50,23 @@ def testbed_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[floa
     fabric.teardown()
     t2 = time.monotonic()
     state.drop()
+    return t1 - t0, t2 - t1, ports
+
+
+def testbed_mininet_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[float, float, int]:
+    """The Mininet network built on the testbed (testbed.net.TestbedNet): net.start() then net.stop()."""
+    from testbed.net import TestbedNet
+    from topologies.mininet_topo import LeafSpineTopo
+
+    topo = LeafSpineTopo(spines=spines, leaves=leaves, hosts_per_leaf=hpl, host_rate_mbps=rate,
+                         fabric_rate_mbps=rate)
+    t0 = time.monotonic()
+    net = TestbedNet(topo)
+    net.start()
+    t1 = time.monotonic()
+    ports = len(net.fabric.ports())
+    net.stop()
+    t2 = time.monotonic()
     return t1 - t0, t2 - t1, ports
 
 
@@ -89,22 +115,67 @@ def _mininet_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[flo
     return t1 - t0, t2 - t1, ports
 
 
+BUILDERS = {"testbed": testbed_build, "testbed-mininet": testbed_mininet_build, "mininet": mininet_build}
+LABELS = {"testbed": "testbed builder", "testbed-mininet": "testbed mininet", "mininet": "stock mininet"}
+
+
+def measure_once(builder: str, shape: tuple) -> dict:
+    """One build + tear-down of `builder` in a fresh Python process (its --one mode)."""
+    spines, leaves, hpl, rate = shape
+    r = subprocess.run([sys.executable, __file__, "--one", builder, "--spines", str(spines), "--leaves", str(leaves),
+                        "--hosts-per-leaf", str(hpl), "--rate-mbps", str(rate)], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{builder} build failed (exit {r.returncode}):\n{(r.stderr or r.stdout)[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--spines", type=int, default=2)
     ap.add_argument("--leaves", type=int, default=4)
     ap.add_argument("--hosts-per-leaf", type=int, default=4)
     ap.add_argument("--rate-mbps", type=float, default=100)
+    ap.add_argument("--repeats", type=int, default=3, help="builds per builder; medians are printed (default 3)")
+    ap.add_argument("--only", action="append", choices=sorted(BUILDERS), help="measure only this builder "
+                    "(repeatable; default: all three)")
+    ap.add_argument("--one", choices=sorted(BUILDERS), help=argparse.SUPPRESS)  # internal: one build, JSON out
     a = ap.parse_args()
     shape = (a.spines, a.leaves, a.hosts_per_leaf, a.rate_mbps)
-    tb_up, tb_down, tb_ports = testbed_build(*shape)
-    mn_up, mn_down, mn_ports = mininet_build(*shape)
-    print(f"topology: {a.spines} spines x {a.leaves} leaves x {a.hosts_per_leaf} hosts, {a.rate_mbps:g} Mbit/s links")
-    print(f"{'':10} {'set-up s':>9} {'tear-down s':>12} {'total s':>8} {'shaped ports':>13}")
-    print(f"{'testbed':10} {tb_up:9.2f} {tb_down:12.2f} {tb_up + tb_down:8.2f} {tb_ports:13d}")
-    print(f"{'mininet':10} {mn_up:9.2f} {mn_down:12.2f} {mn_up + mn_down:8.2f} {mn_ports:13d}")
-    print(f"ratio mininet/testbed: set-up {mn_up / tb_up:.2f}x, tear-down {mn_down / tb_down:.2f}x, "
-          f"total {(mn_up + mn_down) / (tb_up + tb_down):.2f}x")
+    if a.one:
+        up, down, ports = BUILDERS[a.one](*shape)
+        print(json.dumps({"up": up, "down": down, "ports": ports}))
+        return 0
+    if a.repeats < 1:
+        ap.error("--repeats must be at least 1")
+    names = [n for n in BUILDERS if not a.only or n in a.only]
+    if "testbed-mininet" in names:
+        try:
+            import testbed.net  # noqa: F401
+        except ImportError as e:  # the Mininet front door is not in this checkout
+            print(f"(testbed Mininet build skipped: {e})")
+            names.remove("testbed-mininet")
+    runs: dict[str, list[dict]] = {n: [] for n in names}
+    for i in range(a.repeats):
+        for n in names[i % len(names):] + names[:i % len(names)]:  # rotate: no builder always goes first
+            runs[n].append(measure_once(n, shape))
+    print(f"topology: {a.spines} spines x {a.leaves} leaves x {a.hosts_per_leaf} hosts, {a.rate_mbps:g} Mbit/s links; "
+          f"median of {a.repeats} run{'s' if a.repeats > 1 else ''} each")
+    print(f"{'':16} {'set-up s':>9} {'tear-down s':>12} {'total s':>8} {'min-max total s':>16} {'shaped ports':>13}")
+    med = {}
+    for n in names:
+        ups = [r["up"] for r in runs[n]]
+        downs = [r["down"] for r in runs[n]]
+        totals = [r["up"] + r["down"] for r in runs[n]]
+        med[n] = (statistics.median(ups), statistics.median(downs), statistics.median(totals))
+        print(f"{LABELS[n]:16} {med[n][0]:9.2f} {med[n][1]:12.2f} {med[n][2]:8.2f} "
+              f"{f'{min(totals):.2f}-{max(totals):.2f}':>16} {runs[n][0]['ports']:13d}")
+    if "mininet" in med:
+        mn_up, mn_down, mn_total = med["mininet"]
+        for n in names:
+            if n != "mininet":
+                up, down, total = med[n]
+                print(f"ratio {LABELS[n]} / stock mininet: set-up {up / mn_up:.2f}x, tear-down {down / mn_down:.2f}x, "
+                      f"total {total / mn_total:.2f}x")
     return 0
 
 
