@@ -180,6 +180,19 @@ def goodput(nbytes: float, seconds: float) -> float:
     return float(nbytes) / seconds if seconds > 0 else math.nan
 
 
+def maxmin_share(victim_cap: float, other_caps: Sequence[float], link: float) -> float:
+    """Max-min fair rate of one flow (the victim, capped at ``victim_cap`` by its own bottleneck) on a link of
+    capacity ``link`` shared with flows capped at ``other_caps`` (water-filling; any rate unit)."""
+    flows = sorted([(c, False) for c in other_caps] + [(victim_cap, True)])
+    left = link
+    for k, (cap, is_victim) in enumerate(flows):
+        rate = min(cap, left / (len(flows) - k))
+        if is_victim:
+            return rate
+        left -= rate
+    return 0.0
+
+
 # --------------------------------------------------------------------------- collectives (ops.csv)
 
 _OP_COLUMNS = ["iteration", "op_index", "op", "collective", "n_ranks", "start_s", "end_s", "cct_s",

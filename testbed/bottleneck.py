@@ -25,17 +25,22 @@ def bottleneck_queue(p: dict):
     return QueueSpec("step", buffer_bytes=p["buffer_bytes"], k_bytes=p["k_bytes"])
 
 
+def check_marking(p: dict) -> None:
+    """UsageError when K cannot work with the buffer: step marking needs K + one packet within it, RED K below it."""
+    if p["discipline"] == "step" and p["k_bytes"] + 1500 > p["buffer_bytes"]:
+        raise UsageError(f"k_bytes ({p['k_bytes']}) + one packet (1500) must be <= buffer_bytes "
+                         f"({p['buffer_bytes']}) for step marking")
+    if p["discipline"] == "red" and p["k_bytes"] >= p["buffer_bytes"]:
+        raise UsageError(f"k_bytes ({p['k_bytes']}) must be < buffer_bytes ({p['buffer_bytes']}) for RED")
+
+
 def build_spec(p: dict, seed: int = 0):
     """The topology of a parameter set, plus (receiver, senders, bottleneck (node, port)). UsageError when the
     parameters cannot make a valid fabric."""
     from topologies import DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, SpecError
 
     n = p["senders"]
-    if p["discipline"] == "step" and p["k_bytes"] + 1500 > p["buffer_bytes"]:
-        raise UsageError(f"k_bytes ({p['k_bytes']}) + one packet (1500) must be <= buffer_bytes "
-                         f"({p['buffer_bytes']}) for step marking")
-    if p["discipline"] == "red" and p["k_bytes"] >= p["buffer_bytes"]:
-        raise UsageError(f"k_bytes ({p['k_bytes']}) must be < buffer_bytes ({p['buffer_bytes']}) for RED")
+    check_marking(p)
     if p["ecn"] and p["discipline"] == "droptail":
         pass  # legal: ECN-capable hosts behind a queue that never marks (the spec lists it as a warning)
     seed = p["seed"] or seed

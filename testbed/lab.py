@@ -205,10 +205,11 @@ class Lab:
         return port
 
     def flows(self, pairs: Sequence[tuple], duration_s: float | None = None, cc: str | None = None,
-              src_ports: Sequence[int] | None = None, dscp: int = 0) -> "Flows":
+              src_ports: Sequence[int] | None = None, dscp: int = 0, ack_dscp: int | None = None) -> "Flows":
         """Start one long-lived bulk TCP flow per (src, dst) pair (names or host objects) and return at once with
         a :class:`Flows` handle. ``duration_s``: the flows stop by themselves then (else at ``stop()`` or when the
-        lab ends); ``cc``: congestion control; ``src_ports``: each sender's source port (0: the kernel picks).
+        lab ends); ``cc``: congestion control; ``src_ports``: each sender's source port (0: the kernel picks);
+        ``dscp``/``ack_dscp``: the DSCP of the data and of the receivers' ACKs (default: the data's).
         ``flows.csv`` gets their rows when they stop."""
         from testbed.kernel import netns
         from traffic.background import BackgroundFlows
@@ -218,7 +219,7 @@ class Lab:
         sports = list(src_ports) if src_ports is not None else [0] * len(pairs)
         if len(sports) != len(pairs):
             raise ValueError(f"flows: {len(pairs)} pairs but {len(sports)} source ports")
-        records = [BackgroundFlow(a, b, dscp=dscp, src_port=sp) for (a, b), sp in zip(pairs, sports)]
+        records = [BackgroundFlow(a, b, dscp=dscp, src_port=sp, ack_dscp=ack_dscp) for (a, b), sp in zip(pairs, sports)]
         bg = BackgroundFlows(records, self.endpoints({h for p in pairs for h in p}), netns.entered, cc=cc,
                              base_port=self._ports(len(records)))
         handle = Flows(bg, self._record_flows)

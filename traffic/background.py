@@ -81,8 +81,9 @@ class BackgroundFlows:
             rs, _ = ls.accept()
             self.socks.append(rs)
             ls.close()
-            if f.dscp:
-                rs.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, f.dscp << 2)  # its ACKs in the same class
+            ack_dscp = f.dscp if f.ack_dscp is None else f.ack_dscp
+            if ack_dscp:
+                rs.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, ack_dscp << 2)  # its ACKs (default: same class)
             self.threads.append(threading.Thread(target=self._send, args=(i, cs), daemon=True, name=f"bg-send-{i}"))
             self.threads.append(threading.Thread(target=self._recv, args=(i, rs), daemon=True, name=f"bg-recv-{i}"))
         self.t_start = time.monotonic()

@@ -100,6 +100,7 @@ class BackgroundFlow:
     dscp: int = 0
     rate_mbps: float = 0.0  # 0: as fast as TCP goes; else paced with SO_MAX_PACING_RATE
     src_port: int = 0  # 0: the kernel picks; else the sender binds it (fixes the 5-tuple an ECMP hash sees)
+    ack_dscp: int | None = None  # DSCP of the receiver's packets (its ACKs); None: the same as dscp
 
 
 def parse_flows(text: str, dscp: int = 0, rate_mbps: float = 0.0) -> list[BackgroundFlow]:

@@ -14,8 +14,11 @@ from testbed.fabric import Fabric
 from testbed.params import resolve
 from testbed.pfc import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, PLUG_BUFFER, PLUG_RELEASE_INDEFINITE,
                          RTM_NEWQDISC, PfcController, feeders_of, headroom_needed, plug_message, tc_handle)
+from analysis.metrics import maxmin_share
+from testbed.lossless_incast import build_spec, effective
 from testbed.scenarios import get
-from testbed.scenarios.pfc_hol import PARAMS, build_spec, effective, maxmin_share
+
+PARAMS = get("pfc-hol").params
 
 
 def p(*sets):
@@ -221,3 +224,25 @@ def test_pfc_frame_layout():
     assert struct.unpack("!8H", pfc_frame("02:00:00:00:00:01", 3, 0)[18:34]) == (0,) * 8  # XON
     with pytest.raises(ValueError):
         pfc_frame("02:00:00:00:00:01", 8, 1)
+
+
+def test_a_lossy_fabric_is_watched_on_the_same_class_without_pausing():
+    from testbed.pfcrun import PfcRun, watch_class
+
+    topo = build_spec(p("mode=lossy"))[0]
+    fabric = Fabric(topo, "unit")
+    assert not PfcController(fabric).queues  # no lossless class to find
+    ctl = watch_class(fabric, "rdma", pcp=3, xoff_bytes=15_000, xon_bytes=7_500, headroom_bytes=100_000,
+                      interval_s=0.001)
+    assert not ctl.enabled and len(ctl.queues) == 16
+    q = ctl.queues[("leaf1", "h1", 0x11)]
+    assert (q.pcp, q.xoff, q.xon, q.headroom, q.limit, q.is_switch) == (3, 15_000, 7_500, 100_000, 120_000, True)
+    run = PfcRun(ctl, rundir=None)
+    assert len(run.switch_ports) == 10 and len(run.host_ports) == 6
+    # the drop accounting: what the counters grew by between start() and finish()
+    from types import SimpleNamespace as S
+
+    run.before = {("leaf1", "h1"): S(drops=2, marks=0), ("h1", "eth0"): S(drops=0, marks=0)}
+    run.after = {("leaf1", "h1"): S(drops=7, marks=3), ("h1", "eth0"): S(drops=1, marks=0)}
+    assert run.delta("drops", run.switch_ports) == 5 and run.delta("drops", run.host_ports) == 1
+    assert run.delta("marks", run.switch_ports) == 3 and run.drops_by_port() == "leaf1:h1=5"
