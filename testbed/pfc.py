@@ -341,12 +341,17 @@ class PfcController:
     def class_drops(self) -> dict[tuple[str, str, int], int]:
         """Cumulative drops of every lossless class on every switch port now, {(node, port, minor): drops} (one
         raw qdisc dump per switch namespace; call before and after a run for the lossless drops in between)."""
+        return {k: s.drops for k, s in self.class_stats().items()}
+
+    def class_stats(self, switch_only: bool = True) -> dict:
+        """Counters of every watched class queue now (switch ports; host NICs too unless ``switch_only``),
+        {(node, port, minor): QueueSample}, one raw qdisc dump per namespace (after install())."""
         from testbed.telemetry import RawQdiscDump
 
-        out: dict[tuple[str, str, int], int] = {}
+        out: dict = {}
         by_ns: dict[str, list[LosslessQueue]] = {}
         for q in self.queues.values():
-            if q.is_switch:
+            if q.is_switch or not switch_only:
                 by_ns.setdefault(q.ns, []).append(q)
         for ns, qs in by_ns.items():
             dump = RawQdiscDump(ns)
@@ -357,7 +362,7 @@ class PfcController:
             for q in qs:
                 for st in per_if.get(q.ifindex, ()):
                     if st.minor == q.minor:
-                        out[q.key] = st.drops
+                        out[q.key] = st
         return out
 
     def close(self) -> None:

@@ -71,28 +71,7 @@ class PfcRun:
 
     def class_stats(self) -> dict[tuple[str, str], object]:
         """{(node, port): QueueSample} of the watched class on every port now (one netlink dump per namespace)."""
-        import socket
-
-        from testbed.kernel import netns
-        from testbed.telemetry import RawQdiscDump
-
-        by_ns: dict[str, list[LosslessQueue]] = {}
-        for q in self.queues.values():
-            by_ns.setdefault(q.ns, []).append(q)
-        out = {}
-        for ns, qs in by_ns.items():
-            with netns.entered(ns):
-                idx_of = {name: i for i, name in socket.if_nameindex()}
-            dump = RawQdiscDump(ns)
-            try:
-                per_if = dump.leaf_stats()
-            finally:
-                dump.close()
-            for q in qs:
-                for s in per_if.get(idx_of.get(q.port, -1), ()):
-                    if s.minor == q.minor:
-                        out[(q.node, q.port)] = s
-        return out
+        return {(n, p): st for (n, p, _), st in self.controller.class_stats(switch_only=False).items()}
 
     def start(self) -> "PfcRun":
         """Read the class's counters (the run's "before") and fork the controller process (do it before the
