@@ -8,8 +8,8 @@
 Inside, Mininet's commands work (``pingall``, ``h1 ping -c1 h4``, ``leaf1 tc -s qdisc show dev h1``, ``iperf h1 h4``,
 ``dump``, ``net``, ``links``, ``py net['h1'].IP()``); ``exit`` or Ctrl-D tears the fabric down. Parameters are
 validated before anything is built (one line, exit status 2). When this kernel lacks what the fabric needs, the
-fabric is built in the lab VM (``--vm auto``), which takes its commands from ``--script`` (the VM has no terminal
-of its own yet).
+fabric is built in the lab VM (``--vm auto``): the commands typed here are relayed to the CLI there line by line
+(no line editing or completion inside the VM), and its output comes back as it is written.
 """
 
 from __future__ import annotations
@@ -75,15 +75,16 @@ def main(args: argparse.Namespace) -> int:
     out = check_out_dir(args.out) if args.out else default_out("cli")
     require_root("testbed cli")
     if runner.use_vm(args.vm, fabric_needs(spec), labvm.in_vm()):
-        if not args.script:
-            raise UsageError("this kernel lacks what the fabric needs and the lab VM has no terminal yet: give the "
-                             "commands with --script FILE, or use --vm never with a fabric this kernel can build")
-        argv = ["cli", *sum((["--set", s] for s in args.set), []), "--vm", "never", "--out", str(out),
-                "--script", str(Path(args.script).resolve())]
+        argv = ["cli", *sum((["--set", s] for s in args.set), []), "--vm", "never", "--out", str(out)]
+        if args.script:
+            argv += ["--script", str(Path(args.script).resolve())]
         if args.topology:
             argv += ["--topology", str(Path(args.topology).resolve())]
+        print("testbed: this kernel lacks what the fabric needs; building it in the lab VM (about a minute)"
+              + ("" if args.script else ": type commands as usual, `exit` tears it down"), file=sys.stderr)
         labvm.vm_kernel()
-        return labvm.run([sys.executable, "-m", "testbed.cli", *argv])
+        return labvm.run(["env", "PYTHONUNBUFFERED=1", sys.executable, "-m", "testbed.cli", *argv],
+                         labvm.VmOptions(interactive=not args.script))
     return explore(spec, out, args.script)
 
 

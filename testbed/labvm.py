@@ -90,6 +90,9 @@ class VmOptions:
     rwdirs: list[str] = field(default_factory=list)
     verbose: bool = False
     timeout_s: float | None = None
+    interactive: bool = False  # relay this terminal's input lines to the command (testbed cli in the VM)
+
+
 
 
 def kvm_usable(release: str, image: Path, verbose: bool = False) -> bool:
@@ -146,17 +149,42 @@ def _compile_project() -> None:
                 pass
 
 
+def _appended(path: Path | str, pos: int) -> bytes:
+    """What was written to ``path`` past offset ``pos`` (b"" when nothing, or no file yet). Files on the 9p share
+    are polled: 9p has no inotify."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(pos)
+            return f.read()
+    except FileNotFoundError:
+        return b""
+
+
+def relay(src: str, dst: str) -> None:
+    """Runs in the guest (``testbed cli`` in the VM): copies what the host appends to ``src`` into the command's
+    stdin ``dst`` (a FIFO); a line holding only EOT (the host's end of input) closes it, so the command sees EOF."""
+    out = open(dst, "wb", buffering=0)
+    pos = 0
+    while True:
+        data = _appended(src, pos)
+        if data:
+            pos += len(data)
+            eot = data.endswith(b"\x04\n")
+            try:
+                out.write(data[:-2] if eot else data)
+            except BrokenPipeError:
+                return
+            if eot:
+                return
+        time.sleep(0.1)
+
+
 def _stream(path: Path, sink, stop: threading.Event) -> None:
     """Copy what the guest appends to `path` onto `sink` until `stop` is set and the file is drained."""
     pos = 0
     while True:
         done = stop.is_set()
-        try:
-            with open(path, "rb") as f:
-                f.seek(pos)
-                data = f.read()
-        except FileNotFoundError:
-            data = b""
+        data = _appended(path, pos)
         if data:
             pos += len(data)
             sink.buffer.write(data)
@@ -214,9 +242,10 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
         "mount -t tmpfs tmpfs /root 2>/dev/null\n"
         + guest_python +
         f"cd {shlex.quote(str(cwd))} || exit 97\n"
-        f"{shlex.join(argv)} >{shlex.quote(str(results / 'stdout'))} 2>{shlex.quote(str(results / 'stderr'))} "
-        "</dev/null\n"
-        f"echo $? > {shlex.quote(str(results / 'rc'))}\n"
+        + (_relay_lines(results, argv) if options.interactive else
+           f"{shlex.join(argv)} >{shlex.quote(str(results / 'stdout'))} 2>{shlex.quote(str(results / 'stderr'))} "
+           "</dev/null\n"
+           f"echo $? > {shlex.quote(str(results / 'rc'))}\n")
     )
     use_kvm = options.kvm == "on" or (options.kvm == "auto" and kvm_usable(release, image, options.verbose))
     cpus = options.cpus or os.cpu_count() or 1
@@ -259,6 +288,25 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
     return rc
 
 
+def _relay_lines(results: Path, argv: list[str]) -> str:
+    """Guest script lines for an interactive command: its stdin is a FIFO the relay fills from results/stdin."""
+    q = lambda name: shlex.quote(str(results / name))  # noqa: E731
+    code = shlex.quote("import sys; from testbed.labvm import relay; relay(sys.argv[1], sys.argv[2])")
+    return (f"mkfifo /tmp/testbed-stdin\n{sys.executable} -c {code} {q('stdin')} /tmp/testbed-stdin &\n"
+            f"{shlex.join(argv)} >{q('stdout')} 2>{q('stderr')} </tmp/testbed-stdin\n"
+            f"echo $? > {q('rc')}\nkill $! 2>/dev/null\n")
+
+
+def _feed_stdin(path: Path, stop: threading.Event) -> None:
+    """Append this terminal's input lines to ``path`` for the guest's relay; an EOT line at end of input."""
+    with open(path, "ab", buffering=0) as f:
+        for line in iter(sys.stdin.readline, ""):
+            f.write(line.encode())
+            if stop.is_set():
+                return
+        f.write(b"\x04\n")
+
+
 def _boot(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
     """One vng run of the guest script; vng's own output goes to results/vng.log, the command's stdout/stderr
     stream to ours while it runs. Returns vng's exit status (-15 after a timeout)."""
@@ -268,6 +316,9 @@ def _boot(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
                for name, sink in (("stdout", sys.stdout), ("stderr", sys.stderr))]
     for t in streams:
         t.start()
+    if options.interactive:
+        (results / "stdin").touch()
+        threading.Thread(target=_feed_stdin, args=(results / "stdin", stop), daemon=True).start()
     proc = subprocess.Popen(cmd, env=env, stdout=vng_log if not options.verbose else None,
                             stderr=subprocess.STDOUT if not options.verbose else None,
                             stdin=subprocess.DEVNULL, start_new_session=True)
