@@ -152,8 +152,10 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     # an output folder that cannot be written is refused here: before doctor probes, a VM boot or a fabric
     out = check_out_dir(opts.out) if opts.out else check_out_dir(default_out(scenario.name), "--out (default)")
 
-    if opts.cli and use_vm(opts.vm, scenario.needs_of(params), labvm.in_vm()):
-        raise UsageError(f"--cli: {scenario.name} needs the lab VM here, and the lab VM has no terminal yet")
+    if opts.cli and scenario.topology is None:
+        raise UsageError(f"--cli: {scenario.name} is not on the Lab API yet")
+    if opts.cli and not labvm.in_vm() and not sys.stdin.isatty():
+        raise UsageError("--cli needs a terminal")
     if use_vm(opts.vm, scenario.needs_of(params), labvm.in_vm()):
         argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
                 "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]
@@ -162,13 +164,12 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         else:
             why = "--vm always" if opts.vm == "always" else f"this kernel lacks what {scenario.name} needs"
             print(f"testbed: {why}; running it in the lab VM", file=sys.stderr)
+        if opts.cli:  # the CLI inside the VM reads the lines typed here (testbed.labvm.relay)
+            argv.append("--cli")
         labvm.vm_kernel()  # fail early with the install hint
-        return labvm.run([sys.executable, "-m", "testbed.cli", *argv[1:]])
+        return labvm.run(["env", "PYTHONUNBUFFERED=1", sys.executable, "-m", "testbed.cli", *argv[1:]],
+                         labvm.VmOptions(interactive=opts.cli))
 
-    if opts.cli and scenario.topology is None:
-        raise UsageError(f"--cli: {scenario.name} is not on the Lab API yet")
-    if opts.cli and (labvm.in_vm() or not sys.stdin.isatty()):
-        raise UsageError("--cli needs a terminal (and the lab VM has none yet)")
     summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet, cli=opts.cli)
     print_table(scenario, summary, out)
     return 0
