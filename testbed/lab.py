@@ -166,12 +166,16 @@ class Lab:
 
     def sample_queues(self, every_ms: float = 1.0, ports: list[tuple[str, str]] | None = None):
         """Sample the backlog, drops and marks of ``ports`` ((node, ifname); default: every shaped port) every
-        ``every_ms`` until the lab ends; ``queues.csv`` (and ``cpu.csv``) are written then, or at
-        ``sampler.stop(lab.rundir)`` if the experiment reads them first. Returns the sampler."""
+        ``every_ms`` until the lab ends; ``queues.csv`` is written then. Returns the sampler."""
         from testbed.telemetry import QueueSampler
 
         sampler = QueueSampler(self.net.fabric, interval_s=every_ms / 1000.0, ports=ports).start()
-        self.on_teardown(lambda: sampler.stop(self.rundir))
+
+        def stop() -> None:
+            sampler.stop()
+            sampler.write(self.rundir)
+
+        self.on_teardown(stop)
         return sampler
 
     def port_counters(self) -> dict[tuple[str, str], dict[str, int]]:
@@ -179,6 +183,14 @@ class Lab:
         from testbed.telemetry import port_totals
 
         return port_totals(self.ports())
+
+    def port_deltas(self, ports: Iterable[tuple[str, str]] | None = None):
+        """The counters of ``ports`` ((node, ifname); default: every shaped port) now; ``.stop()`` reads them again
+        and returns what the traffic in between added. Returns the :class:`testbed.portrecord.PortCounters`."""
+        from testbed.portrecord import PortCounters
+
+        wanted = set(ports) if ports is not None else None
+        return PortCounters(p for p in self.ports() if wanted is None or (p[0], p[2]) in wanted)
 
     # ---- traffic ----
 

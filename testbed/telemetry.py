@@ -195,10 +195,11 @@ class RawQdiscDump:
 
 
 def port_totals(ports: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], dict[str, int]]:
-    """Cumulative drops, ECN marks and sent packets of every given egress port, summed over the port's leaf queues:
-    {(node, ifname): {"drops", "marks", "sent_packets"}}. `ports` is Fabric.ports() ((node, namespace, ifname));
-    one netlink dump per namespace. Read before and after a run: the difference is what the run's traffic did to
-    the switch queues (a drop here is a packet the emulated switch discarded, as a real one's tail drop)."""
+    """Cumulative drops, ECN marks, sent packets and bytes of every given egress port, summed over the port's leaf
+    queues: {(node, ifname): {"drops", "marks", "sent_packets", "sent_bytes"}}. `ports` is Fabric.ports() ((node,
+    namespace, ifname)); one netlink dump per namespace. Read before and after a run: the difference is what the
+    run's traffic did to the switch queues (a drop here is a packet the emulated switch discarded, as a real one's
+    tail drop); :class:`testbed.portrecord.PortCounters` does that."""
     by_ns: dict[str, list[tuple[str, str]]] = {}
     for node, ns, ifn in ports:
         by_ns.setdefault(ns, []).append((node, ifn))
@@ -214,7 +215,8 @@ def port_totals(ports: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], 
         for node, ifn in items:
             qs = per_if.get(idx_of.get(ifn, -1), ())
             out[(node, ifn)] = {"drops": sum(q.drops for q in qs), "marks": sum(q.marks for q in qs),
-                                "sent_packets": sum(q.sent_packets for q in qs)}
+                                "sent_packets": sum(q.sent_packets for q in qs),
+                                "sent_bytes": sum(q.sent_bytes for q in qs)}
     return out
 
 
@@ -264,7 +266,6 @@ class QueueSampler:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._written = False
         self._labels = {}
         for node, _, ifn in self.ports:
             plan = fabric.port_plan(node, ifn)
@@ -284,9 +285,7 @@ class QueueSampler:
         self.cpu.start()
         return self
 
-    def stop(self, rundir=None) -> None:
-        """Stop sampling (a second call does nothing more); with ``rundir``, also :meth:`write` queues.csv and
-        cpu.csv there, once: what a lab does at its end, or an experiment before it reads queues.csv."""
+    def stop(self) -> None:
         self._stop.set()
         if self._proc is not None:
             self._stop_process()
@@ -295,9 +294,6 @@ class QueueSampler:
         self.cpu.stop()
         if self._error:
             raise self._error
-        if rundir is not None and not self._written:
-            self._written = True
-            self.write(rundir)
 
     # ---- process mode: the same loop in a child interpreter, away from the experiment's GIL ----
     # In thread mode the sampler competes for the GIL with the traffic threads of the scenario: every netlink

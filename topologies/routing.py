@@ -137,6 +137,15 @@ def ports_on_paths(paths: Iterable[tuple[Hop, ...]]) -> set[tuple[str, str]]:
     return {(h.node, h.port) for p in paths for h in p}
 
 
+def switch_ports_between(topology: "Topology", src_hosts: Iterable[str], dst_host: str) -> set[tuple[str, str]]:
+    """The switches' egress ``(node, port)`` queues that traffic from any of ``src_hosts`` to ``dst_host`` can
+    cross (every ECMP branch; the hosts' own NICs left out): the queues an incast can fill."""
+    ports = set()
+    for h in src_hosts:
+        ports |= ports_on_paths(path_links(topology, h, dst_host))
+    return {(n, p) for n, p in ports if topology.node(n).role != "host"}
+
+
 def check_reachability(topology: "Topology") -> None:
     """Raise :class:`RoutingError` unless every host reaches every other host (all ECMP branches checked)."""
     hosts = [h.name for h in topology.hosts]
@@ -146,5 +155,5 @@ def check_reachability(topology: "Topology") -> None:
                 raise RoutingError("routes", f"{s} cannot reach {d}")
 
 
-__all__ = ["compute_routes", "path_links", "ports_on_paths", "lookup", "check_reachability", "RoutingError",
-           "Route", "NextHop", "Hop"]
+__all__ = ["compute_routes", "path_links", "ports_on_paths", "switch_ports_between", "lookup", "check_reachability",
+           "RoutingError", "Route", "NextHop", "Hop"]

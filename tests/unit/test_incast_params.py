@@ -12,8 +12,9 @@ from testbed.fabric import Fabric, leaf_queue, plan_port
 from testbed.params import resolve
 from testbed.scenarios import get
 from testbed.bottleneck import build_spec
-from testbed.scenarios.incast import PARAMS
 from topologies import ClassSpec, LeafSpineSpec, LinkSpec, QueueSpec
+
+PARAMS = get("incast").params
 
 
 def p(*sets):
@@ -157,3 +158,13 @@ def test_class_quanta_follow_weights_per_prio():
         PortClass(0x10, q, prio=8)
     with pytest.raises(ValueError, match="weight must be > 0"):
         PortClass(0x10, q, weight=0)
+
+
+def test_sampled_ports_are_the_switch_queues_the_incast_can_cross():
+    from topologies.routing import switch_ports_between
+
+    topo, rx, senders, bn = build_spec(p("senders=2", "hosts_per_leaf=2", "spines=2"))
+    ports = switch_ports_between(topo, senders, rx)
+    assert bn in ports and {("leaf2", "spine1"), ("leaf2", "spine2")} <= ports  # both ECMP uplinks
+    assert all(topo.node(n).role != "host" for n, _ in ports)  # the hosts' NICs are not switch queues
+    assert not any(n == "leaf1" and port != "h1" for n, port in ports)  # nothing else on the receiver's leaf
