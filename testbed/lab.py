@@ -166,16 +166,12 @@ class Lab:
 
     def sample_queues(self, every_ms: float = 1.0, ports: list[tuple[str, str]] | None = None):
         """Sample the backlog, drops and marks of ``ports`` ((node, ifname); default: every shaped port) every
-        ``every_ms`` until the lab ends; ``queues.csv`` is written then. Returns the sampler."""
+        ``every_ms`` until the lab ends; ``queues.csv`` (and ``cpu.csv``) are written then, or at
+        ``sampler.stop(lab.rundir)`` if the experiment reads them first. Returns the sampler."""
         from testbed.telemetry import QueueSampler
 
         sampler = QueueSampler(self.net.fabric, interval_s=every_ms / 1000.0, ports=ports).start()
-
-        def stop() -> None:
-            sampler.stop()
-            sampler.write(self.rundir)
-
-        self.on_teardown(stop)
+        self.on_teardown(lambda: sampler.stop(self.rundir))
         return sampler
 
     def port_counters(self) -> dict[tuple[str, str], dict[str, int]]:

@@ -266,6 +266,7 @@ class QueueSampler:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._written = False
         self._labels = {}
         for node, _, ifn in self.ports:
             plan = fabric.port_plan(node, ifn)
@@ -285,7 +286,9 @@ class QueueSampler:
         self.cpu.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, rundir=None) -> None:
+        """Stop sampling (a second call does nothing more); with ``rundir``, also :meth:`write` queues.csv and
+        cpu.csv there, once: what a lab does at its end, or an experiment before it reads queues.csv."""
         self._stop.set()
         if self._proc is not None:
             self._stop_process()
@@ -294,6 +297,9 @@ class QueueSampler:
         self.cpu.stop()
         if self._error:
             raise self._error
+        if rundir is not None and not self._written:
+            self._written = True
+            self.write(rundir)
 
     # ---- process mode: the same loop in a child interpreter, away from the experiment's GIL ----
     # In thread mode the sampler competes for the GIL with the traffic threads of the scenario: every netlink
