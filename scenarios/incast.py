@@ -64,8 +64,7 @@ def experiment(p: dict, lab) -> dict:
     lab.progress(f"{p['cc']}, ecn={p['ecn']}, rto_min {p['rto_min_ms']} ms; bottleneck {':'.join(bottleneck)} "
                  f"{p['discipline']} {p['buffer_bytes']} B at {p['host_rate_mbps']} Mbit/s")
     lab.burst(senders, receiver, block, rounds=rounds, cc=p["cc"])
-    queues.stop()
-    queues.write(lab.rundir)  # queues.csv and cpu.csv now: analysis reads them below
+    queues.stop(lab.rundir)  # queues.csv and cpu.csv now: analysis reads them below
     delta = tcp.stop(lab.rundir)
     drops, sent_packets, marks = port.total("drops"), port.total("sent_packets"), port.total("marks")
 
