@@ -1,16 +1,155 @@
 #!/usr/bin/env python3
-"""Collectives with real data over kernel TCP on a leaf-spine fabric, one agent process per host.
+"""Collective: a training job's collectives with real data on a leaf-spine fabric, one agent process per rank.
 
-    sudo .venv/bin/python scenarios/collective.py [--set collective=allreduce] [--set size=1K,64K,1M]
-        [--set ranks=4] [--set iterations=10] [--set stragglers=1 --set straggler_factor=3 --set compute_ms=50]
-        [--set background=h1>h3] [--out DIR]
+    sudo testbed run collective [--set collective=allreduce] [--set size=1K,64K,1M] [--set transport=rdma]
+        [--set stragglers=1 --set straggler_factor=3 --set compute_ms=50] [--set background=h1>h3] [--set pfc=on]
 
-Same as `sudo testbed run collective`.
+Every iteration each rank computes (compute_ms; jitter, straggler ranks), then runs the iteration's collectives (a
+size sweep, or gradient buckets) as per-rank DAGs with real buffers over kernel TCP or RDMA (RC verbs on SoftRoCE);
+every result is checked. Optional: background bulk flows, the collective in a lossless class that PFC pauses hop by
+hop, random loss at one host's NIC, a packet capture. Prints an nccl-tests table; the summary is analysis' over the
+files the run wrote (testbed.jobrun lists them). Same as `sudo .venv/bin/python scenarios/collective.py --set ...`.
 """
 
 import sys
 
-from testbed.cli import main
+from testbed.errors import RunFailed, UsageError
+from testbed.jobrun import JOB_PARAMS, CollectiveJob, job_plan
+from testbed.params import Param
+from testbed.scenario import Scenario
+from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
+from topologies.mininet_topo import SpecTopo
+
+P, MBPS, B = Param, "Mbit/s", "bytes"
+PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute, stragglers, background, transport
+    P("host_rate_mbps", float, 20.0, MBPS, "host link rate", min=0.1, max=100_000),
+    P("fabric_rate_mbps", float, 20.0, MBPS, "leaf-spine link rate", min=0.1, max=100_000),
+    P("delay_ms", float, 0.0, "ms", "one-way delay of every link", min=0, max=1000),
+    P("spines", int, 2, "", "spines", min=1, max=16),
+    P("leaves", int, 2, "", "leaves", min=1, max=32),
+    P("hosts_per_leaf", int, 2, "", "hosts per leaf", min=1, max=64),
+    P("buffer_bytes", int, 256 * 1024, B, "droptail buffer of every switch and NIC queue", min=3000, max=1 << 30),
+    P("dscp", int, 0, "", "DSCP of the collective's traffic (pfc=on with 0: 26, the lossless class)", min=0, max=63),
+    P("pfc", str, "off", "", "off, or on: the collective's DSCP is a lossless class (802.1p priority 3) that PFC "
+      "pauses hop by hop (testbed.pfc, with 802.1Qbb frames on the wire); background flows stay lossy",
+      choices=("off", "on")),
+    P("pfc_xoff_bytes", int, 32_000, B, "PFC XOFF threshold of the lossless class (pfc=on)", min=1, max=1 << 30),
+    P("pfc_xon_bytes", int, 16_000, B, "PFC XON threshold (pfc=on)", min=0, max=1 << 30),
+    P("pfc_headroom_bytes", int, 0, B, "buffer above XOFF for what arrives during the controller's reaction (0: all "
+      "of buffer_bytes above XOFF)", min=0, max=1 << 30),
+    P("cc", str, "cubic", "", "congestion control (set per socket)", choices=("cubic", "reno", "dctcp", "bbr")),
+    P("rto_min_ms", int, 0, "ms", "per-route TCP rto_min on the hosts (0: kernel default 200)", min=0, max=120_000),
+    P("sample_interval_ms", float, 10.0, "ms", "queue sampling interval (0: no queues.csv)", min=0, max=1000),
+    P("loss_percent", float, 0.0, "%", "random loss on packets arriving at loss_host's NIC (netem on an IFB at its "
+      "ingress)", min=0, max=100),
+    P("loss_host", str, "h1", "", "the host whose link gets loss_percent"),
+    P("capture", str, "", "", "packet capture at one port, NODE:IFNAME (e.g. h1:eth0; empty: none): tcpdump -s 128 "
+      "into capture-NODE-IFNAME.pcap, decoded into the wire_* summary numbers"),
+]
+#: 802.1p priority and default DSCP of the collective's lossless class with pfc=on (26: AF31, common for RoCEv2)
+PFC_PCP, PFC_DSCP = 3, 26
+
+
+def collective_dscp(p: dict) -> int:
+    """``dscp``, or with pfc=on and dscp 0 the lossless class's (DSCP 0 is the lossy default class)."""
+    return p["dscp"] or (PFC_DSCP if p["pfc"] == "on" else 0)
+
+
+def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
+    """Drop-tail queues everywhere; with pfc=on two classes of equal weight on every port (weighted round robin, as
+    ETS shares a port): ``bulk`` (lossy: background flows, anything unmarked) and ``collective`` (lossless)."""
+    q, extra = QueueSpec("droptail", buffer_bytes=p["buffer_bytes"]), {}
+    try:
+        if p["pfc"] == "on":
+            if collective_dscp(p) == p["bg_dscp"] and p["background"].strip():
+                raise UsageError(f"pfc=on: the background flows' bg_dscp ({p['bg_dscp']}) must differ from the "
+                                 f"collective's lossless DSCP ({collective_dscp(p)})")
+            extra["classes"] = (ClassSpec("bulk", dscp=[0], weight=1, default=True), ClassSpec(
+                "collective", dscp=[collective_dscp(p)], weight=1, lossless=True, pcp=PFC_PCP,
+                xoff_bytes=p["pfc_xoff_bytes"], xon_bytes=p["pfc_xon_bytes"],
+                headroom_bytes=p["pfc_headroom_bytes"] or max(0, p["buffer_bytes"] - p["pfc_xoff_bytes"])))
+        return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
+                             host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"]),
+                             fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"]),
+                             host_queue=q, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, seed=seed % 256,
+                             tcp=HostTcpSpec(congestion_control=p["cc"], rto_min_ms=p["rto_min_ms"] or None), **extra)
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+
+
+def validate(p: dict) -> None:
+    from testbed.capture import parse_spec
+
+    spec = leaf_spine(p, p["seed"] or 1)
+    job_plan(p, spec, p["seed"] or 1)
+    if p["loss_percent"] > 0 and p["loss_host"] not in [h.name for h in spec.hosts]:
+        raise UsageError(f"loss_host: unknown host {p['loss_host']!r}")
+    parse_spec(p["capture"], spec.addresses)
+
+
+def needs_for(p: dict) -> tuple:
+    """transport=rdma adds rxe:netns and pyverbs (SoftRoCE across namespaces, the RDMA agents); loss_percent > 0
+    adds qdisc:netem, cls:u32 and act:mirred (netem on an IFB fed from the lossy port's ingress); pfc=on adds
+    qdisc:plug (the pause) and the classifier of the DSCP classes."""
+    return ((("qdisc:plug", "cls:u32") if p.get("pfc") == "on" else ())
+            + (("rxe:netns", "pyverbs") if p.get("transport") == "rdma" else ())
+            + (("qdisc:netem", "cls:u32", "act:mirred") if (p.get("loss_percent") or 0) > 0 else ()))
+
+
+def experiment(p: dict, lab) -> dict:
+    from testbed.capture import start_capture, wire_summary
+    from testbed.pfcrun import start_pfc
+
+    job = CollectiveJob(lab, job_plan(p, lab.net.spec, p["seed"] or lab.seed), p["transport"], p["cc"],
+                        collective_dscp(p), {k[5:]: v for k, v in p.items() if k.startswith("rdma_")},  # mtu, ...
+                        p["verify"], p["timeout_s"], p["sample_interval_ms"])
+    if p["loss_percent"] > 0:
+        nic = lab.net[p["loss_host"]].defaultIntf().name
+        lab.net.fabric.add_loss(p["loss_host"], nic, p["loss_percent"])
+        lab.progress(f"{p['loss_percent']:g}% random loss on packets arriving at {p['loss_host']}:{nic}")
+    cap = start_capture(p["capture"], lab.net.fabric, lab.rundir.path, lab.on_teardown, lab.progress)
+    pfc = None
+    if p["pfc"] == "on":  # the controller forks now, before the agents and the sampler add threads
+        pfc = start_pfc(lab.net.fabric, lab.rundir, lab.on_teardown, interval_ms=1, frames=True,
+                        write_queues=not p["sample_interval_ms"])  # the sampler's queues.csv covers every port
+        lab.progress(f"PFC on DSCP {collective_dscp(p)} (802.1p {PFC_PCP}): XOFF {p['pfc_xoff_bytes']} B, "
+                     f"XON {p['pfc_xon_bytes']} B, {len(pfc.queues)} lossless queues")
+    job.run()
+    cap_stats = cap.stop() if cap else {}
+    summary = {**job.summary(), **{k: p[k] for k in ("chunks", "placement", "compute_ms", "stragglers",
+                                                      "straggler_factor", "loss_percent")}}
+    if pfc:
+        summary.update(pfc="on", **pfc.finish())
+    if cap:
+        summary.update(wire_summary(cap, cap_stats, lab.progress, "collective"))
+    if not summary["data_verified"]:
+        lab.rundir.finish(summary)  # keep the evidence, then fail the run (exit status 1; teardown still runs)
+        raise RunFailed(f"collective: data verification failed: {summary['mismatches']}")
+    return summary
+
+
+SCENARIO = Scenario(
+    name="collective",
+    summary="collectives (all-reduce, all-gather, all-to-all, ...) with real data over kernel TCP, one agent per "
+            "host, on a leaf-spine fabric: CCT tails, step times, algbw/busbw",
+    params=PARAMS,
+    needs=("qdisc:htb", "qdisc:bfifo"),
+    needs_for=needs_for,
+    topology=lambda p, seed: SpecTopo(leaf_spine(p, p["seed"] or seed)),
+    run=experiment,
+    validate=validate,
+    rxe_for=lambda p: p["transport"] == "rdma",
+    table=(("collective", "collective"), ("ranks", "ranks"), ("message_bytes", "message (bytes)"),
+           ("iterations", "iterations"), ("cct_ms_p50", "CCT p50 (ms)"), ("cct_ms_p99", "CCT p99 (ms)"),
+           ("cct_ms_max", "CCT max (ms)"), ("bound_ms", "alpha-beta bound (ms)"), ("cct_vs_bound", "mean CCT / bound"),
+           ("step_ms_p50", "step p50 (ms)"), ("step_ms_p99", "step p99 (ms)"), ("step_cv", "step CV"),
+           ("comm_wait_fraction", "comm wait fraction"), ("algbw_gbps", "algbw (Gbit/s)"), ("busbw_gbps",
+           "busbw (Gbit/s)"), ("switch_drops", "switch queue drops"), ("tcp_retrans_segs", "TCP retransmitted "
+           "segments"), ("bg_goodput_mbps", "background goodput (Mbit/s)"), ("data_verified", "data verified"),
+           ("fidelity_ok", "fidelity ok")),
+)
 
 if __name__ == "__main__":
-    sys.exit(main(["run", "collective", *sys.argv[1:]]))
+    from testbed.cli import main
+
+    sys.exit(main(["run", SCENARIO.name, *sys.argv[1:]]))

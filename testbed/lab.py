@@ -64,6 +64,13 @@ class Lab:
         self.rxe = rxe
         self.quiet = quiet
         self.out = check_out_dir(out) if out is not None else default_out(name)
+        if rxe:  # before anything exists: SoftRoCE across namespaces is a kernel capability (the lab VM has it)
+            from testbed import doctor
+            from testbed.errors import CapabilityMissing
+
+            if doctor.missing(["rxe:netns"]):
+                raise CapabilityMissing("rxe:netns", "rxe=True needs SoftRoCE across namespaces: run it in the lab "
+                                        "VM (testbed vm -- ...)")
         self.net = None
         self.rundir = None
         self.state = None

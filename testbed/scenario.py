@@ -31,7 +31,7 @@ from testbed.params import SEED_HELP, Param
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_DIR = PROJECT_ROOT / "scenarios"
 #: modules of testbed/scenarios/ not yet rewritten as scripts (name -> module)
-LEGACY = {"collective": "collective"}
+LEGACY: dict[str, str] = {}
 ORDER = ("smoke", "incast", "dctcp", "collective", "pfc-hol")
 
 

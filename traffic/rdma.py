@@ -62,6 +62,16 @@ def rxe_mtu_for_netdev(netdev_mtu: int) -> int:
     return best or 256
 
 
+def check_path_mtu(mtu: int, link_mtu: int, on_rdma: bool = True) -> None:
+    """ValueError (one line) unless ``mtu`` is 0 (the rxe port's active MTU) or an IB MTU, and, ``on_rdma``, one
+    that rxe on a link of ``link_mtu`` can take (the link MTU less 80 header bytes)."""
+    if mtu and mtu not in IB_MTU_ENUM:
+        raise ValueError(f"must be 0 or one of {', '.join(map(str, sorted(IB_MTU_ENUM)))} (got {mtu})")
+    if on_rdma and mtu and mtu > rxe_mtu_for_netdev(link_mtu):
+        raise ValueError(f"{mtu} does not fit the host links' MTU {link_mtu} (rxe's largest MTU there is "
+                         f"{rxe_mtu_for_netdev(link_mtu)})")
+
+
 def ipv4_gid(ip: str) -> str:
     """The RoCEv2 GID of an IPv4 address as pyverbs prints it (IPv4-mapped IPv6, 8 groups of 4 hex digits)."""
     return ipaddress.IPv6Address("::ffff:" + ip).exploded

@@ -49,8 +49,9 @@ def test_collective_completes_with_verified_data(tmp_path, collective):
     assert s["collective"] == collective and s["ranks"] == 4 and s["cct_samples"] == 2
     out = tmp_path / collective
     rows = list(csv.DictReader(open(out / "ops.csv")))
+    # docs/rundir.md: the required columns, then the two optional ones the collective scenario writes
     assert list(rows[0]) == ["iteration", "op", "op_index", "collective", "rank", "host", "start_s", "end_s",
-                             "bytes_sent", "bytes_recv", "wait_s"]
+                             "bytes_sent", "bytes_recv", "wait_s", "iter_start_s", "size_bytes"]
     assert len(rows) == 4 * 2
     assert {r["host"] for r in rows} == {"h1", "h2", "h3", "h4"}
     assert all(float(r["end_s"]) > float(r["start_s"]) for r in rows)

@@ -19,35 +19,36 @@ def params(**kw):
     return resolve(SC.params, [f"{k}={v}" for k, v in kw.items()])
 
 
+def plan(p):
+    """The job the scenario would run (testbed.jobrun.job_plan over the scenario's fabric)."""
+    from testbed.jobrun import job_plan
+
+    return job_plan(p, SC.topology(p, 1).spec, p["seed"] or 1)
+
+
 def test_registered():
     assert "collective" in names() and SC.name == "collective"
 
 
 def test_defaults_plan():
-    from testbed.scenarios.collective import plan
-
     pl = plan(params())
-    assert pl["ranks"] == 4 and len(pl["schedules"]) == 1
-    assert pl["job"].iterations == 5 and pl["job"].warmup == 1
-    assert pl["placement"].hosts == ("h1", "h2", "h3", "h4")
+    assert pl.ranks == 4 and len(pl.schedules) == 1
+    assert pl.job.iterations == 5 and pl.job.warmup == 1
+    assert pl.placement.hosts == ("h1", "h2", "h3", "h4")
 
 
 def test_sweep_and_buckets():
-    from testbed.scenarios.collective import plan
-
     pl = plan(params(size="1K,64K,1M", iterations=2))
-    assert pl["sizes"] == {"allreduce-1000": 1000, "allreduce-64000": 64_000, "allreduce-1000000": 1_000_000}
-    assert len(pl["job"].segments) == 3 and pl["job"].iterations == 6
+    assert pl.sizes == {"allreduce-1000": 1000, "allreduce-64000": 64_000, "allreduce-1000000": 1_000_000}
+    assert len(pl.job.segments) == 3 and pl.job.iterations == 6
     pl = plan(params(buckets="4K,4K,8K"))
-    assert len(pl["schedules"]) == 2  # equal sizes share a schedule
-    assert [o[0] for o in pl["job"].segments[0].ops] == ["bucket0", "bucket1", "bucket2"]
+    assert len(pl.schedules) == 2  # equal sizes share a schedule
+    assert [o[0] for o in pl.job.segments[0].ops] == ["bucket0", "bucket1", "bucket2"]
 
 
 def test_spread_placement():
-    from testbed.scenarios.collective import plan
-
     pl = plan(params(placement="spread"))
-    assert pl["placement"].hosts == ("h1", "h3", "h2", "h4")
+    assert pl.placement.hosts == ("h1", "h3", "h2", "h4")
 
 
 @pytest.mark.parametrize("kw,msg", [
@@ -100,7 +101,7 @@ def test_cli_bad_input_exit_2(capsys):
 def test_bound_counts_header_bytes_on_the_wire():
     """beta of the alpha-beta bound is per payload byte: 1448 of every 1514 bytes a 1500-MTU TCP flow puts through
     the shaper, 1024 of 1082 for RoCEv2 at rxe's MTU 1024."""
-    from testbed.scenarios.collective import payload_efficiency
+    from traffic.jobplan import payload_efficiency
 
     assert abs(payload_efficiency("tcp", 1500) - 1448 / 1514) < 1e-12
     assert abs(payload_efficiency("rdma", 1500) - 1024 / 1082) < 1e-12
@@ -109,8 +110,10 @@ def test_bound_counts_header_bytes_on_the_wire():
 
 
 def test_pfc_on_makes_the_collectives_dscp_a_lossless_class():
-    from testbed.scenarios.collective import build_spec, collective_dscp
+    def build_spec(p):
+        return SC.topology(p, 1).spec
 
+    collective_dscp = SC.run.__globals__["collective_dscp"]  # scenarios/collective.py's
     p = params(pfc="on")
     assert collective_dscp(p) == 26 and collective_dscp(params()) == 0 and collective_dscp(params(dscp=10)) == 10
     topo = build_spec(p)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import types
-
 import pytest
 
 from testbed.errors import CapabilityMissing, UsageError
@@ -54,17 +52,17 @@ def test_rdma_mtu_validation_is_one_line():
 
 def test_rdma_without_rxe_names_the_capability(monkeypatch, tmp_path):
     from testbed import doctor
+    from testbed.runner import run_scenario
 
     monkeypatch.setattr(doctor, "missing", lambda names: [n for n in names if n == "rxe:netns"])
     built = []
     import testbed.fabric
 
     monkeypatch.setattr(testbed.fabric.Fabric, "build", lambda *a, **k: built.append(1))
-    ctx = types.SimpleNamespace(seed=1, run_id="x", rundir=None, progress=lambda m: None)
     with pytest.raises(CapabilityMissing) as ei:
-        COLL.run(params(transport="rdma"), ctx)
+        run_scenario(COLL, params(transport="rdma"), 1, tmp_path / "run", quiet=True)
     assert "rxe:netns" in str(ei.value) and "\n" not in str(ei.value)
-    assert ei.value.exit_status == 2 and not built
+    assert ei.value.exit_status == 2 and not built and not (tmp_path / "run").exists()
 
 
 def test_transport_options_are_checked_before_any_device_is_opened():

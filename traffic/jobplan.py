@@ -1,0 +1,179 @@
+"""A collective job as decided before any fabric exists: schedules, the job, the placement, the message sizes.
+
+    pl = plan_job(knobs, hosts=[("h1", "leaf1"), ...], seed=1)   # JobError (one line) on bad input
+    pl.schedules, pl.job, pl.placement, pl.sizes, pl.ranks
+
+``knobs`` is a mapping with the collective scenario's parameter names: ``collective``, ``algorithm``, ``size`` (a
+size or a comma list: a sweep, one segment per size), ``buckets`` (gradient buckets: one collective each per
+iteration, replaces ``size``), ``ranks``, ``iterations``, ``warmup``, ``chunks``, ``dtype``, ``placement``,
+``schedule_file`` (a testbed-schedule JSON file instead of a generated schedule), ``compute_ms``, ``jitter``,
+``stragglers``, ``straggler_factor``, ``straggler_prob``, ``background``, ``bg_dscp``, ``bg_rate_mbps``.
+
+Also here, pure arithmetic over what a run measured: :func:`payload_efficiency` (the alpha-beta bound's beta is per
+payload byte), :func:`ops_rows` (ops.csv's rows with their step-time origin and nccl-tests size) and
+:func:`tcpinfo_deltas`. Pure: no kernel, no fabric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from traffic import job as jobm
+from traffic.job import JobError, JobSpec
+from traffic.placement import Placement, PlacementError, place
+from traffic.schedule import Schedule, ScheduleError, nccl_size_bytes
+
+__all__ = ["JobError", "JobPlan", "plan_job", "payload_efficiency", "ops_rows", "tcpinfo_deltas", "OPS_COLUMNS"]
+
+#: ops.csv's columns; the last two are optional in docs/rundir.md (the rank's iteration start, the nccl-tests size)
+OPS_COLUMNS = ["iteration", "op", "op_index", "collective", "rank", "host", "start_s", "end_s", "bytes_sent",
+               "bytes_recv", "wait_s", "iter_start_s", "size_bytes"]
+
+
+@dataclass(frozen=True)
+class JobPlan:
+    """What every rank will run: ``schedules`` (name -> Schedule), ``job`` (segments of (op, schedule) pairs,
+    compute, stragglers, background flows), ``placement`` (rank -> host), ``sizes`` (op -> per-rank message
+    bytes), ``seed`` and ``ranks``."""
+
+    schedules: dict[str, Schedule]
+    job: JobSpec
+    placement: Placement
+    sizes: dict[str, int]
+    seed: int
+    ranks: int
+
+    @property
+    def first(self) -> Schedule:
+        """The first schedule (algorithm, dtype and itemsize the tables report)."""
+        return next(iter(self.schedules.values()))
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every host the job uses: the ranks' and the background flows' ends, sorted."""
+        return sorted(set(self.placement.hosts) | {h for f in self.job.background for h in (f.src, f.dst)})
+
+    def describe(self) -> str:
+        return (f"{self.ranks} ranks on {', '.join(self.placement.hosts)} ({self.placement.policy}); "
+                f"{self.job.iterations} iterations (+{self.job.warmup} warm-up) of "
+                f"{', '.join(f'{k}={v}' for k, v in self.sizes.items())} B")
+
+
+def _from_file(k: Mapping[str, Any], n_hosts: int, schedules: dict) -> tuple[list, dict, int]:
+    from traffic import schedule_json
+
+    try:
+        s = schedule_json.load(k["schedule_file"])
+    except OSError as e:
+        raise JobError(f"schedule_file: {e.strerror}: {k['schedule_file']}") from None
+    except ScheduleError as e:
+        raise JobError(f"schedule_file: {e}") from None
+    if s.ranks > n_hosts:
+        raise JobError(f"schedule_file: {s.ranks} ranks but the fabric has only {n_hosts} hosts")
+    schedules["file"] = s
+    ops = ((s.collective, "file"),)
+    return [jobm.Segment(ops, k["iterations"])], {s.collective: s.message_bytes}, s.ranks
+
+
+def _generated(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, dict]:
+    from traffic.collectives import canonical_collective, make_schedule
+
+    coll = canonical_collective(k["collective"])
+    opts = {"dtype": k["dtype"], **({"algorithm": k["algorithm"]} if k["algorithm"] else {})}
+
+    def sched(m: int) -> str:  # equal sizes share one schedule
+        key = f"{coll}-{m}"
+        if key not in schedules:
+            schedules[key] = make_schedule(coll, k["ranks"], m, chunks=k["chunks"], seed=seed, **opts)
+        return key
+
+    if k["buckets"].strip():
+        buckets = jobm.parse_sizes(k["buckets"])
+        ops = tuple((f"bucket{i}", sched(m)) for i, m in enumerate(buckets))
+        return [jobm.Segment(ops, k["iterations"])], {f"bucket{i}": m for i, m in enumerate(buckets)}
+    sweep = jobm.parse_sizes(k["size"])
+    names = [coll if len(sweep) == 1 else f"{coll}-{m}" for m in sweep]
+    return ([jobm.Segment(((name, sched(m)),), k["iterations"]) for name, m in zip(names, sweep)],
+            dict(zip(names, sweep)))
+
+
+def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: int) -> JobPlan:
+    """The job over the fabric's ``hosts`` ((host, leaf), in topology order); see the module docstring.
+    :class:`JobError` with a one-line message on bad input (schedule and placement errors included)."""
+    k = knobs
+    names = [h for h, _ in hosts]
+    schedules: dict[str, Schedule] = {}
+    try:
+        if k["schedule_file"]:
+            segments, sizes, ranks = _from_file(k, len(names), schedules)
+        else:
+            ranks = k["ranks"]
+            if ranks > len(names):
+                leaves = len({leaf for _, leaf in hosts})
+                raise JobError(f"ranks: {ranks} ranks but the fabric has only {len(names)} hosts "
+                               f"({leaves} leaves x {len(names) // max(leaves, 1)} hosts)")
+            segments, sizes = _generated(k, seed, schedules)
+        flows = tuple(jobm.parse_flows(k["background"], k["bg_dscp"], k["bg_rate_mbps"]))
+        for f in flows:
+            for h in (f.src, f.dst):
+                if h not in names:
+                    raise JobError(f"background: unknown host {h!r} (hosts: {', '.join(names)})")
+        job = JobSpec(ranks=ranks, segments=tuple(segments), compute_ms=k["compute_ms"], jitter=k["jitter"],
+                      stragglers=tuple(jobm.parse_int_list(k["stragglers"], "stragglers")),
+                      straggler_factor=k["straggler_factor"], straggler_prob=k["straggler_prob"],
+                      warmup=k["warmup"], seed=seed, background=flows)
+        placement = place(ranks, hosts, k["placement"], seed)
+    except (ScheduleError, PlacementError) as e:
+        raise JobError(str(e)) from None
+    return JobPlan(schedules, job, placement, sizes, seed, ranks)
+
+
+def payload_efficiency(transport: str, link_mtu: int, rdma_mtu: int = 0) -> float:
+    """Payload bytes per byte the link's shaper carries, for full-size packets: what the alpha-beta bound's beta
+    (seconds per payload byte) must use. HTB counts the Ethernet frame without preamble/FCS.
+    TCP: MSS = MTU - 20 (IP) - 20 (TCP) - 12 (timestamps option), frame = MTU + 14 -> 1448/1514 = 0.956 at 1500.
+    RoCEv2: payload = the path MTU, frame = payload + 14 (Eth) + 20 (IP) + 8 (UDP) + 12 (BTH) + 4 (ICRC)
+    -> 1024/1082 = 0.946 (rxe's MTU on a 1500-byte link is 1024)."""
+    if transport == "rdma":
+        from traffic.rdma import rxe_mtu_for_netdev
+
+        pm = rdma_mtu or rxe_mtu_for_netdev(link_mtu)
+        return pm / (pm + 58)
+    return (link_mtu - 52) / (link_mtu + 14)
+
+
+def ops_rows(plan: JobPlan, ops: Sequence[Sequence], t_measure_by_rank: dict[int, float]) -> list[dict]:
+    """ops.csv's rows (:data:`OPS_COLUMNS`) from the agents' op records (iteration, op, op_index, collective, rank,
+    start_s, end_s, bytes_sent, bytes_recv, wait_s): plus the rank's host, when the rank began the iteration (its
+    compute phase counts in the step time) and the op's nccl-tests size (a custom schedule has no nccl-tests
+    convention: its message size)."""
+    rows = [dict(zip(["iteration", "op", "op_index", "collective", "rank", "start_s", "end_s", "bytes_sent",
+                      "bytes_recv", "wait_s"], r)) for r in ops]
+    starts = jobm.iteration_starts(rows, t_measure_by_rank)
+    nsize: dict[str, int] = {}
+    for r in rows:
+        if r["op"] not in nsize:
+            try:
+                nsize[r["op"]] = nccl_size_bytes(r["collective"], plan.ranks, plan.sizes[r["op"]])
+            except ScheduleError:
+                nsize[r["op"]] = plan.sizes[r["op"]]
+        r["host"] = plan.placement.host_of(r["rank"])
+        r["iter_start_s"] = round(starts[(r["rank"], r["iteration"])], 6)
+        r["size_bytes"] = nsize[r["op"]]
+    return rows
+
+
+def tcpinfo_deltas(rows: Sequence[Sequence]) -> dict:
+    """Over tcp_info.csv's rows (iteration, op_index, rank, peer, phase, info): the sum over connections of
+    total_retrans growth across the recorded ops; the largest RTT and RTO seen."""
+    first: dict[tuple[int, int], int] = {}
+    last: dict[tuple[int, int], int] = {}
+    rtt = rto = 0
+    for _it, _k, rank, peer, _phase, info in rows:
+        key = (rank, peer)
+        first.setdefault(key, info.get("total_retrans", 0))
+        last[key] = info.get("total_retrans", 0)
+        rtt = max(rtt, info.get("rtt_us", 0))
+        rto = max(rto, info.get("rto_us", 0))
+    return {"total_retrans": sum(last[k] - first[k] for k in last), "rtt_us_max": rtt, "rto_us_max": rto}
