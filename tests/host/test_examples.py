@@ -26,9 +26,11 @@ def run_example(name: str, out: Path, *args: str, timeout_s: float = 180) -> dic
 
 def test_victim_flow_below_fair_share_during_burst(tmp_path):
     m = run_example("victim_burst", tmp_path / "run")
-    # the victim alone on h2's 20 Mbit/s port gets most of it; during the 15 -> 1 burst clearly less
-    assert m["victim_before_mbps"] > 0.8 * m["fair_share_mbps"], m
+    # the victim alone on h2's 20 Mbit/s port gets most of it (measured 17.8-19.1 on a quiet machine, 14.6 while a
+    # lab VM ran beside it); during the 15 -> 1 burst clearly less than its fair share and than before the burst
+    assert m["victim_before_mbps"] > 0.6 * m["fair_share_mbps"], m
     assert m["victim_during_mbps"] / m["fair_share_mbps"] < 0.8, m
+    assert m["victim_during_mbps"] < 0.8 * m["victim_before_mbps"], m
     assert m["rounds"] == 15 and m["round_ms_p99"] >= m["round_ms_p50"] > m["ideal_round_ms"], m
     # the run directory is a report's input: rounds.csv gives the same percentiles
     from analysis import summary
