@@ -13,14 +13,13 @@ Lab API, and ends with ``if __name__ == "__main__": sys.exit(main(["run", NAME, 
         table=(("goodput_mbps", "receiver goodput (Mbit/s)"), ...),
         validate=validate)          # (params) -> None or UsageError, before anything is created
 
-Discovery: every ``scenarios/*.py`` that defines ``SCENARIO``, by its ``name``. Scenarios not yet rewritten on
-the Lab API still live as modules in ``testbed/scenarios/`` (their ``run`` takes a :class:`RunContext`); a
-script of the same name takes precedence.
+Discovery: every ``scenarios/*.py`` that defines ``SCENARIO``, by its ``name``: a new experiment is a new file
+there, with no registry to edit.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +29,6 @@ from testbed.params import SEED_HELP, Param
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_DIR = PROJECT_ROOT / "scenarios"
-#: modules of testbed/scenarios/ not yet rewritten as scripts (name -> module)
-LEGACY: dict[str, str] = {}
 ORDER = ("smoke", "incast", "dctcp", "collective", "pfc-hol")
 
 
@@ -99,11 +96,11 @@ def _load_script(path: Path) -> Scenario | None:
     return getattr(mod, "SCENARIO", None)
 
 
+@functools.lru_cache(maxsize=1)
 def _scripts() -> dict[str, Scenario]:
+    """Every scenarios/*.py that defines SCENARIO, by name: loaded once per process."""
     found: dict[str, Scenario] = {}
     for path in sorted(SCRIPT_DIR.glob("*.py")) if SCRIPT_DIR.is_dir() else ():
-        if "SCENARIO = Scenario(" not in path.read_text(encoding="utf-8"):
-            continue  # not (yet) a scenario script
         sc = _load_script(path)
         if sc is not None:
             found[sc.name] = sc
@@ -111,33 +108,18 @@ def _scripts() -> dict[str, Scenario]:
 
 
 def names() -> list[str]:
-    known = set(_script_names()) | set(LEGACY)
-    return [n for n in ORDER if n in known] + sorted(known - set(ORDER))
-
-
-def _script_names() -> list[str]:
-    out = []
-    for path in sorted(SCRIPT_DIR.glob("*.py")) if SCRIPT_DIR.is_dir() else ():
-        text = path.read_text(encoding="utf-8")
-        if "SCENARIO = Scenario(" in text:
-            for line in text.splitlines():
-                s = line.strip()
-                if s.startswith('name="') or s.startswith("name='"):
-                    out.append(s.split(s[5], 2)[1])
-                    break
-    return out
+    known = list(_scripts())
+    return [n for n in ORDER if n in known] + sorted(set(known) - set(ORDER))
 
 
 def get(name: str) -> Scenario:
-    """The scenario called ``name``: its script in scenarios/, else its legacy module; UsageError if unknown."""
+    """The scenario called ``name`` (its script in scenarios/); UsageError if there is none."""
     from testbed.errors import UsageError
 
-    scripts = _scripts() if name in _script_names() else {}
-    if name in scripts:
-        return scripts[name]
-    if name in LEGACY:
-        return importlib.import_module(f"testbed.scenarios.{LEGACY[name]}").SCENARIO
-    raise UsageError(f"unknown scenario {name!r} (known: {', '.join(names())})")
+    try:
+        return _scripts()[name]
+    except KeyError:
+        raise UsageError(f"unknown scenario {name!r} (known: {', '.join(names())})") from None
 
 
 def all_scenarios() -> list[Scenario]:
