@@ -54,8 +54,8 @@ def test_bad_parameter_creates_nothing():
 # launcher on PATH covers that case, tests/host/test_quick_start.py).
 AS_NOBODY = """
 import os, sys
-import testbed.cli, testbed.doctor, testbed.clean, testbed.runner, testbed.labvm, testbed.scenarios
-testbed.scenarios.all_scenarios()
+import testbed.cli, testbed.doctor, testbed.clean, testbed.runner, testbed.labvm, testbed.scenario
+testbed.scenario.all_scenarios()
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 sys.exit(testbed.cli.main(sys.argv[1:]))
 """

@@ -8,7 +8,7 @@ p99 251-461 ms (200 ms) vs 94-99 ms (5 ms), p50 234-240 vs 55-66 ms, with 56-93 
 
 from testbed import doctor
 from testbed.runner import run_scenario
-from testbed.scenarios import get
+from testbed.scenario import get
 
 INCAST = get("incast")
 

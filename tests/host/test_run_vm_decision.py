@@ -27,7 +27,7 @@ def test_rdma_with_vm_never(tmp_path):
         assert f"missing capability: {', '.join(lacking)}" in r.stderr and "--vm auto" in r.stderr
     else:  # rxe works here: --vm never is not refused for it (checked by the decision, without a run)
         from testbed.runner import use_vm
-        from testbed.scenarios import get
+        from testbed.scenario import get
 
         c = get("collective")
         p = {x.name: x.default for x in c.params}

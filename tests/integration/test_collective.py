@@ -14,7 +14,7 @@ import json
 import pytest
 
 from testbed.runner import run_scenario
-from testbed.scenarios import get
+from testbed.scenario import get
 
 COLL = get("collective")
 

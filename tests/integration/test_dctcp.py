@@ -1,7 +1,7 @@
 """DCTCP with step marking at K keeps the bottleneck's queue near K; CUBIC over drop-tail fills the buffer."""
 
 from testbed.runner import run_scenario
-from testbed.scenarios import get
+from testbed.scenario import get
 
 DCTCP = get("dctcp")
 

@@ -13,7 +13,7 @@ import csv
 import json
 
 from testbed.runner import run_scenario
-from testbed.scenarios import get
+from testbed.scenario import get
 
 INCAST = get("incast")
 

@@ -17,7 +17,7 @@ import json
 import pytest
 
 from testbed.runner import run_scenario
-from testbed.scenarios import get
+from testbed.scenario import get
 
 PFC = get("pfc-hol")
 KEYS = ("incast_goodput_mbps", "incast_drops", "incast_loss_rate", "incast_retrans_segs", "victim_goodput_mbps",

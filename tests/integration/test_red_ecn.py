@@ -2,7 +2,7 @@
 the qdisc's own counters and the receiver's CE counter."""
 
 from testbed.runner import run_scenario
-from testbed.scenarios import get
+from testbed.scenario import get
 
 SMOKE = get("smoke")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from testbed.params import resolve
-from testbed.scenarios import get
+from testbed.scenario import get
 
 ROOT = Path(__file__).resolve().parents[2]
 

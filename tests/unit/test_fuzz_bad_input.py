@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from testbed.errors import UsageError
 from testbed.params import Param, parse_number, resolve
-from testbed.scenarios import all_scenarios
+from testbed.scenario import all_scenarios
 from topologies import (DumbbellSpec, LeafSpineSpec, SpecError, from_dict, load_topology, loads_toml,
                         loads_yaml)
 

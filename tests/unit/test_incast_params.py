@@ -10,7 +10,7 @@ import pytest
 from testbed.errors import UsageError
 from testbed.fabric import Fabric, leaf_queue, plan_port
 from testbed.params import resolve
-from testbed.scenarios import get
+from testbed.scenario import get
 from testbed.bottleneck import build_spec
 from topologies import ClassSpec, LeafSpineSpec, LinkSpec, QueueSpec
 

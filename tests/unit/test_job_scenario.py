@@ -8,7 +8,7 @@ import pytest
 
 from testbed.errors import UsageError
 from testbed.params import resolve
-from testbed.scenarios import get, names
+from testbed.scenario import get, names
 from traffic import schedule_json
 from traffic.collectives import make_schedule
 

@@ -4,7 +4,7 @@ import pytest
 
 from testbed.errors import UsageError
 from testbed.params import Param, parse_number, resolve
-from testbed.scenarios import get
+from testbed.scenario import get
 
 P = [Param("rate_mbps", float, 10.0, "Mbit/s", min=0.01, max=100_000), Param("n", int, 4, min=1, max=64),
      Param("cc", str, "cubic", choices=("cubic", "dctcp")), Param("ecn", bool, False)]
@@ -47,7 +47,7 @@ def test_unknown_scenario():
 
 
 def test_every_scenario_documents_every_parameter():
-    from testbed.scenarios import all_scenarios
+    from testbed.scenario import all_scenarios
 
     for s in all_scenarios():
         text = s.help()

@@ -16,7 +16,7 @@ from testbed.pfc import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, PLU
                          RTM_NEWQDISC, PfcController, feeders_of, headroom_needed, plug_message, tc_handle)
 from analysis.metrics import maxmin_share
 from testbed.lossless_incast import build_spec, effective
-from testbed.scenarios import get
+from testbed.scenario import get
 
 PARAMS = get("pfc-hol").params
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.errors import CapabilityMissing, UsageError
-from testbed.scenarios import get
+from testbed.scenario import get
 from traffic import rdma
 from traffic.agent import make_transport
 

@@ -11,7 +11,7 @@ import pytest
 
 from testbed import cli, labvm, runner, sweep
 from testbed.errors import UsageError
-from testbed.scenarios import get
+from testbed.scenario import get
 
 SMOKE = get("smoke")
 INCAST = get("incast")

@@ -5,7 +5,7 @@ import pytest
 
 from testbed.errors import CapabilityMissing, UsageError
 from testbed.runner import use_vm
-from testbed.scenarios import get
+from testbed.scenario import get
 
 COLL = get("collective")
 
