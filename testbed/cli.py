@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from testbed import __version__
+from testbed import __version__, explore
 from testbed.argparsing import OneLineErrorParser
 from testbed.errors import RunFailed, UsageError
 from testbed.params import SEED_HELP, parse_seed
@@ -211,8 +211,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run in the lab VM: auto (when this kernel lacks a capability), always, never")
     sw.add_argument("--quiet", action="store_true", help="only the sweep's own progress lines")
     sw.set_defaults(func=_cmd_sweep)
-
-    from testbed import explore
 
     explore.add_parser(sub)
 
