@@ -70,6 +70,8 @@ def main() -> None:
 
     if not args.no_spray:
         with Lab(topo("spray"), out=args.out and f"{args.out}/spray", name="ecmp_collision") as lab:
+            for a, b in PAIRS:  # resolve the neighbours first: a connect racing ARP on a sprayed path once got
+                lab.net[a].cmd("ping -c3 -W2", lab.net[b].IP())  # EHOSTUNREACH in the lab VM
             flows = lab.flows(PAIRS, src_ports=ports)
             time.sleep(0.5)
             result.update(spray_mbps=pair_mbps(flows, args.seconds), spray_uplink_packets=uplink_share(lab, 1.0))
