@@ -53,6 +53,7 @@ pyroute2.config.disable_mp_signal = True
 #: readable in `ip netns` listings and well inside any tool's limits).
 MAX_NS_NAME = 48
 _RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
+NUD_PERMANENT = 0x80  # a neighbour entry that never expires and is never probed (include/uapi/linux/neighbour.h)
 RTNH_F_ONLINK = 4
 RTAX_LOCK_RTO_MIN = 1 << 13  # RTAX_LOCK bit of RTAX_RTO_MIN (include/uapi/linux/rtnetlink.h)
 ETH_P_ALL = 0x0003
@@ -252,6 +253,7 @@ class Fabric:
             batches = {n: batch.Batch(ipr, nls[n]) for n, ipr in iprs.items()}
             self._addresses(batches, ifindex)
             self._routes(batches, ifindex)
+            self._neighbours(batches, ifindex)
             self._queues(batches, ifindex)
             for b in batches.values():
                 b.commit()
@@ -336,6 +338,23 @@ class Fabric:
                 # every connection keeps the 200 ms default
                 kw["metrics"] = {"rto_min": int(r.rto_min_ms), "lock": RTAX_LOCK_RTO_MIN}
             ipr.route("add", **kw)
+
+    def _neighbours(self, iprs, ifindex) -> None:
+        """Every link end knows the other end's MAC from the start: a permanent neighbour entry, no ARP.
+
+        What it stands for: a switch resolves its neighbours in the control plane (the CPU, its own queue), never
+        in the data queues under study. Emulated, ARP went through the same shaped port queue as the data: a
+        refresh probe a router sent while a RED/step queue stood above K was dropped as not ECN-capable (one drop in
+        a DCTCP run that must have none), and a sprayed request could land on the wrong spine and go unanswered."""
+        addrs = self.topology.addresses
+        for l in self.topology.links:
+            for (node, port), (peer, peer_port) in (((l.a, l.a_port), (l.b, l.b_port)),
+                                                    ((l.b, l.b_port), (l.a, l.a_port))):
+                far = addrs.get((peer, peer_port))
+                if far is None or (node, port) not in addrs:
+                    continue
+                iprs[node].neigh("add", dst=far.ip, lladdr=self.macs.get((peer, peer_port), far.mac),
+                                 ifindex=ifindex[node][port], state=NUD_PERMANENT)
 
     def _sysctls(self) -> None:
         topo = self.topology

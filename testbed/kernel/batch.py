@@ -24,10 +24,11 @@ from typing import Any
 
 from pyroute2.iproute.linux import get_arguments_processor, get_dump_filter
 from pyroute2.netlink.nlsocket import NetlinkRequest
-from pyroute2.netlink.rtnl import (RTM_NEWADDR, RTM_NEWLINK, RTM_NEWQDISC, RTM_NEWROUTE, RTM_NEWTCLASS,
-                                   RTM_NEWTFILTER)
+from pyroute2.netlink.rtnl import (RTM_NEWADDR, RTM_NEWLINK, RTM_NEWNEIGH, RTM_NEWQDISC, RTM_NEWROUTE,
+                                   RTM_NEWTCLASS, RTM_NEWTFILTER)
 from pyroute2.netlink.rtnl.ifaddrmsg import ifaddrmsg
 from pyroute2.netlink.rtnl.ifinfmsg import ifinfmsg
+from pyroute2.netlink.rtnl.ndmsg import ndmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
@@ -40,6 +41,7 @@ _COMMANDS = {
     "link": (ifinfmsg, {"add": (RTM_NEWLINK, "create")}),
     "addr": (ifaddrmsg, {"add": (RTM_NEWADDR, "create")}),
     "route": (rtmsg, {"add": (RTM_NEWROUTE, "create")}),
+    "neigh": (ndmsg, {"add": (RTM_NEWNEIGH, "create")}),
 }
 #: bytes and requests per sendmsg, each chunk acknowledged before the next is sent: far below the socket's buffers
 #: (an acknowledgement is small, but the kernel charges each about a kilobyte of receive buffer)
@@ -122,6 +124,10 @@ class Batch:
         kw["proto"] = kw.get("proto", "static") or "static"
         kw["type"] = kw.get("type", "unicast") or "unicast"
         self._add("route", command, kw)
+
+    def neigh(self, command: str, **kw) -> None:
+        """As IPRoute.neigh(command, ...)."""
+        self._add("neigh", command, kw)
 
     # ---- encoding ----
 
@@ -210,7 +216,8 @@ def _ext_ack_message(buf: bytes, off: int, length: int, flags: int) -> str:
 
 
 def _describe(kw: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in kw.items() if k in ("kind", "index", "handle", "parent", "dst", "address"))
+    return " ".join(f"{k}={v}" for k, v in kw.items() if k in ("kind", "index", "ifindex", "handle", "parent", "dst",
+                                                          "address", "lladdr"))
 
 
 __all__ = ["Batch", "BatchError", "open_socket"]

@@ -18,6 +18,7 @@ from topologies.spray import SPRAY_MARK, SprayGroup
 
 CLSACT_EGRESS = 0xFFFFFFF3  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_EGRESS)
 ETH_P_ALL = 0x0003
+ETH_P_IP = 0x0800  # only IPv4 is sprayed: ARP must leave by the port its route chose (see install_group)
 
 
 def _meta(kind: str, opnd: str, value: int, mask: int = 0) -> list[dict]:
@@ -26,7 +27,12 @@ def _meta(kind: str, opnd: str, value: int, mask: int = 0) -> list[dict]:
 
 def install_group(ipr, group: SprayGroup, ifindex: dict[str, int] | None = None) -> int:
     """Install the sprayer on every port of `group` through `ipr` (a socket in the router's namespace). Returns the
-    number of filters added. `ifindex`: the router's interface indexes by name, when the caller knows them."""
+    number of filters added. `ifindex`: the router's interface indexes by name, when the caller knows them.
+
+    Only IPv4 frames are sprayed (data, and RoCEv2, which is UDP over IPv4). ARP is not: a request for spine1's
+    address moved onto the link to spine2 gets no answer (spine2 does not own that address), so with 2 spines half of
+    all resolution attempts failed and the first connect of a flow could end in EHOSTUNREACH. A real sprayer also
+    sprays data packets, not the control plane."""
     index = {p: ifindex[p] if ifindex else ipr.link_lookup(ifname=p)[0] for p in group.ports}
     n = 0
     for port in group.ports:
@@ -36,7 +42,7 @@ def install_group(ipr, group: SprayGroup, ifindex: dict[str, int] | None = None)
                match=_meta("nfmark", "eq", SPRAY_MARK), action="ok")
         n += 1
         for i, (target, threshold) in enumerate(group.moves(port)):
-            ipr.tc("add-filter", "basic", index=idx, parent=CLSACT_EGRESS, prio=2 + i, protocol=ETH_P_ALL,
+            ipr.tc("add-filter", "basic", index=idx, parent=CLSACT_EGRESS, prio=2 + i, protocol=ETH_P_IP,
                    match=_meta("random", "lt", threshold, mask=0xFFFFFFFF),  # the kernel draws 64 random bits
                    action=[{"kind": "skbedit", "mark": SPRAY_MARK},
                            {"kind": "mirred", "direction": "egress", "action": "redirect",

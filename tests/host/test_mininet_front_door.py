@@ -35,8 +35,12 @@ def test_mininet_style_script():
         net.start()
         assert sorted(namespaces(run_id)) == sorted(f"tb-{run_id}-{n}" for n in
                                                     ("h1", "h2", "h3", "h4", "leaf1", "leaf2", "spine1", "spine2"))
-        assert net.pingAll() == 0.0
         h1, h4, leaf1 = net["h1"], net["h4"], net["leaf1"]
+        # every link end knows its peer's MAC before any traffic (no ARP in the shaped queues under study)
+        neigh = leaf1.cmd("ip neigh show dev spine1")
+        assert re.search(r"198\.19\.\d+\.\d+ lladdr (\S+) PERMANENT", neigh), neigh
+        assert "PERMANENT" in h1.cmd("ip neigh show dev eth0")
+        assert net.pingAll() == 0.0
         assert "htb" in h1.cmd("tc qdisc show dev eth0")  # the host NIC is shaped too
         port = leaf1.cmd("tc -s qdisc show dev h1")
         assert re.search(r"qdisc htb 1: root", port) and re.search(r"qdisc bfifo \w+: parent 1:10 limit", port), port
