@@ -29,7 +29,7 @@ __all__ = ["OP_NETWORK_COLUMNS", "correlate_ops", "correlate_run", "explain_op",
 
 OP_NETWORK_COLUMNS = ["iteration", "op_index", "op", "collective", "start_s", "end_s", "cct_ms",
                       "peak_backlog_bytes", "peak_port", "drops", "drop_port", "drop_port_drops", "marks",
-                      "paused_ms", "pause_port", "worst_port"]
+                      "paused_ms", "pause_port", "worst_port", "faults"]
 
 
 def port_label(node: str, port: str) -> str:
@@ -75,7 +75,8 @@ def _bracket_delta(t: np.ndarray, v: np.ndarray, start: float, end: float) -> fl
 
 
 def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
-                  links: Iterable | None = None, run_end: float | None = None) -> pd.DataFrame:
+                  links: Iterable | None = None, run_end: float | None = None,
+                  events: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per collective op with what the watched links did during it.
 
     ``links``: iterable of ``"node:port"`` strings or ``(node, port)`` tuples; None watches every port found
@@ -83,9 +84,12 @@ def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
     timestamp in ops/queues/pfc). Columns (:data:`OP_NETWORK_COLUMNS`): iteration, op_index, op, collective,
     start_s, end_s, cct_ms, peak_backlog_bytes, peak_port, drops (sum over watched ports), drop_port (most
     drops), drop_port_drops, marks (sum), paused_ms (on the most-paused link), pause_port, worst_port
-    (pause_port if any pause, else drop_port if any drop, else peak_port). Port fields are "" when
-    nothing qualifies.
+    (pause_port if any pause, else drop_port if any drop, else peak_port), faults (the fault intervals of
+    ``events``, events.csv, that overlapped the op: "leaf1-spine1 down for 120 ms, ..."). Port fields are ""
+    when nothing qualifies.
     """
+    from .faults import describe, fault_intervals, overlapping
+
     ot = op_table(ops)
     wanted = _normalise_links(links)
     series = _port_series(queues, wanted)
@@ -93,6 +97,7 @@ def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
         candidates = [float(df[c].max()) for df, c in ((ops, "end_s"), (queues, "t_s"), (pfc, "t_s")) if len(df)]
         run_end = max(candidates) if candidates else 0.0
     iv = pause_intervals(pfc, run_end)
+    fault_iv = fault_intervals(events, run_end) if events is not None else fault_intervals(None)
     pauses: dict[str, list[tuple[float, float]]] = {}
     for row in iv.itertuples(index=False):
         label = port_label(row.node, row.port)
@@ -127,11 +132,12 @@ def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
                      "collective": op.collective, "start_s": s, "end_s": e, "cct_ms": (e - s) * 1e3,
                      "peak_backlog_bytes": peak, "peak_port": peak_port, "drops": drops_total,
                      "drop_port": drop_port, "drop_port_drops": drop_port_drops, "marks": marks_total,
-                     "paused_ms": paused * 1e3, "pause_port": pause_port, "worst_port": worst})
+                     "paused_ms": paused * 1e3, "pause_port": pause_port, "worst_port": worst,
+                     "faults": describe(overlapping(fault_iv, s, e))})
     df = pd.DataFrame(rows, columns=OP_NETWORK_COLUMNS)
     if df.empty:
         return pd.DataFrame({c: pd.Series([], dtype=object if c in ("op", "collective", "peak_port", "drop_port",
-                                                                     "pause_port", "worst_port") else
+                                                                     "pause_port", "worst_port", "faults") else
                                           ("int64" if c in ("iteration", "op_index") else float))
                              for c in OP_NETWORK_COLUMNS})
     return df
@@ -141,7 +147,7 @@ def correlate_run(run, links: Iterable | None = None) -> pd.DataFrame:
     """:func:`correlate_ops` on a loaded ``Run`` (pauses still open are closed at the run's end)."""
     end = run.time_window()[1]
     return correlate_ops(run.ops, run.queues, run.pfc, links=links,
-                         run_end=None if (end is None or math.isnan(end)) else end)
+                         run_end=None if (end is None or math.isnan(end)) else end, events=run.events)
 
 
 def _fmt_q(q: float) -> str:
@@ -153,6 +159,9 @@ def explain_op(row: pd.Series | dict, prefix: str = "op") -> str:
     """One-line sentence for one row of :func:`correlate_ops`."""
     head = f"{prefix} (iteration {int(row['iteration'])}, op {int(row['op_index'])}, {row['cct_ms']:.1f} ms)"
     parts = []
+    faults = row.get("faults", "") if hasattr(row, "get") else ""
+    if isinstance(faults, str) and faults:
+        parts.append(faults)
     if row["paused_ms"] > 0:
         parts.append(f"{row['paused_ms']:.1f} ms of pauses on {row['pause_port']}")
     if row["drop_port_drops"] > 0:

@@ -77,11 +77,12 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "rdma": {"host": STR, "device": STR, "phase": STR, "counter": STR, "value": INT},
     "pfc": {"t_s": FLOAT, "node": STR, "port": STR, "prio": INT, "event": STR, "backlog_bytes": INT},
     "cpu": {"t_s": FLOAT, "busy_fraction": FLOAT},
+    "events": {"t_s": FLOAT, "kind": STR, "target": STR, "detail": STR},
 }
 
 #: Time-series tables (have a ``t_s`` or ``start_s``/``end_s`` on the monotonic clock).
 _TIME_COLUMNS = {"rounds": ("start_s", "end_s"), "ops": ("start_s", "end_s"), "queues": ("t_s",),
-                 "pfc": ("t_s",), "cpu": ("t_s",)}
+                 "pfc": ("t_s",), "cpu": ("t_s",), "events": ("t_s",)}
 
 
 class RunDirError(Exception):
@@ -237,6 +238,8 @@ class Run:
     rdma: pd.DataFrame
     pfc: pd.DataFrame
     cpu: pd.DataFrame
+    #: the fault timeline's changes and routing's reactions (testbed.faults), empty without faults
+    events: pd.DataFrame = field(default_factory=lambda: empty_frame("events"))
     #: file names (``"ops.csv"`` ...) that existed in the folder
     present: set[str] = field(default_factory=set)
     #: human-readable notes about anything unusual found while loading

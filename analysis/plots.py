@@ -19,7 +19,7 @@ from matplotlib.patches import Patch
 from .metrics import GOOD_ABOVE, POOR_BELOW, nearest_rank, pause_intervals, rank_timeline, scaling_verdict, step_times
 
 __all__ = ["plot_cdf", "plot_metric_vs_param", "plot_pause_timeline", "plot_queue_occupancy", "plot_rank_timeline",
-           "plot_scaling_efficiency"]
+           "plot_scaling_efficiency", "shade_faults"]
 
 #: colours of the per-rank timeline
 TIMELINE_COLOURS = {"compute": "tab:green", "comm": "tab:blue", "wait": "tab:red"}
@@ -155,8 +155,21 @@ def _merge_bars(bars: list[tuple[float, float]], limit: int) -> list[tuple[float
     return [(s, e - s) for s, e in out]
 
 
+def shade_faults(ax, faults: pd.DataFrame | None, t0: float) -> None:
+    """Draw fault intervals (:func:`analysis.faults.fault_intervals`) as hatched red spans, each labelled at the
+    top with its target and what it was (down, withdrawn, slow, impaired)."""
+    if faults is None or faults.empty:
+        return
+    colours = {"down": "tab:red", "withdrawn": "tab:orange", "slow": "tab:purple", "impaired": "tab:brown"}
+    for r in faults.itertuples(index=False):
+        c = colours.get(r.what, "tab:red")
+        ax.axvspan(r.start_s - t0, r.end_s - t0, facecolor=c, alpha=0.12, hatch="//", edgecolor=c, linewidth=0)
+        ax.text(r.start_s - t0, 1.0, f" {r.target} {r.what}", transform=ax.get_xaxis_transform(), fontsize="x-small",
+                color=c, va="top", rotation=90 if len(faults) > 4 else 0)
+
+
 def plot_rank_timeline(ops: pd.DataFrame, path: str | Path, *, t0: float | None = None,
-                       title: str = "per-rank timeline") -> Path:
+                       title: str = "per-rank timeline", faults: pd.DataFrame | None = None) -> Path:
     """One row per rank (``broken_barh``): compute (green), communication (blue) and waiting for peers (red)
     across the iterations (:func:`analysis.metrics.rank_timeline`); dotted lines at each iteration's end (the
     slowest rank's). A straggler shows as the row with the long green bars while the others' red bars grow."""
@@ -175,6 +188,7 @@ def plot_rank_timeline(ops: pd.DataFrame, path: str | Path, *, t0: float | None 
             if bars:
                 ax.broken_barh(_merge_bars(bars, TIMELINE_MAX_BARS), (y - 0.35, 0.7), facecolors=colour,
                                label=kind if y == 0 else None)
+    shade_faults(ax, faults, t0)
     st = step_times(ops)
     for e in st["end_s"].head(200):
         ax.axvline(e - t0, color="gray", linestyle=":", linewidth=0.7)
@@ -183,7 +197,8 @@ def plot_rank_timeline(ops: pd.DataFrame, path: str | Path, *, t0: float | None 
     ax.set_ylim(-0.6, len(ranks) - 0.4)
     ax.invert_yaxis()
     ax.set_xlabel("time (s)")
-    ax.set_title(title + "  (green: compute, blue: communication, red: waiting for peers)")
+    ax.set_title(title + "  (green: compute, blue: communication, red: waiting for peers)"
+                 + ("; hatched: faults" if faults is not None and len(faults) else ""))
     handles = [Patch(color=c, label=k)
                for k, c in TIMELINE_COLOURS.items()]
     ax.legend(handles=handles, loc="upper right", fontsize="small", ncol=3)

@@ -37,6 +37,7 @@ import pandas as pd
 
 from . import metrics as m
 from . import summary as summ
+from .faults import events_table, fault_intervals
 from .load import SCHEMAS, IncompleteRunWarning, Run, load_run
 
 __all__ = ["PLOT_POINTS", "Block", "build_blocks", "downsample_queues", "fmt", "key_metrics", "render_html",
@@ -149,7 +150,7 @@ def _phases(intervals: pd.DataFrame, max_phases: int = MAX_PHASES) -> pd.DataFra
 
 
 def _plot_occupancy(ds: pd.DataFrame, path: Path, ports: list[str], phases: pd.DataFrame | None,
-                    t0: float | None, what: str) -> Path:
+                    t0: float | None, what: str, faults: pd.DataFrame | None = None) -> Path:
     """Backlog over time per port (``ds`` from :func:`downsample_queues`) with phases shaded in alternating
     colours, so back-to-back ops or rounds stay distinguishable (plots.plot_queue_occupancy shades them all
     alike)."""
@@ -163,6 +164,9 @@ def _plot_occupancy(ds: pd.DataFrame, path: Path, ports: list[str], phases: pd.D
     if phases is not None and len(phases):
         for i, (s, e) in enumerate(zip(phases["start_s"], phases["end_s"])):
             ax.axvspan(s - t0, e - t0, color="tab:blue" if i % 2 == 0 else "tab:green", alpha=0.10, linewidth=0)
+    from .plots import shade_faults
+
+    shade_faults(ax, faults, t0)
     label = ds["node"].astype(str) + ":" + ds["port"].astype(str)
     for port in ports:
         d = ds[label == port].sort_values("t_s")
@@ -369,16 +373,21 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
                        "compute from."))
     ops_tab = m.op_table(run.ops) if len(run.ops) else None
     corr = None
+    start, end = run.time_window()
+    fiv = fault_intervals(run.events, None if math.isnan(end) else end) if len(run.events) else None
+    if fiv is not None:
+        b.append(Block("h2", "Faults (events.csv)"))
+        b.append(Block("table", events_table(run.events, start), "each fault's changes and routing's reactions, "
+                       "seconds from the run's start; drawn hatched on the timelines below"))
     if ops_tab is not None:
         corr = correlate_run(run)
         b.append(Block("p", "The slowest op: " + explain_slowest(run, table=corr) + "."))
-        p = plots.plot_rank_timeline(run.ops, files_dir / "timeline.png")
+        p = plots.plot_rank_timeline(run.ops, files_dir / "timeline.png", faults=fiv)
         b.append(Block("img", (Path(p), f"{rel_dir}/{Path(p).name}"),
                        "Per-rank timeline: compute, communication and waiting for peers, one row per rank, "
                        "iteration ends marked (a straggler is the row with long compute; the others wait)"))
 
     # -- plots
-    start, end = run.time_window()
     t0 = None if (start is None or math.isnan(start)) else start
     figs: list[tuple[Path, str]] = []
     if ops_tab is not None:
@@ -399,7 +408,7 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
             phases, what = _phases(ops_tab), "ops"
         elif rt is not None:
             phases, what = _phases(rt), "incast rounds"
-        p = _plot_occupancy(ds, files_dir / "queues.png", ports, phases, t0, what)
+        p = _plot_occupancy(ds, files_dir / "queues.png", ports, phases, t0, what, fiv)
         figs.append((p, "Queue occupancy over time (backlog summed over classes; shaded: "
                      f"{what or 'no phases'}; top {len(ports)} ports by peak)"))
     if len(run.pfc):

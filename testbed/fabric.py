@@ -39,7 +39,7 @@ from typing import Any, Callable
 import pyroute2.config
 
 from testbed.errors import UsageError
-from testbed.kernel import PREFIX, batch, links, netns, qdisc, spray
+from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray
 from topologies.spray import shared_macs, spray_groups
 
 # pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
@@ -54,8 +54,7 @@ pyroute2.config.disable_mp_signal = True
 MAX_NS_NAME = 48
 _RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
 NUD_PERMANENT = 0x80  # a neighbour entry that never expires and is never probed (include/uapi/linux/neighbour.h)
-RTNH_F_ONLINK = 4
-RTAX_LOCK_RTO_MIN = 1 << 13  # RTAX_LOCK bit of RTAX_RTO_MIN (include/uapi/linux/rtnetlink.h)
+IMPAIR_PRIO = 10  # ingress filter feeding an impairment's IFB: after a dead link's cut (testbed.kernel.linkfail)
 ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 FIRST_MINOR = 0x10
@@ -317,27 +316,7 @@ class Fabric:
 
     def _routes(self, iprs, ifindex) -> None:
         for r in self.topology.routes:
-            ipr = iprs[r.node]
-            idx = ifindex[r.node]
-            kw: dict[str, Any] = {"dst": r.dst}
-            if r.ecmp:
-                kw["multipath"] = [{"gateway": nh.gateway, "oif": idx[nh.ifname],
-                                    **({"flags": RTNH_F_ONLINK} if r.onlink else {})} for nh in r.nexthops]
-            else:
-                nh = r.nexthops[0]
-                kw["oif"] = idx[nh.ifname]
-                if nh.gateway is not None:
-                    kw["gateway"] = nh.gateway
-                else:
-                    kw["scope"] = 253  # link
-                if r.onlink:
-                    kw["flags"] = RTNH_F_ONLINK
-            if r.rto_min_ms is not None:
-                # ms, as `ip route ... rto_min`, and locked as iproute2 always does: TCP takes a route's rto_min
-                # only when its lock bit is set (tcp_rto_min(): dst_metric_locked(dst, RTAX_RTO_MIN)); unlocked,
-                # every connection keeps the 200 ms default
-                kw["metrics"] = {"rto_min": int(r.rto_min_ms), "lock": RTAX_LOCK_RTO_MIN}
-            ipr.route("add", **kw)
+            iprs[r.node].route("add", **linkfail.route_request(r, ifindex[r.node]))
 
     def _neighbours(self, iprs, ifindex) -> None:
         """Every link end knows the other end's MAC from the start: a permanent neighbour entry, no ARP.
@@ -379,13 +358,15 @@ class Fabric:
                         # tcp_allowed_congestion_control) can be a namespace default; sockets set it themselves
                         self.cc_default_failed.append(node.name)
 
+    @staticmethod
+    def port_classes(p: PortPlan) -> list[qdisc.PortClass]:
+        return [qdisc.PortClass(minor, q, prio=prio, weight=weight) for minor, _, q, prio, weight, _ in p.classes]
+
     def _queues(self, iprs, ifindex) -> None:
         for p in self.port_plans:
             ipr = iprs[p.node]
             idx = ifindex[p.node][p.ifname]
-            classes = [qdisc.PortClass(minor, q, prio=prio, weight=weight)
-                       for minor, _, q, prio, weight, _ in p.classes]
-            qdisc.install_port(ipr, idx, p.rate_mbps, classes, p.default_minor, mtu=p.mtu, fresh=True)
+            qdisc.install_port(ipr, idx, p.rate_mbps, self.port_classes(p), p.default_minor, mtu=p.mtu, fresh=True)
             if any(dscps for *_, dscps in p.classes):
                 self._dscp_filters(ipr, idx, p)
 
@@ -411,7 +392,7 @@ class Fabric:
             ipr.link("set", index=ifb_idx, state="up", mtu=l.spec.mtu)
             port_idx = ipr.link_lookup(ifname=rx_port)[0]
             ipr.tc("add", "ingress", index=port_idx)
-            ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=1, protocol=ETH_P_ALL,
+            ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=IMPAIR_PRIO, protocol=ETH_P_ALL,
                    keys=["0x0/0x0+0"], target=0x10001,
                    action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_idx}])
             ipr.tc("add", "netem", index=ifb_idx, handle="1:", delay=int(round(l.spec.delay_ms * 1000)),
@@ -439,23 +420,43 @@ class Fabric:
     def add_loss(self, node: str, ifname: str, loss_percent: float) -> str:
         """Random loss on packets *arriving* at node:ifname (netem on an IFB fed from the port's ingress, the same
         construction as link impairments; the port's egress HTB is untouched). Returns the IFB's name."""
-        with netns.entered(self._ns[node]):
-            from pyroute2 import IPRoute
+        return self.set_rx_netem(node, ifname, loss_percent=loss_percent)
 
-            with IPRoute() as ipr:
-                ifb = f"{PREFIX}ifbl{len(self.ifb)}"
-                ipr.link("add", ifname=ifb, kind="ifb")
-                ifb_idx = ipr.link_lookup(ifname=ifb)[0]
-                port_idx = ipr.link_lookup(ifname=ifname)[0]
-                mtu = ipr.get_links(port_idx)[0].get_attr("IFLA_MTU")
-                ipr.link("set", index=ifb_idx, state="up", mtu=mtu)
+    def set_rx_netem(self, node: str, ifname: str, loss_percent: float = 0.0, delay_ms: float = 0.0,
+                     jitter_ms: float = 0.0, corrupt_percent: float = 0.0) -> str:
+        """Loss, delay, jitter and corruption of packets *arriving* at node:ifname: netem on an IFB fed from the
+        port's ingress (made on first use; later calls change its netem in place, all zero clears it). Returns
+        the IFB's name."""
+        netem = dict(delay=int(round(delay_ms * 1000)), jitter=int(round(jitter_ms * 1000)), loss=loss_percent,
+                     prob_corrupt=corrupt_percent, limit=NETEM_LIMIT_PACKETS)
+        with netns.ipr(self._ns[node]) as ipr:
+            ifb = self.ifb.get((node, ifname))
+            if ifb is not None:
+                ipr.tc("change", "netem", index=ipr.link_lookup(ifname=ifb)[0], handle="1:", **netem)
+                return ifb
+            ifb = f"{PREFIX}ifbl{len(self.ifb)}"
+            ipr.link("add", ifname=ifb, kind="ifb")
+            ifb_idx = ipr.link_lookup(ifname=ifb)[0]
+            port_idx = ipr.link_lookup(ifname=ifname)[0]
+            mtu = ipr.get_links(port_idx)[0].get_attr("IFLA_MTU")
+            ipr.link("set", index=ifb_idx, state="up", mtu=mtu)
+            if not any(q["parent"] == 0xFFFFFFF1 for q in ipr.get_qdiscs(index=port_idx)):
                 ipr.tc("add", "ingress", index=port_idx)
-                ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=1, protocol=ETH_P_ALL,
-                       keys=["0x0/0x0+0"], target=0x10001,
-                       action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_idx}])
-                ipr.tc("add", "netem", index=ifb_idx, handle="1:", loss=loss_percent, limit=NETEM_LIMIT_PACKETS)
+            ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=IMPAIR_PRIO, protocol=ETH_P_ALL,
+                   keys=["0x0/0x0+0"], target=0x10001,
+                   action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_idx}])
+            ipr.tc("add", "netem", index=ifb_idx, handle="1:", **netem)
         self.ifb[(node, ifname)] = ifb
         return ifb
+
+    def link_netem(self, node: str, ifname: str) -> dict[str, float]:
+        """The netem settings the topology gives packets arriving at node:ifname (its link's delay, jitter, loss
+        for that direction; all zero on a clean link): what a fault's netem is put back to."""
+        for l in self.topology.links:
+            if (node, ifname) in ((l.a, l.a_port), (l.b, l.b_port)):
+                return {"loss_percent": l.spec.loss_percent, "delay_ms": l.spec.delay_ms,
+                        "jitter_ms": l.spec.jitter_ms}
+        raise KeyError(f"no link ends at {node}:{ifname}")
 
     # ---- teardown ----
 

@@ -188,6 +188,7 @@ class CollectiveJob:
                     started.append(what)
             if bg:
                 lab.progress(f"{len(pl.job.background)} background flow(s) running")
+            lab.start_workload()  # t = 0 of the fault timeline
 
         try:
             self.res = ctl.run(setup_timeout_s=self.timeout_s, run_timeout_s=self.timeout_s, before_go=before_go)

@@ -82,6 +82,7 @@ class Lab:
         self._flow_rows: list[tuple] = []
         self._round_rows: list[tuple] = []
         self._files_lock = threading.Lock()
+        self.faults = None  # the FaultTimeline, once a fault was scheduled with at()
 
     # ---- progress ----
 
@@ -236,6 +237,7 @@ class Lab:
         handle = Flows(bg, self._record_flows)
         self.on_teardown(handle.stop)
         bg.start()
+        self.start_workload()
         if duration_s is not None:
             handle.stop_after(duration_s)
         self.progress(f"{len(records)} flow(s) running: " + ", ".join(f"{a}>{b}" for a, b in pairs))
@@ -268,6 +270,7 @@ class Lab:
             if at_s is not None:
                 time.sleep(max(0.0, self.t_up + at_s - time.monotonic()))
             self.progress(f"burst: {rounds} round(s) of {len(names)} x {size_bytes} B -> {rname}")
+            self.start_workload()
             with self._files_lock:
                 first = 1 + max((r[0] for r in self._round_rows), default=-1)
             rows = inc.run(rounds, first_round=first)
@@ -278,6 +281,45 @@ class Lab:
             self.rundir.write_csv("rounds.csv", ROUNDS_COLUMNS, ((r, h, f"{s:.6f}", f"{e:.6f}", b)
                                                                  for r, h, s, e, b in self._round_rows))
         return Burst(rows)
+
+    # ---- faults ----
+
+    def at(self, at_s: float, fault) -> Any:
+        """Schedule a fault ``at_s`` seconds after the workload starts: a :class:`testbed.faultplan.Fault` or its
+        text, e.g. ``lab.at(2.0, "link-down leaf1-spine1 for_s=0.5 detect_ms=300")`` or ``lab.at(1.0,
+        "slow-port spine1:leaf2 fraction=0.25")`` (kinds and parameters: testbed.faultplan). Checked against the
+        topology at once (UsageError, one line). The workload starts with the first :meth:`flows`, :meth:`burst`
+        or collective job, or when the script calls :meth:`start_workload`. Each change, and routing's reaction,
+        is written to ``events.csv``; the fabric is put back as built when the lab ends."""
+        if self.faults is None:
+            from testbed.faults import FaultTimeline
+
+            self.faults = FaultTimeline(self.net.fabric, self.progress)
+            self.on_teardown(self._close_faults)
+        f = self.faults.add(fault, at_s=at_s)
+        self.rundir.manifest.setdefault("faults", []).append(str(f))
+        self.rundir.write_manifest()
+        return f
+
+    def start_workload(self) -> None:
+        """t = 0 of the fault timeline (the first call counts; traffic started by the Lab calls it)."""
+        if self.faults is not None:
+            self.faults.start()
+
+    def _close_faults(self) -> None:
+        """Stop the timeline, put the fabric back, write events.csv (with the frames the dead links swallowed as a
+        last ``dead_link_frames`` event) and add analysis' fault numbers to the summary."""
+        from analysis.faults import fault_summary
+        from analysis.load import load_csv
+        from testbed.faults import EVENT_COLUMNS
+
+        events = self.faults.close()
+        lost = self.faults.lost_frames()
+        if self.faults.t0 is not None:
+            events.append((time.monotonic(), "dead_link_frames", "all", f"frames={lost}"))
+        self.rundir.write_csv("events.csv", EVENT_COLUMNS, ((f"{t:.6f}", k, tg, d) for t, k, tg, d in events))
+        self.summary.update(fault_summary(load_csv(self.rundir.path / "events.csv", "events"), time.monotonic()))
+        self.progress(f"fault timeline: {len(events)} event(s), {lost} frame(s) lost in dead links")
 
     # ---- looking around ----
 

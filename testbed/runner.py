@@ -29,7 +29,30 @@ def _options(extra: list[str]) -> argparse.Namespace:
     p.add_argument("--vm", default="auto", choices=["auto", "always", "never"])
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--cli", action="store_true")
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC")
+    p.add_argument("--faults", default=None, metavar="FILE")
     return p.parse_args(extra)
+
+
+def parse_faults(scenario: Scenario, params: dict, seed: int, specs: list[str], path: str | None) -> list:
+    """The --fault/--faults timeline, checked against the scenario's topology (UsageError, one line)."""
+    from testbed import faultplan
+
+    faults = [faultplan.parse(s) for s in specs] + (faultplan.parse_file(path) if path else [])
+    if not faults:
+        return []
+    if scenario.topology is None:
+        raise UsageError(f"--fault: {scenario.name} is not on the Lab API")
+    from topologies.mininet_topo import spec_from_topo
+    from topologies.spec import SpecError
+
+    try:
+        spec = spec_from_topo(scenario.topology(params, seed))
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+    horizon = params.get("duration_s")
+    faultplan.check(faults, spec, float(horizon) if isinstance(horizon, (int, float)) else None)
+    return faults
 
 
 def missing_capabilities(needs: Sequence[str]) -> list[str]:
@@ -73,11 +96,12 @@ def print_table(scenario: Scenario, summary: dict, out: Path) -> None:
 
 
 def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool = False,
-                 cli: bool = False) -> dict:
+                 cli: bool = False, faults: Sequence = ()) -> dict:
     """Build, run and tear down one scenario run in this kernel; return its summary. ``cli``: open Mininet's CLI
-    once the fabric is up and again after the traffic (Lab API scenarios)."""
+    once the fabric is up and again after the traffic (Lab API scenarios); ``faults``: testbed.faultplan faults
+    played from the workload's start."""
     if scenario.topology is not None:
-        return _run_on_lab(scenario, params, seed, out, quiet, cli)
+        return _run_on_lab(scenario, params, seed, out, quiet, cli, faults)
     from testbed.rundir import RunDir
     from testbed.state import RunState
 
@@ -116,11 +140,14 @@ def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: 
         signal.signal(signal.SIGTERM, old)
 
 
-def _run_on_lab(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool, cli: bool) -> dict:
+def _run_on_lab(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool, cli: bool,
+                faults: Sequence = ()) -> dict:
     from testbed.lab import Lab
 
     with Lab(scenario.topology(params, seed), out=out, seed=seed, name=scenario.name, params=params,
              rxe=scenario.rxe_for(params), quiet=quiet) as lab:
+        for f in faults:
+            lab.at(f.at_s, f)
         if cli:
             lab.cli()
         lab.summary = scenario.run(params, lab)
@@ -146,6 +173,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     opts = _options(extra)
     params = resolve(scenario.params, opts.set)
     scenario.validate(params)
+    faults = parse_faults(scenario, params, opts.seed, opts.fault, opts.faults)
     require_root(f"testbed run {scenario.name}")
     from testbed.rundir import check_out_dir, default_out
 
@@ -156,8 +184,11 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"--cli: {scenario.name} is not on the Lab API yet")
     if opts.cli and not labvm.in_vm() and not sys.stdin.isatty():
         raise UsageError("--cli needs a terminal")
-    if use_vm(opts.vm, scenario.needs_of(params), labvm.in_vm()):
+    from testbed.faultplan import needs as fault_needs
+
+    if use_vm(opts.vm, [*scenario.needs_of(params), *fault_needs(faults)], labvm.in_vm()):
         argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
+                *sum((["--fault", str(f)] for f in faults), []),
                 "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]
         if opts.quiet:
             argv.append("--quiet")
@@ -170,6 +201,12 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         return labvm.run(["env", "PYTHONUNBUFFERED=1", sys.executable, "-m", "testbed.cli", *argv[1:]],
                          labvm.VmOptions(interactive=opts.cli))
 
-    summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet, cli=opts.cli)
+    summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet, cli=opts.cli, faults=faults)
     print_table(scenario, summary, out)
+    if faults:
+        print(f"faults: {summary.get('link_down_events', 0)} link down(s) for {summary.get('down_ms_total', 0):.0f} "
+              f"ms, {summary.get('routes_withdrawn_events', 0)} route withdrawal(s) (reaction max "
+              f"{summary.get('route_reaction_ms_max', float('nan')):.0f} ms), {summary.get('dead_link_frames', 0)} "
+              f"frame(s) lost in dead links, {summary.get('slow_ms_total', 0):.0f} ms slow, "
+              f"{summary.get('impaired_ms_total', 0):.0f} ms impaired; {out}/events.csv")
     return 0

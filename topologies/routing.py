@@ -26,14 +26,24 @@ class RoutingError(SpecError):
     """A destination is unreachable or the routes loop."""
 
 
-def compute_routes(topology: "Topology") -> list[Route]:
-    """Every static route the builder installs, ordered by node (topology order) then destination."""
+def compute_routes(topology: "Topology", down: Iterable = ()) -> list[Route]:
+    """Every static route the builder installs, ordered by node (topology order) then destination.
+
+    ``down``: links (:class:`~topologies.spec.Link`) taken out of service, as routing sees them once a failure is
+    detected: no nexthop crosses them, a router that can no longer reach a subnet has no route to it, and a host
+    whose own link is down has no route at all (and no router has its /32). The difference between the routes with
+    and without a link is what a fabric's routing withdraws when that link fails."""
     plan = topology.address_plan
+    dead = {(l.a, l.a_port, l.b, l.b_port) for l in down}
     role = {n.name: n.role for n in topology.nodes}
     order = {n.name: i for i, n in enumerate(topology.nodes)}
     # router adjacency: router -> [(my port, neighbour, neighbour's ip on that link)]
     adj: dict[str, list[tuple[str, str, str]]] = {n.name: [] for n in topology.routers}
+    cut: set[str] = set()  # hosts whose link is down
     for l in topology.links:
+        if (l.a, l.a_port, l.b, l.b_port) in dead:
+            cut.update(n for n in (l.a, l.b) if role[n] == "host")
+            continue
         if role[l.a] == "host" or role[l.b] == "host":
             continue
         adj[l.a].append((l.a_port, l.b, plan.interfaces[(l.b, l.b_port)].ip))
@@ -42,10 +52,14 @@ def compute_routes(topology: "Topology") -> list[Route]:
     routes: list[Route] = []
     rto = getattr(topology.tcp, "rto_min_ms", None)
     for host, (router, ifname, _) in plan.attachments.items():
+        if host in cut:
+            continue
         routes.append(Route(host, "0.0.0.0/0", (NextHop(ifname, plan.gateway_of(host)),), onlink=True,
                             rto_min_ms=rto))
     for edge, subnet in plan.subnets.items():
         for h in plan.edge_hosts[edge]:
+            if h in cut:
+                continue
             _, _, port = plan.attachments[h]
             routes.append(Route(edge, f"{plan.host_ip(h)}/32", (NextHop(port, None),)))
         dist = _bfs(adj, edge)
@@ -53,9 +67,25 @@ def compute_routes(topology: "Topology") -> list[Route]:
             if r == edge or r not in dist:
                 continue
             hops = sorted({NextHop(port, gw) for port, nb, gw in adj[r] if dist.get(nb) == dist[r] - 1})
+            if not hops:
+                continue
             routes.append(Route(r, subnet, tuple(hops)))
     routes.sort(key=lambda rt: (order[rt.node], _net_key(rt.dst)))
     return routes
+
+
+def route_diff(old: Iterable[Route], new: Iterable[Route]) -> dict[str, tuple[list[Route], list[str]]]:
+    """Per node: (routes to replace or add, destinations to delete) that turn routes `old` into `new`."""
+    before = {(r.node, r.dst): r for r in old}
+    after = {(r.node, r.dst): r for r in new}
+    out: dict[str, tuple[list[Route], list[str]]] = {}
+    for key, r in after.items():
+        if before.get(key) != r:
+            out.setdefault(r.node, ([], []))[0].append(r)
+    for (node, dst) in before:
+        if (node, dst) not in after:
+            out.setdefault(node, ([], []))[1].append(dst)
+    return out
 
 
 def _net_key(dst: str) -> tuple[int, int]:

@@ -114,25 +114,42 @@ def install_port(ipr, idx: int, rate_mbps: float, classes: list[PortClass], defa
     classes and their leaf queues described in the module docstring. Burst = one frame + `slack_ms` of line rate.
     `fresh`: the interface was just created and has only its default root qdisc, which adding ours replaces, so
     the (failing, hence costly in pyroute2) delete of an old 1: root is skipped."""
-    rate = _htb_rate(rate_mbps)
-    frame = mtu + WIRE_OVERHEAD_BYTES
-    burst = frame + int(rate * slack_ms / 1000.0)
-    quanta = class_quanta(classes, frame)
+    wire, per_class = _htb_classes(rate_mbps, classes, mtu, slack_ms)
     if not fresh:
         with contextlib.suppress(Exception):
             ipr.tc("del", index=idx, handle="1:", root=True)
     ipr.tc("add", "htb", index=idx, handle="1:", default=default_minor)
-    ipr.tc("add-class", "htb", index=idx, handle="1:1", parent="1:", rate=f"{rate * 8}bit", ceil=f"{rate * 8}bit",
-           burst=burst, cburst=burst, quantum=frame)
+    ipr.tc("add-class", "htb", index=idx, handle="1:1", parent="1:", **wire)
+    for c in classes:
+        ipr.tc("add-class", "htb", index=idx, handle=f"1:{c.minor:x}", parent="1:1", **per_class[c.minor])
+        kind, args = c.queue.tc_args(_htb_rate(rate_mbps))
+        ipr.tc("add", kind, index=idx, handle=f"{c.minor:x}:", parent=f"1:{c.minor:x}", **args)
+
+
+def _htb_classes(rate_mbps: float, classes: list[PortClass], mtu: int, slack_ms: float) -> tuple[dict, dict]:
+    """HTB arguments of the wire class 1:1 and of each traffic class (by minor) for a port at `rate_mbps`."""
+    rate = _htb_rate(rate_mbps)
+    frame = mtu + WIRE_OVERHEAD_BYTES
+    burst = frame + int(rate * slack_ms / 1000.0)
+    quanta = class_quanta(classes, frame)
+    wire = dict(rate=f"{rate * 8}bit", ceil=f"{rate * 8}bit", burst=burst, cburst=burst, quantum=frame)
     # one class: nothing to share, so it gets the link as its own rate and never borrows (borrowing adds the parent's
     # wait events to every packet's path, and in the emulated VM late timers then cost rate: 0.87 of 10 Mbit/s
     # measured borrowing vs >= 0.93 with its own rate)
     crate = rate if len(classes) == 1 else max(1, int(rate * CLASS_RATE_FRACTION))
+    per_class = {c.minor: dict(rate=f"{crate * 8}bit", ceil=f"{rate * 8}bit", burst=burst, cburst=burst,
+                               prio=c.prio, quantum=quanta[c.minor]) for c in classes}
+    return wire, per_class
+
+
+def set_port_rate(ipr, idx: int, rate_mbps: float, classes: list[PortClass], mtu: int = 1500,
+                  slack_ms: float = SHAPER_SLACK_MS) -> None:
+    """Change the wire rate of a port :func:`install_port` built (its queues and their contents stay): a slow link
+    or a slow-draining port. Every class is changed too, since a single class holds the link rate as its own."""
+    wire, per_class = _htb_classes(rate_mbps, classes, mtu, slack_ms)
+    ipr.tc("change-class", "htb", index=idx, handle="1:1", parent="1:", **wire)
     for c in classes:
-        ipr.tc("add-class", "htb", index=idx, handle=f"1:{c.minor:x}", parent="1:1", rate=f"{crate * 8}bit",
-               ceil=f"{rate * 8}bit", burst=burst, cburst=burst, prio=c.prio, quantum=quanta[c.minor])
-        kind, args = c.queue.tc_args(rate)
-        ipr.tc("add", kind, index=idx, handle=f"{c.minor:x}:", parent=f"1:{c.minor:x}", **args)
+        ipr.tc("change-class", "htb", index=idx, handle=f"1:{c.minor:x}", parent="1:1", **per_class[c.minor])
 
 
 def install_port_ns(ns: str, ifname: str, rate_mbps: float, classes: list[PortClass], default_minor: int,

@@ -1,0 +1,119 @@
+"""Faults from a run's ``events.csv`` (written by the fault timeline, testbed.faults): when each was in effect,
+how fast routing reacted, and the numbers the summary carries.
+
+Interval of a fault = from its start event to the matching end event on the same target (a link that never came
+back, or a port still slow, is open until the run's end):
+
+    link_down -> link_up               the link carried nothing
+    routes_withdrawn -> routes_restored  routing routed around it (from detection to re-detection)
+    port_slow -> port_restored         the port ran below its rate
+    netem_set -> netem_cleared         the link lost / delayed / corrupted packets
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+#: start event -> (end event, the interval's name in outputs)
+PAIRS = {"link_down": ("link_up", "down"), "routes_withdrawn": ("routes_restored", "withdrawn"),
+         "port_slow": ("port_restored", "slow"), "netem_set": ("netem_cleared", "impaired")}
+INTERVAL_COLUMNS = ["what", "target", "start_s", "end_s"]
+
+
+def fault_intervals(events: pd.DataFrame, run_end: float | None = None) -> pd.DataFrame:
+    """One row per fault interval: what (down, withdrawn, slow, impaired), target, start_s, end_s (monotonic
+    seconds). Open intervals end at ``run_end`` (default: the last event)."""
+    if events is None or events.empty:
+        return pd.DataFrame({c: pd.Series([], dtype=object if c in ("what", "target") else float)
+                             for c in INTERVAL_COLUMNS})
+    ev = events.sort_values("t_s", kind="stable")
+    end_all = float(run_end) if run_end is not None and math.isfinite(run_end) else float(ev["t_s"].max())
+    open_: dict[tuple[str, str], float] = {}
+    ends = {end: start for start, (end, _) in PAIRS.items()}
+    rows = []
+    for e in ev.itertuples(index=False):
+        if e.kind in PAIRS:
+            open_.setdefault((e.kind, e.target), float(e.t_s))
+        elif e.kind in ends:
+            start_kind = ends[e.kind]
+            if e.target == "all":  # the timeline put everything back at its close
+                keys = [k for k in open_ if k[0] == start_kind]
+            else:
+                keys = [(start_kind, e.target)] if (start_kind, e.target) in open_ else []
+            for k in keys:
+                rows.append((PAIRS[start_kind][1], k[1], open_.pop(k), float(e.t_s)))
+    for (kind, target), t in open_.items():
+        rows.append((PAIRS[kind][1], target, t, max(end_all, t)))
+    rows.sort(key=lambda r: (r[2], r[1]))
+    return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)
+
+
+def reaction_ms(events: pd.DataFrame) -> list[float]:
+    """Per withdrawal: ms from the link's going down to routing's withdrawing it (the detection delay the
+    emulation achieved: the configured detect_ms plus the timer's lateness)."""
+    out = []
+    if events is None or events.empty:
+        return out
+    down: dict[str, float] = {}
+    for e in events.sort_values("t_s", kind="stable").itertuples(index=False):
+        if e.kind == "link_down":
+            down[e.target] = float(e.t_s)
+        elif e.kind == "routes_withdrawn" and e.target in down:
+            out.append((float(e.t_s) - down[e.target]) * 1e3)
+    return out
+
+
+def fault_summary(events: pd.DataFrame, run_end: float | None = None) -> dict:
+    """The summary's fault numbers (empty without events): counts, total time down / withdrawn / slow /
+    impaired, routing's reaction time, steps the workload ended before, frames the dead links swallowed (the
+    timeline's closing ``dead_link_frames`` event)."""
+    if events is None or events.empty:
+        return {}
+    iv = fault_intervals(events, run_end)
+    kinds = events["kind"].value_counts()
+    out = {"fault_events": int(len(events)),
+           "link_down_events": int(kinds.get("link_down", 0)),
+           "routes_withdrawn_events": int(kinds.get("routes_withdrawn", 0)),
+           "faults_not_reached": int(kinds.get("fault_not_reached", 0)),
+           "fault_errors": int(kinds.get("fault_error", 0))}
+    for what in ("down", "withdrawn", "slow", "impaired"):
+        sel = iv[iv["what"] == what]
+        out[f"{what}_ms_total"] = float(((sel["end_s"] - sel["start_s"]) * 1e3).sum()) if len(sel) else 0.0
+    r = reaction_ms(events)
+    out["route_reaction_ms_max"] = max(r) if r else math.nan
+    lost = events[events["kind"] == "dead_link_frames"]["detail"]
+    out["dead_link_frames"] = int(sum(int(str(d).rpartition("=")[2] or 0) for d in lost))
+    return out
+
+
+def overlapping(intervals: pd.DataFrame, start_s: float, end_s: float) -> list[tuple[str, str, float]]:
+    """(what, target, ms of overlap) of every fault interval overlapping [start_s, end_s], longest first."""
+    out = []
+    for r in intervals.itertuples(index=False):
+        ov = min(end_s, r.end_s) - max(start_s, r.start_s)
+        if ov > 0:
+            out.append((r.what, r.target, ov * 1e3))
+    out.sort(key=lambda x: -x[2])
+    return out
+
+
+def events_table(events: pd.DataFrame, t0: float | None = None, limit: int = 200) -> pd.DataFrame:
+    """events.csv for a report: time in seconds from `t0` (default: the first event), kind, target, detail."""
+    if events is None or events.empty:
+        return pd.DataFrame(columns=["t (s)", "kind", "target", "detail"])
+    ev = events.sort_values("t_s", kind="stable").head(limit)
+    base = float(ev["t_s"].min()) if t0 is None or not math.isfinite(t0) else float(t0)
+    return pd.DataFrame({"t (s)": [f"{t - base:.3f}" for t in ev["t_s"]], "kind": ev["kind"].astype(str).tolist(),
+                         "target": ev["target"].astype(str).tolist(),
+                         "detail": ["" if pd.isna(d) else str(d) for d in ev["detail"]]})
+
+
+def describe(overlaps: list[tuple[str, str, float]]) -> str:
+    """``"leaf2-spine1 down for 120 ms, leaf2-spine1 withdrawn for 70 ms"`` ('' for none)."""
+    return ", ".join(f"{target} {what} for {ms:.0f} ms" for what, target, ms in overlaps)
+
+
+__all__ = ["INTERVAL_COLUMNS", "PAIRS", "describe", "events_table", "fault_intervals", "fault_summary", "overlapping",
+           "reaction_ms"]

@@ -1,0 +1,253 @@
+"""Faults on a timeline: what they are, how they are written, and how each is checked against a topology before
+anything is built. Pure logic; testbed.faults plays them on a live fabric.
+
+Written the same way on the CLI (``testbed run NAME --fault SPEC``, repeatable, or ``--faults FILE`` with one SPEC
+per line) and in a script (``lab.at(2.0, "link-down leaf1-spine1 for_s=0.5")`` or
+``lab.at(2.0, link_down("leaf1-spine1", for_s=0.5))``)::
+
+    KIND TARGET [key=value ...]          times are seconds from the workload's start
+
+    link-down  LINK  at_s=T [for_s=D] [detect_ms=M]    the link stops carrying frames (both directions) at T, for D
+                                                        seconds (default: for good); routing withdraws it M ms
+                                                        after it died (BFD-like detection, default 50) and takes
+                                                        it back M ms after it came back
+    flap       LINK  at_s=T down_s=D up_s=U count=N [detect_ms=M]
+                                                        N times: down for D, then up for U
+    slow-port  PORT  at_s=T fraction=F [for_s=D]       the egress port's rate cut to F (0 < F <= 1) of its rate:
+                                                        a slow link or a slow-draining switch port
+    netem      PORT  at_s=T [for_s=D] [loss_percent=P] [delay_ms=X] [jitter_ms=J] [corrupt_percent=C]
+                                                        loss / delay / jitter / corruption of what leaves PORT
+                                                        (netem on the far end's ingress; the lab VM has netem)
+
+LINK is ``leaf1-spine1`` (the two nodes; when they share several links, ``leaf1:spine1-spine1:leaf1``). PORT is
+``node:ifname``, an egress port of the fabric (``spine1:leaf2``: spine1's port towards leaf2). Anything wrong is a
+:class:`~testbed.errors.UsageError` with one line, before a namespace exists.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.errors import UsageError
+
+DEFAULT_DETECT_MS = 50.0
+MAX_FLAPS = 1000
+#: per kind: allowed keys, required keys, the target's kind
+KINDS: dict[str, tuple[frozenset, frozenset, str]] = {
+    "link-down": (frozenset({"at_s", "for_s", "detect_ms"}), frozenset({"at_s"}), "link"),
+    "flap": (frozenset({"at_s", "down_s", "up_s", "count", "detect_ms"}),
+             frozenset({"at_s", "down_s", "up_s", "count"}), "link"),
+    "slow-port": (frozenset({"at_s", "fraction", "for_s"}), frozenset({"at_s", "fraction"}), "port"),
+    "netem": (frozenset({"at_s", "for_s", "loss_percent", "delay_ms", "jitter_ms", "corrupt_percent"}),
+              frozenset({"at_s"}), "port"),
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault as written: ``kind``, ``target`` (a link or a port, by name) and its parameters."""
+
+    kind: str
+    target: str
+    params: tuple[tuple[str, float], ...] = field(default_factory=tuple)
+
+    def get(self, key: str, default: float | None = None) -> float | None:
+        return dict(self.params).get(key, default)
+
+    @property
+    def at_s(self) -> float:
+        return float(dict(self.params)["at_s"])
+
+    @property
+    def end_s(self) -> float:
+        """When the fault's last effect ends (inf: for good)."""
+        p = dict(self.params)
+        if self.kind == "flap":
+            return p["at_s"] + p["count"] * (p["down_s"] + p["up_s"])
+        return p["at_s"] + p["for_s"] if "for_s" in p else math.inf
+
+    def __str__(self) -> str:
+        return " ".join([self.kind, self.target, *(f"{k}={v:.12g}" for k, v in self.params)])
+
+
+@dataclass(frozen=True)
+class Step:
+    """One change the timeline makes at ``t_s`` (seconds from the workload's start): ``op`` is cut / mend (a
+    link), rate (a port's rate as a fraction of its own, 1.0 restores) or netem / netem-clear (a port)."""
+
+    t_s: float
+    op: str
+    fault: Fault
+    value: float | dict | None = None
+
+
+def make(kind: str, target: str, **params: float) -> Fault:
+    """A fault from keyword parameters (checked for form, not yet against a topology)."""
+    return _checked(kind, target, params)
+
+
+def parse(text: str, at_s: float | None = None) -> Fault:
+    """``KIND TARGET key=value ...`` (see the module docstring) -> Fault; ``at_s``, when given, is the start time
+    (``lab.at(t, text)`` writes it outside the text)."""
+    words = shlex.split(text, comments=True)
+    if len(words) < 2:
+        raise UsageError(f"fault {text.strip()!r}: write KIND TARGET key=value ... (kinds: {', '.join(KINDS)})")
+    params: dict[str, float] = {}
+    for w in words[2:]:
+        key, eq, val = w.partition("=")
+        if not eq:
+            raise UsageError(f"fault {text.strip()!r}: {w!r} is not key=value")
+        try:
+            params[key] = float(val)
+        except ValueError:
+            raise UsageError(f"fault {text.strip()!r}: {key}={val!r} is not a number") from None
+    if at_s is not None:
+        params["at_s"] = at_s
+    return _checked(words[0], words[1], params)
+
+
+def parse_file(path: str | Path) -> list[Fault]:
+    """One fault per line; blank lines and ``#`` comments are skipped."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as e:
+        raise UsageError(f"--faults {path}: {e.strerror or e}") from None
+    return [parse(line) for line in lines if line.split("#", 1)[0].strip()]
+
+
+def _checked(kind: str, target: str, params: dict) -> Fault:
+    if kind not in KINDS:
+        raise UsageError(f"fault: unknown kind {kind!r} (kinds: {', '.join(KINDS)})")
+    allowed, required, _ = KINDS[kind]
+    where = f"fault {kind} {target}"
+    for key in params:
+        if key not in allowed:
+            raise UsageError(f"{where}: unknown parameter {key!r} (allowed: {', '.join(sorted(allowed))})")
+    for key in sorted(required - set(params)):
+        raise UsageError(f"{where}: {key}= is required")
+    p = {k: float(v) for k, v in params.items()}
+    for key, v in p.items():
+        if not math.isfinite(v):
+            raise UsageError(f"{where}: {key} must be a finite number (got {v})")
+    _check_ranges(where, kind, p)
+    return Fault(kind, target, tuple(sorted(p.items())))
+
+
+def _check_ranges(where: str, kind: str, p: dict[str, float]) -> None:
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise UsageError(f"{where}: {what}")
+
+    need(p["at_s"] >= 0, f"at_s must be >= 0 (got {p['at_s']:g})")
+    for key in ("for_s", "down_s", "up_s"):
+        if key in p:
+            need(p[key] > 0, f"{key} must be > 0 (got {p[key]:g})")
+    if "detect_ms" in p:
+        need(0 <= p["detect_ms"] <= 60_000, f"detect_ms must be 0..60000 (got {p['detect_ms']:g})")
+    if "count" in p:
+        need(p["count"] == int(p["count"]) and 1 <= p["count"] <= MAX_FLAPS,
+             f"count must be a whole number 1..{MAX_FLAPS} (got {p['count']:g})")
+    if kind == "slow-port":
+        need(0 < p["fraction"] <= 1, f"fraction must be in (0, 1] (got {p['fraction']:g}; a rate of 0 is a "
+             "dead link: use link-down)")
+    for key in ("loss_percent", "corrupt_percent"):
+        if key in p:
+            need(0 <= p[key] <= 100, f"{key} must be 0..100 (got {p[key]:g})")
+    for key in ("delay_ms", "jitter_ms"):
+        if key in p:
+            need(0 <= p[key] <= 10_000, f"{key} must be 0..10000 (got {p[key]:g})")
+    if kind == "netem":
+        need(any(p.get(k, 0) > 0 for k in ("loss_percent", "delay_ms", "jitter_ms", "corrupt_percent")),
+             "give at least one of loss_percent, delay_ms, jitter_ms, corrupt_percent > 0")
+        need(p.get("jitter_ms", 0) <= p.get("delay_ms", 0), "jitter_ms must not exceed delay_ms")
+
+
+# ---- against a topology ----
+
+def find_link(topology, text: str):
+    """The :class:`~topologies.spec.Link` named ``a-b`` (node names) or by its full name ``a:pa-b:pb``."""
+    for l in topology.links:
+        if text == l.name:
+            return l
+    nodes = {n.name for n in topology.nodes}
+    for i, ch in enumerate(text):
+        if ch != "-":
+            continue
+        a, b = text[:i], text[i + 1:]
+        if a in nodes and b in nodes:
+            found = [l for l in topology.links if {l.a, l.b} == {a, b}]
+            if len(found) == 1:
+                return found[0]
+            if len(found) > 1:
+                raise UsageError(f"fault link {text!r}: {a} and {b} share {len(found)} links; name one: "
+                                 f"{', '.join(l.name for l in found)}")
+            raise UsageError(f"fault link {text!r}: no link between {a} and {b}")
+    raise UsageError(f"fault link {text!r}: unknown link (write NODE-NODE, e.g. "
+                     f"{topology.links[0].a}-{topology.links[0].b})")
+
+
+def find_port(topology, text: str) -> tuple[str, str]:
+    """(node, ifname) of the egress port ``node:ifname``."""
+    node, colon, ifname = text.partition(":")
+    ports = {(p.node, p.ifname) for p in topology.egress_ports()}
+    if not colon or (node, ifname) not in ports:
+        some = sorted(ports)[:3]
+        raise UsageError(f"fault port {text!r}: no such egress port (write NODE:IFNAME, e.g. "
+                         f"{', '.join(f'{n}:{i}' for n, i in some)})")
+    return node, ifname
+
+
+def check(faults: list[Fault], topology, horizon_s: float | None = None) -> None:
+    """Every fault's target exists in `topology`; with a known workload length `horizon_s`, every fault starts
+    before it ends."""
+    for f in faults:
+        if KINDS[f.kind][2] == "link":
+            find_link(topology, f.target)
+        else:
+            find_port(topology, f.target)
+        if horizon_s is not None and f.at_s >= horizon_s:
+            raise UsageError(f"fault {f}: at_s={f.at_s:g} is past the end of the workload ({horizon_s:g} s)")
+
+
+def steps(f: Fault) -> list[Step]:
+    """The changes one fault makes, in time order (routing's reaction is the player's: it depends on timing)."""
+    p = dict(f.params)
+    at = p["at_s"]
+    if f.kind == "link-down":
+        out = [Step(at, "cut", f)]
+        if "for_s" in p:
+            out.append(Step(at + p["for_s"], "mend", f))
+        return out
+    if f.kind == "flap":
+        out, t = [], at
+        for _ in range(int(p["count"])):
+            out += [Step(t, "cut", f), Step(t + p["down_s"], "mend", f)]
+            t += p["down_s"] + p["up_s"]
+        return out
+    if f.kind == "slow-port":
+        out = [Step(at, "rate", f, p["fraction"])]
+        if "for_s" in p:
+            out.append(Step(at + p["for_s"], "rate", f, 1.0))
+        return out
+    netem = {k: p[k] for k in ("loss_percent", "delay_ms", "jitter_ms", "corrupt_percent") if k in p}
+    out = [Step(at, "netem", f, netem)]
+    if "for_s" in p:
+        out.append(Step(at + p["for_s"], "netem-clear", f))
+    return out
+
+
+def needs(faults: list[Fault]) -> tuple[str, ...]:
+    """Kernel capabilities the faults need (testbed.needs names)."""
+    out: list[str] = []
+    if any(KINDS[f.kind][2] == "link" for f in faults) or any(f.kind == "netem" for f in faults):
+        out += ["cls:u32", "act:mirred"]
+    if any(f.kind == "netem" for f in faults):
+        out.append("qdisc:netem")
+    return tuple(dict.fromkeys(out))
+
+
+__all__ = ["DEFAULT_DETECT_MS", "KINDS", "Fault", "Step", "check", "find_link", "find_port", "make", "needs",
+           "parse", "parse_file", "steps"]

@@ -1,0 +1,166 @@
+"""Fault specs (testbed.faultplan), routes without a link (topologies.routing), fault intervals (analysis.faults):
+pure logic."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from analysis.faults import describe, fault_intervals, fault_summary, overlapping, reaction_ms
+from testbed import faultplan
+from testbed.errors import UsageError
+from topologies import LeafSpineSpec, LinkSpec
+from topologies.routing import compute_routes, route_diff
+
+
+def leafspine(spines=2, leaves=2, hosts_per_leaf=2):
+    return LeafSpineSpec(spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf, host_link=LinkSpec(20),
+                         fabric_link=LinkSpec(20))
+
+
+def test_parse_and_print_round_trip():
+    f = faultplan.parse("flap leaf1-spine1 at_s=1 down_s=0.2 up_s=0.3 count=3 detect_ms=300")
+    assert (f.kind, f.target, f.at_s, f.get("count"), f.get("detect_ms")) == ("flap", "leaf1-spine1", 1.0, 3.0, 300)
+    assert faultplan.parse(str(f)) == f
+    assert f.end_s == pytest.approx(1 + 3 * 0.5)
+    assert faultplan.parse("link-down leaf1-spine1 at_s=2").end_s == math.inf
+    assert faultplan.make("slow-port", "spine1:leaf2", at_s=0, fraction=0.25) == \
+        faultplan.parse("slow-port spine1:leaf2 at_s=0 fraction=0.25")
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "KIND TARGET"),
+    ("explode leaf1-spine1 at_s=1", "unknown kind"),
+    ("link-down leaf1-spine1", "at_s= is required"),
+    ("link-down leaf1-spine1 at_s=-1", "at_s must be >= 0"),
+    ("link-down leaf1-spine1 at_s=1 for_s=0", "for_s must be > 0"),
+    ("link-down leaf1-spine1 at_s=nan", "finite"),
+    ("link-down leaf1-spine1 at_s=1 speed=3", "unknown parameter 'speed'"),
+    ("link-down leaf1-spine1 at_s=x", "not a number"),
+    ("link-down leaf1-spine1 at_s", "not key=value"),
+    ("flap leaf1-spine1 at_s=1 down_s=0.1 up_s=0.1 count=2.5", "whole number"),
+    ("flap leaf1-spine1 at_s=1 down_s=0.1 up_s=0.1 count=0", "whole number"),
+    ("slow-port spine1:leaf2 at_s=1 fraction=0", "a rate of 0 is a dead link"),
+    ("slow-port spine1:leaf2 at_s=1 fraction=1.5", "fraction must be in (0, 1]"),
+    ("netem leaf1:spine1 at_s=1", "at least one of"),
+    ("netem leaf1:spine1 at_s=1 loss_percent=101", "loss_percent must be 0..100"),
+    ("netem leaf1:spine1 at_s=1 delay_ms=1 jitter_ms=2", "jitter_ms must not exceed delay_ms"),
+    ("link-down leaf1-spine1 at_s=1 detect_ms=70000", "detect_ms must be 0..60000"),
+])
+def test_bad_specs_are_one_line(text, says):
+    with pytest.raises(UsageError) as e:
+        faultplan.parse(text)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("link-down leaf1-spine9 at_s=1", "unknown link"),
+    ("link-down leaf1-leaf2 at_s=1", "no link between leaf1 and leaf2"),
+    ("slow-port spine1:leaf9 at_s=1 fraction=0.5", "no such egress port"),
+    ("slow-port spine1 at_s=1 fraction=0.5", "no such egress port"),
+    ("link-down leaf1-spine1 at_s=10", "past the end of the workload (5 s)"),
+])
+def test_targets_and_times_are_checked_against_the_topology(text, says):
+    with pytest.raises(UsageError) as e:
+        faultplan.check([faultplan.parse(text)], leafspine(), horizon_s=5.0)
+    assert says in str(e.value) and "\n" not in str(e.value)
+
+
+def test_links_by_node_names_either_order_or_full_name():
+    t = leafspine()
+    a = faultplan.find_link(t, "leaf1-spine2")
+    assert {a.a, a.b} == {"leaf1", "spine2"}
+    assert faultplan.find_link(t, "spine2-leaf1") is a
+    assert faultplan.find_link(t, a.name) is a
+    assert faultplan.find_link(t, "h1-leaf1").a in ("h1", "leaf1")
+    faultplan.check([faultplan.parse("netem spine1:leaf2 at_s=0 loss_percent=1")], t, None)
+
+
+def test_steps_of_each_kind():
+    flap = faultplan.parse("flap leaf1-spine1 at_s=1 down_s=0.2 up_s=0.3 count=2")
+    assert [(s.t_s, s.op) for s in faultplan.steps(flap)] == [(1.0, "cut"), (1.2, "mend"), (1.5, "cut"),
+                                                              (pytest.approx(1.7), "mend")]
+    slow = faultplan.parse("slow-port spine1:leaf2 at_s=0.5 fraction=0.25 for_s=2")
+    assert [(s.t_s, s.op, s.value) for s in faultplan.steps(slow)] == [(0.5, "rate", 0.25), (2.5, "rate", 1.0)]
+    net = faultplan.parse("netem spine1:leaf2 at_s=0 loss_percent=2 delay_ms=5")
+    assert [(s.op, s.value) for s in faultplan.steps(net)] == [("netem", {"loss_percent": 2, "delay_ms": 5})]
+    assert faultplan.needs([net]) == ("cls:u32", "act:mirred", "qdisc:netem")
+    assert faultplan.needs([slow]) == ()
+
+
+def test_parse_file(tmp_path):
+    p = tmp_path / "faults.txt"
+    p.write_text("# a flapping uplink\nflap leaf1-spine1 at_s=1 down_s=0.1 up_s=0.1 count=2\n\n"
+                 "slow-port spine1:leaf2 at_s=0 fraction=0.5  # for good\n")
+    assert [f.kind for f in faultplan.parse_file(p)] == ["flap", "slow-port"]
+    with pytest.raises(UsageError, match="--faults"):
+        faultplan.parse_file(tmp_path / "missing.txt")
+
+
+def test_routes_without_a_spine_link_go_around_it():
+    t = leafspine()
+    dead = faultplan.find_link(t, "leaf1-spine1")
+    before, after = compute_routes(t), compute_routes(t, down=[dead])
+    assert compute_routes(t, down=[]) == before == list(t.routes)
+    leaf1 = {r.dst: r for r in after if r.node == "leaf1"}
+    leaf2 = {r.dst: r for r in after if r.node == "leaf2"}
+    spine1 = {r.dst: r for r in after if r.node == "spine1"}
+    remote = [d for d in leaf1 if d.endswith("/24")]
+    assert remote and all([nh.ifname for nh in leaf1[d].nexthops] == ["spine2"] for d in remote)
+    # shortest paths, as a link-state protocol computes them: leaf2 reaches leaf1 only through spine2 now, and
+    # spine1 reaches leaf1 the long way, through leaf2 and spine2 (a valley path: used only by what is already
+    # at spine1)
+    leaf1_subnet = t.address_plan.subnets["leaf1"]
+    assert [nh.ifname for nh in leaf2[leaf1_subnet].nexthops] == ["spine2"]
+    assert [nh.ifname for nh in spine1[leaf1_subnet].nexthops] == ["leaf2"]
+    changes = route_diff(before, after)
+    assert set(changes) == {"leaf1", "leaf2", "spine1"}
+    assert [r.dst for r in changes["spine1"][0]] == [leaf1_subnet] and changes["spine1"][1] == []
+    assert route_diff(after, before)["spine1"][0][0].dst == leaf1_subnet
+    # a leaf cut off from every spine: nobody reaches its subnet, and its routes are gone
+    alone = compute_routes(t, down=[faultplan.find_link(t, "leaf1-spine1"), faultplan.find_link(t, "leaf1-spine2")])
+    assert not [r for r in alone if r.dst == leaf1_subnet]
+    assert not [r for r in alone if r.node == "leaf1" and r.dst.endswith("/24")]
+    assert route_diff(before, before) == {}
+
+
+def test_a_host_link_down_removes_the_hosts_routes():
+    t = leafspine()
+    after = compute_routes(t, down=[faultplan.find_link(t, "h1-leaf1")])
+    assert not [r for r in after if r.node == "h1"]
+    assert not [r for r in after if r.dst == f"{t.host_ip('h1')}/32"]
+    assert [r for r in after if r.node == "h2"]
+
+
+def _events(rows):
+    return pd.DataFrame(rows, columns=["t_s", "kind", "target", "detail"])
+
+
+def test_fault_intervals_pair_starts_and_ends():
+    ev = _events([(10.0, "link_down", "leaf1-spine1", "detect_ms=50"),
+                  (10.06, "routes_withdrawn", "leaf1-spine1", "routes_changed=4"),
+                  (10.2, "link_up", "leaf1-spine1", ""),
+                  (10.25, "routes_restored", "leaf1-spine1", "routes_changed=4"),
+                  (11.0, "port_slow", "spine1:leaf2", "rate_mbps=5;of_mbps=20"),
+                  (12.0, "link_down", "leaf1-spine1", "")])
+    iv = fault_intervals(ev, run_end=13.0)
+    got = [(r.what, r.target, round(r.start_s, 3), round(r.end_s, 3)) for r in iv.itertuples()]
+    assert got == [("down", "leaf1-spine1", 10.0, 10.2), ("withdrawn", "leaf1-spine1", 10.06, 10.25),
+                   ("slow", "spine1:leaf2", 11.0, 13.0), ("down", "leaf1-spine1", 12.0, 13.0)]
+    assert reaction_ms(ev) == [pytest.approx(60.0)]
+    s = fault_summary(ev, run_end=13.0)
+    assert s["link_down_events"] == 2 and s["routes_withdrawn_events"] == 1
+    assert s["down_ms_total"] == pytest.approx(1200.0) and s["slow_ms_total"] == pytest.approx(2000.0)
+    ov = overlapping(iv, 10.1, 10.3)
+    assert describe(ov) == "leaf1-spine1 withdrawn for 150 ms, leaf1-spine1 down for 100 ms"
+    assert overlapping(iv, 5, 6) == [] and describe([]) == ""
+    assert fault_summary(_events([])) == {} and fault_intervals(None).empty
+
+
+def test_restored_at_close_ends_every_open_withdrawal():
+    ev = _events([(1.0, "routes_withdrawn", "a-b", ""), (2.0, "routes_withdrawn", "c-d", ""),
+                  (3.0, "routes_restored", "all", "at_close")])
+    iv = fault_intervals(ev)
+    assert sorted(iv["end_s"]) == [3.0, 3.0]
