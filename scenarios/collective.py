@@ -28,7 +28,13 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
     P("spines", int, 2, "", "spines", min=1, max=16),
     P("leaves", int, 2, "", "leaves", min=1, max=32),
     P("hosts_per_leaf", int, 2, "", "hosts per leaf", min=1, max=64),
-    P("buffer_bytes", int, 256 * 1024, B, "droptail buffer of every switch and NIC queue", min=3000, max=1 << 30),
+    P("buffer_bytes", int, 256 * 1024, B, "buffer of every switch and NIC queue", min=3000, max=1 << 30),
+    P("discipline", str, "droptail", "", "every switch port's queue: droptail, RED (min = k_bytes, max = min(3K, "
+      "buffer)) or DCTCP step marking at K (host NICs stay drop-tail)", choices=("droptail", "red", "step")),
+    P("k_bytes", int, 30_000, B, "marking threshold K (step; RED's min threshold)", min=1500, max=1 << 30),
+    P("ecn", bool, False, "", "hosts negotiate ECN (cc=dctcp needs it; red marks instead of dropping with it)"),
+    P("load_balancing", str, "ecmp", "", "leaves' uplinks: ecmp (per-flow hash) or spray (per packet)",
+      choices=("ecmp", "spray")),
     P("dscp", int, 0, "", "DSCP of the collective's traffic (pfc=on with 0: 26, the lossless class)", min=0, max=63),
     P("pfc", str, "off", "", "off, or on: the collective's DSCP is a lossless class (802.1p priority 3) that PFC "
       "pauses hop by hop (testbed.pfc, with 802.1Qbb frames on the wire); background flows stay lossy",
@@ -37,6 +43,9 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
     P("pfc_xon_bytes", int, 16_000, B, "PFC XON threshold (pfc=on)", min=0, max=1 << 30),
     P("pfc_headroom_bytes", int, 0, B, "buffer above XOFF for what arrives during the controller's reaction (0: all "
       "of buffer_bytes above XOFF)", min=0, max=1 << 30),
+    P("isolation", str, "none", "", "background flows (bg_dscp, not the collective's DSCP) in their own class on "
+      "every port: strict (priority below the collective), weighted (4:1 for the collective), or none (one FIFO)",
+      choices=("none", "strict", "weighted")),
     P("cc", str, "cubic", "", "congestion control (set per socket)", choices=("cubic", "reno", "dctcp", "bbr")),
     P("rto_min_ms", int, 0, "ms", "per-route TCP rto_min on the hosts (0: kernel default 200)", min=0, max=120_000),
     P("sample_interval_ms", float, 10.0, "ms", "queue sampling interval (0: no queues.csv)", min=0, max=1000),
@@ -55,11 +64,36 @@ def collective_dscp(p: dict) -> int:
     return p["dscp"] or (PFC_DSCP if p["pfc"] == "on" else 0)
 
 
+def isolation_classes(p: dict) -> tuple:
+    """The collective's class and the background's: strict priority (collective 0, background 1) or weighted
+    round robin 4:1 (ETS-like), each on every port, classified by DSCP."""
+    if p["pfc"] == "on":
+        raise UsageError("isolation and pfc=on cannot be combined yet (pfc=on defines its own classes)")
+    if not p["background"].strip():
+        raise UsageError(f"isolation={p['isolation']}: there are no background flows to isolate (set background)")
+    if p["bg_dscp"] == collective_dscp(p):
+        raise UsageError(f"isolation={p['isolation']}: bg_dscp ({p['bg_dscp']}) must differ from the collective's "
+                         f"DSCP ({collective_dscp(p)}); e.g. bg_dscp=8 (CS1, a scavenger class)")
+    strict = p["isolation"] == "strict"
+    return (ClassSpec("collective", dscp=[collective_dscp(p)], default=True,
+                      **({"priority": 0} if strict else {"weight": 4})),
+            ClassSpec("background", dscp=[p["bg_dscp"]], **({"priority": 1} if strict else {"weight": 1})))
+
+
 def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
-    """Drop-tail queues everywhere; with pfc=on two classes of equal weight on every port (weighted round robin, as
-    ETS shares a port): ``bulk`` (lossy: background flows, anything unmarked) and ``collective`` (lossless)."""
-    q, extra = QueueSpec("droptail", buffer_bytes=p["buffer_bytes"]), {}
+    """``discipline`` on every switch port, drop-tail host NICs; with pfc=on two classes of equal weight on every
+    port (weighted round robin, as ETS shares a port): ``bulk`` (lossy: background flows, anything unmarked) and
+    ``collective`` (lossless)."""
+    from testbed.bottleneck import bottleneck_queue, check_marking
+
+    nic, extra = QueueSpec("droptail", buffer_bytes=p["buffer_bytes"]), {}
+    if p["cc"] == "dctcp" and not p["ecn"]:
+        raise UsageError("cc=dctcp needs ecn=true")
+    check_marking(p)
     try:
+        q = bottleneck_queue(p)
+        if p["isolation"] != "none":
+            extra["classes"] = isolation_classes(p)
         if p["pfc"] == "on":
             if collective_dscp(p) == p["bg_dscp"] and p["background"].strip():
                 raise UsageError(f"pfc=on: the background flows' bg_dscp ({p['bg_dscp']}) must differ from the "
@@ -71,8 +105,10 @@ def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
         return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
                              host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"]),
                              fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"]),
-                             host_queue=q, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, seed=seed % 256,
-                             tcp=HostTcpSpec(congestion_control=p["cc"], rto_min_ms=p["rto_min_ms"] or None), **extra)
+                             host_queue=nic, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, seed=seed % 256,
+                             load_balancing=p["load_balancing"],
+                             tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"],
+                                             rto_min_ms=p["rto_min_ms"] or None), **extra)
     except SpecError as e:
         raise UsageError(str(e)) from None
 
@@ -117,7 +153,8 @@ def experiment(p: dict, lab) -> dict:
     job.run()
     cap_stats = cap.stop() if cap else {}
     summary = {**job.summary(), **{k: p[k] for k in ("chunks", "placement", "compute_ms", "stragglers",
-                                                      "straggler_factor", "loss_percent")}}
+                                                      "straggler_factor", "loss_percent", "discipline",
+                                                      "load_balancing")}}
     if pfc:
         summary.update(pfc="on", **pfc.finish())
     if cap:
@@ -144,9 +181,9 @@ SCENARIO = Scenario(
            ("cct_ms_max", "CCT max (ms)"), ("bound_ms", "alpha-beta bound (ms)"), ("cct_vs_bound", "mean CCT / bound"),
            ("step_ms_p50", "step p50 (ms)"), ("step_ms_p99", "step p99 (ms)"), ("step_cv", "step CV"),
            ("comm_wait_fraction", "comm wait fraction"), ("algbw_gbps", "algbw (Gbit/s)"), ("busbw_gbps",
-           "busbw (Gbit/s)"), ("switch_drops", "switch queue drops"), ("tcp_retrans_segs", "TCP retransmitted "
-           "segments"), ("bg_goodput_mbps", "background goodput (Mbit/s)"), ("data_verified", "data verified"),
-           ("fidelity_ok", "fidelity ok")),
+           "busbw (Gbit/s)"), ("switch_drops", "switch queue drops"), ("ecn_marks", "ECN marks"),
+           ("tcp_retrans_segs", "TCP retransmitted segments"), ("bg_goodput_mbps", "background goodput (Mbit/s)"),
+           ("data_verified", "data verified"), ("fidelity_ok", "fidelity ok")),
 )
 
 if __name__ == "__main__":

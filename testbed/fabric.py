@@ -423,30 +423,30 @@ class Fabric:
         return self.set_rx_netem(node, ifname, loss_percent=loss_percent)
 
     def set_rx_netem(self, node: str, ifname: str, loss_percent: float = 0.0, delay_ms: float = 0.0,
-                     jitter_ms: float = 0.0, corrupt_percent: float = 0.0) -> str:
+                     jitter_ms: float = 0.0, corrupt_percent: float = 0.0, ipr=None) -> str:
         """Loss, delay, jitter and corruption of packets *arriving* at node:ifname: netem on an IFB fed from the
         port's ingress (made on first use; later calls change its netem in place, all zero clears it). Returns
-        the IFB's name."""
+        the IFB's name. ``ipr``: an open IPRoute in node's namespace (default: one opened for this call)."""
+        if ipr is None:
+            with netns.ipr(self._ns[node]) as own:
+                return self.set_rx_netem(node, ifname, loss_percent, delay_ms, jitter_ms, corrupt_percent, own)
         netem = dict(delay=int(round(delay_ms * 1000)), jitter=int(round(jitter_ms * 1000)), loss=loss_percent,
                      prob_corrupt=corrupt_percent, limit=NETEM_LIMIT_PACKETS)
-        with netns.ipr(self._ns[node]) as ipr:
-            ifb = self.ifb.get((node, ifname))
-            if ifb is not None:
-                ipr.tc("change", "netem", index=ipr.link_lookup(ifname=ifb)[0], handle="1:", **netem)
-                return ifb
+        ifb = self.ifb.get((node, ifname))
+        if ifb is None:
             ifb = f"{PREFIX}ifbl{len(self.ifb)}"
             ipr.link("add", ifname=ifb, kind="ifb")
+            self.ifb[(node, ifname)] = ifb  # recorded before the netem: a failed netem leaves a usable IFB
             ifb_idx = ipr.link_lookup(ifname=ifb)[0]
             port_idx = ipr.link_lookup(ifname=ifname)[0]
             mtu = ipr.get_links(port_idx)[0].get_attr("IFLA_MTU")
             ipr.link("set", index=ifb_idx, state="up", mtu=mtu)
             if not any(q["parent"] == 0xFFFFFFF1 for q in ipr.get_qdiscs(index=port_idx)):
                 ipr.tc("add", "ingress", index=port_idx)
-            ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=IMPAIR_PRIO, protocol=ETH_P_ALL,
-                   keys=["0x0/0x0+0"], target=0x10001,
+            ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=IMPAIR_PRIO,
+                   protocol=ETH_P_ALL, keys=["0x0/0x0+0"], target=0x10001,
                    action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_idx}])
-            ipr.tc("add", "netem", index=ifb_idx, handle="1:", **netem)
-        self.ifb[(node, ifname)] = ifb
+        ipr.tc("replace", "netem", index=ipr.link_lookup(ifname=ifb)[0], handle="1:", **netem)
         return ifb
 
     def link_netem(self, node: str, ifname: str) -> dict[str, float]:

@@ -71,7 +71,33 @@ class FaultTimeline:
         if self.t0 is not None:
             raise RuntimeError("add faults before the timeline starts")
         self.faults.append(f)
+        self._prepare(f)
         return f
+
+    def _prepare(self, f: Fault) -> None:
+        """What a step would otherwise do late, done now, before the workload: netlink sockets in every namespace
+        the fault touches (for a link: every router, since routing reacts), interface indexes, a dead link's
+        blackhole and ingress qdiscs, and a netem fault's IFB (with the link's own settings; the step then only
+        changes its netem). Creating an IFB took 2 s in the software-emulated lab VM."""
+        for node in self._nodes_touched([f]):
+            self._ipr(node)
+        if faultplan.KINDS[f.kind][2] == "link":
+            link = faultplan.find_link(self.topology, f.target)
+            for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
+                linkfail.prepare(self._ipr(node), self._index(node, port))
+        elif f.kind == "netem":
+            from pyroute2 import NetlinkError
+
+            from testbed.errors import CapabilityMissing
+
+            rx = self._far_end(*faultplan.find_port(self.topology, f.target))
+            try:
+                self.fabric.set_rx_netem(*rx, ipr=self._ipr(rx[0]), **self.fabric.link_netem(*rx))
+            except NetlinkError as e:
+                if e.code != 2:  # ENOENT: this kernel has no sch_netem
+                    raise
+                raise CapabilityMissing("qdisc:netem", f"fault {f}: run it in the lab VM (testbed vm -- ...)") \
+                    from None
 
     # ---- play ----
 
@@ -79,12 +105,6 @@ class FaultTimeline:
         """Start playing (t = 0 is `t0`, default now). Does nothing without faults or when already started."""
         if self.t0 is not None or not self.faults:
             return
-        for node in self._nodes_touched():  # netlink sockets opened now: opening one in a step would make it late
-            self._ipr(node)
-        for f in self.faults:
-            if faultplan.KINDS[f.kind][2] == "link":
-                link = faultplan.find_link(self.topology, f.target)
-                self._index(link.a, link.a_port), self._index(link.b, link.b_port)
         self.t0 = time.monotonic() if t0 is None else t0
         for f in self.faults:
             for st in faultplan.steps(f):
@@ -112,12 +132,14 @@ class FaultTimeline:
                         self._cv.wait()
                 if self._stop:
                     return
-                _, _, fn, _ = heapq.heappop(self._heap)
+                _, _, fn, step = heapq.heappop(self._heap)
             try:
                 with self._lock:
                     fn()
             except Exception as e:  # noqa: BLE001 - a failed step is recorded, the timeline goes on
-                self._event("fault_error", "", f"{type(e).__name__}: {e}")
+                what = f"{step.op} ({step.fault}): " if step is not None else ""
+                self._event("fault_error", step.fault.target if step is not None else "",
+                            f"{what}{type(e).__name__}: {e}")
 
     def _event(self, kind: str, target: str, detail: str = "") -> None:
         self.events.append((time.monotonic(), kind, target, detail))
@@ -133,11 +155,11 @@ class FaultTimeline:
             self._indexes[key] = self._ipr(node).link_lookup(ifname=ifname)[0]
         return self._indexes[key]
 
-    def _nodes_touched(self) -> set[str]:
-        """Every node a fault changes: both ends of a link (and, for a link, every router: routing reacts), the
+    def _nodes_touched(self, faults: list[Fault]) -> set[str]:
+        """Every node the faults change: both ends of a link (and, for a link, every router: routing reacts), a
         port's node and its far end."""
         out: set[str] = set()
-        for f in self.faults:
+        for f in faults:
             if faultplan.KINDS[f.kind][2] == "link":
                 link = faultplan.find_link(self.topology, f.target)
                 out |= {link.a, link.b} | {n.name for n in self.topology.routers}
@@ -229,12 +251,12 @@ class FaultTimeline:
 
     def _set_netem(self, rx: tuple[str, str], target: str, netem: dict) -> None:
         base = self.fabric.link_netem(*rx)
-        self.fabric.set_rx_netem(*rx, **{**base, **netem})
+        self.fabric.set_rx_netem(*rx, ipr=self._ipr(rx[0]), **{**base, **netem})
         self._netem.add(rx)
         self._event("netem_set", target, ";".join(f"{k}={v:g}" for k, v in sorted(netem.items())))
 
     def _clear_netem(self, rx: tuple[str, str], target: str) -> None:
-        self.fabric.set_rx_netem(*rx, **self.fabric.link_netem(*rx))
+        self.fabric.set_rx_netem(*rx, ipr=self._ipr(rx[0]), **self.fabric.link_netem(*rx))
         self._netem.discard(rx)
         self._event("netem_cleared", target)
 

@@ -65,9 +65,17 @@ class Scenario:
     rxe_for: Callable[[dict], bool] = lambda p: False  # a SoftRoCE device on every host?
 
     def needs_of(self, params: dict) -> list[str]:
-        """Doctor capabilities a run with these (resolved) parameters needs: ``needs`` plus ``needs_for``'s."""
+        """Doctor capabilities a run with these (resolved, valid) parameters needs: ``needs``, ``needs_for``'s, and
+        for a Lab API scenario what its fabric needs (testbed.needs.fabric_needs: every port's queue discipline,
+        DSCP classes, impairments, spraying, the hosts' congestion control and ECN)."""
         out = list(self.needs)
-        for n in (self.needs_for(params) if self.needs_for else ()):
+        more = list(self.needs_for(params) if self.needs_for else ())
+        if self.topology is not None:
+            from testbed.needs import fabric_needs
+            from topologies.mininet_topo import spec_from_topo
+
+            more += fabric_needs(spec_from_topo(self.topology(params, 1)))
+        for n in more:
             if n not in out:
                 out.append(n)
         return out
@@ -75,12 +83,16 @@ class Scenario:
     def help(self) -> str:
         lines = [f"testbed run {self.name}: {self.summary}", "",
                  f"usage: testbed run {self.name} [--set NAME=VALUE ...] [--seed N] [--out DIR] "
-                 "[--vm auto|always|never] [--cli]", "",
+                 "[--vm auto|always|never] [--cli] [--fault SPEC ...] [--faults FILE]", "",
                  f"  --seed N   {SEED_HELP} (default 1): seeds the run's random choices (schedules, placement,",
                  "             jitter) and the multipath hash, unless a parameter named seed is set (not 0)",
                  "  --out DIR  the run directory (default results/SCENARIO-TIME); refused when it cannot be created",
                  "             or written (read-only, not a directory, inside /proc or /sys)",
                  "  --cli      open Mininet's CLI once the fabric is up and again after the traffic",
+                 "  --fault SPEC  a fault on the timeline, seconds from the workload's start (repeatable), e.g.",
+                 "             'flap leaf1-spine1 at_s=1 down_s=0.2 up_s=0.3 count=3' or 'slow-port spine1:leaf2",
+                 "             at_s=0 fraction=0.25'; kinds link-down, flap, slow-port, netem (docs/faults.md)",
+                 "  --faults FILE  faults, one SPEC per line (# comments)",
                  "", "parameters:"]
         lines += [p.describe() for p in self.params]
         lines += ["", f"needs: {', '.join(self.needs)}"]

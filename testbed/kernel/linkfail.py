@@ -45,6 +45,13 @@ def _ensure_ingress(ipr, idx: int) -> None:
     ipr.tc("add", "ingress", index=idx)
 
 
+def prepare(ipr, idx: int) -> None:
+    """Everything a cut of interface `idx` needs but the filter itself (the blackhole, an ingress qdisc), made
+    ahead so that the cut is one netlink request."""
+    blackhole(ipr)
+    _ensure_ingress(ipr, idx)
+
+
 def cut(ipr, idx: int) -> None:
     """Every frame arriving at interface `idx` is dropped (redirected to the blackhole) until :func:`mend`."""
     hole = blackhole(ipr)

@@ -77,13 +77,14 @@ def test_a_dead_spine_link_is_routed_around_after_detection_and_taken_back(tmp_p
     ev = run.events[run.events["target"] == "leaf1-spine1"]
     assert list(ev["kind"]) == ["link_down", "routes_withdrawn", "link_up", "routes_restored"], run.events
     t = dict(zip(ev["kind"], ev["t_s"] - t0))
-    # the timeline's own clock: within a few tens of ms of the plan on a loaded 2-CPU machine (margin 0.25 s)
+    # the timeline's own clock: steps run in the lab's process beside the 8 flows' 16 threads; measured 0-144 ms
+    # late on this 2-CPU machine (the events record when the kernel change was made), so a margin of 0.25 s
     assert 0.3 <= t["link_down"] < 0.55 and 1.5 <= t["link_up"] < 1.75, t
     reaction = (t["routes_withdrawn"] - t["link_down"]) * 1e3
     assert 100 <= reaction < 350, reaction
     s = run.summary
     assert s["link_down_events"] == 1 and s["routes_withdrawn_events"] == 1 and s["fault_errors"] == 0, s
-    assert 1100 <= s["down_ms_total"] <= 1400, s
+    assert 1200 - 250 <= s["down_ms_total"] <= 1200 + 250, (s["down_ms_total"], t)
     assert s["dead_link_frames"] > 0, s  # what crossed the dead link before detection was lost
     assert run.manifest["faults"] == ["link-down leaf1-spine1 at_s=0.3 detect_ms=100 for_s=1.2"]
 
