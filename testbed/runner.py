@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
+from testbed import faultplan  # at import: a lazy import after dropping privileges fails in a 0700 checkout
 from testbed.errors import CapabilityMissing, UsageError, require_root
 from testbed.params import SEED_HELP, parse_seed, resolve
 from testbed.scenario import RunContext, Scenario
@@ -36,8 +37,6 @@ def _options(extra: list[str]) -> argparse.Namespace:
 
 def parse_faults(scenario: Scenario, params: dict, seed: int, specs: list[str], path: str | None) -> list:
     """The --fault/--faults timeline, checked against the scenario's topology (UsageError, one line)."""
-    from testbed import faultplan
-
     faults = [faultplan.parse(s) for s in specs] + (faultplan.parse_file(path) if path else [])
     if not faults:
         return []
@@ -184,9 +183,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         raise UsageError(f"--cli: {scenario.name} is not on the Lab API yet")
     if opts.cli and not labvm.in_vm() and not sys.stdin.isatty():
         raise UsageError("--cli needs a terminal")
-    from testbed.faultplan import needs as fault_needs
-
-    if use_vm(opts.vm, [*scenario.needs_of(params), *fault_needs(faults)], labvm.in_vm()):
+    if use_vm(opts.vm, [*scenario.needs_of(params), *faultplan.needs(faults)], labvm.in_vm()):
         argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
                 *sum((["--fault", str(f)] for f in faults), []),
                 "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]

@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from testbed.needs import fabric_needs
 from testbed.params import SEED_HELP, Param
+from topologies.mininet_topo import spec_from_topo
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_DIR = PROJECT_ROOT / "scenarios"
@@ -71,9 +73,6 @@ class Scenario:
         out = list(self.needs)
         more = list(self.needs_for(params) if self.needs_for else ())
         if self.topology is not None:
-            from testbed.needs import fabric_needs
-            from topologies.mininet_topo import spec_from_topo
-
             more += fabric_needs(spec_from_topo(self.topology(params, 1)))
         for n in more:
             if n not in out:
