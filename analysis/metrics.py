@@ -263,14 +263,21 @@ def rank_step_times(ops: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, iteration): ``end_s`` = the rank's last op end in the iteration, ``step_s`` =
     ``end_s`` minus the rank's previous iteration end; for its first iteration minus its origin (ops.csv's
     ``iter_start_s`` when the writer recorded it: the step then includes that iteration's compute phase, like
-    every later one; else its first op start, which leaves the first step's compute out), and ``wait_s`` = sum
-    of the rank's wait_s in that iteration. ``start_s`` is the rank's first op start in the iteration."""
+    every later one; else its first op start, which leaves the first step's compute out), and ``wait_s`` = the
+    time the rank spent waiting for peers in that iteration: the union of its ops' waits, each placed at its op's
+    start as the per-rank timeline draws it (a ring rank's send and receive ops run at the same time, and summing
+    their waits counted the same wall time twice: a comm-wait fraction of 1.37). ``start_s`` is the rank's first
+    op start in the iteration."""
     cols = {"rank": "int64", "iteration": "int64", "start_s": "float64", "end_s": "float64",
             "step_s": "float64", "wait_s": "float64"}
     if ops.empty:
         return pd.DataFrame({c: pd.Series([], dtype=d) for c, d in cols.items()})
     r = (ops.groupby(["rank", "iteration"], sort=True)
-         .agg(start_s=("start_s", "min"), end_s=("end_s", "max"), wait_s=("wait_s", "sum")).reset_index())
+         .agg(start_s=("start_s", "min"), end_s=("end_s", "max")).reset_index())
+    wait_end = ops["start_s"] + ops["wait_s"].clip(lower=0.0).clip(upper=(ops["end_s"] - ops["start_s"]).clip(lower=0))
+    waits = {key: _union_length(list(zip(g["start_s"], wait_end[g.index])), -math.inf, math.inf)
+             for key, g in ops.groupby(["rank", "iteration"], sort=True)}
+    r["wait_s"] = [waits[(rk, it)] for rk, it in zip(r["rank"], r["iteration"])]
     prev = r.groupby("rank")["end_s"].shift(1)
     r["step_s"] = r["end_s"] - prev.fillna(r["rank"].map(_origins(ops)))
     return r[list(cols)].reset_index(drop=True)

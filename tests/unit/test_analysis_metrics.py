@@ -139,6 +139,20 @@ def test_rank_step_times_and_comm_wait(run):
     assert per.loc[0] == approx(0.026 / 0.160) and per.loc[1] == approx(0.015 / 0.169)
 
 
+def test_overlapping_ops_wait_once():
+    """A ring rank's send and receive ops run at the same time: their waits overlap and count once, so the
+    fraction stays within [0, 1] (summed, these would give 1.4 of the step)."""
+    cols = ["iteration", "op", "op_index", "collective", "rank", "host", "start_s", "end_s", "bytes_sent",
+            "bytes_recv", "wait_s"]
+    ops = pd.DataFrame([(0, "send", 0, "allreduce", 0, "h1", 0.0, 1.0, 10, 0, 0.8),
+                        (0, "recv", 1, "allreduce", 0, "h1", 0.0, 1.0, 0, 10, 0.6),
+                        (0, "send", 2, "allreduce", 0, "h1", 2.0, 3.0, 10, 0, 0.5)], columns=cols)
+    r = m.rank_step_times(ops)
+    assert r.wait_s.tolist() == approx([0.8 + 0.5])
+    overall, _ = m.comm_wait_fraction(ops)
+    assert overall == approx(1.3 / 3.0) and 0 <= overall <= 1
+
+
 def test_comm_wait_empty():
     overall, per = m.comm_wait_fraction(empty_frame("ops"))
     assert math.isnan(overall) and per.empty
