@@ -1,6 +1,7 @@
-"""PFC on the real kernel (lab VM): pfc-hol on a 1-spine, 2-leaf fabric, 3 incast senders + 1 victim on leaf2.
+"""PFC on the real kernel (lab VM): pfc-hol on a 1-spine, 2-leaf fabric, 2 incast senders + 1 victim on leaf2 (3
+senders for the head-of-line test).
 
-Same traffic in every mode (1 Mbit/s host links, 4 Mbit/s fabric: senders and victim fit, 120 kB switch buffers,
+Same traffic in every mode (1 Mbit/s host links, 3 Mbit/s fabric: senders and victim fit, 120 kB switch buffers,
 XOFF 15 kB, XON 7.5 kB, headroom 100 kB; the software-emulated lab VM carries little more; its controller reacted in
 at most 41-64 ms, which needs 19-27 kB of headroom): with PFC the lossless class drops nothing (or, when the
 emulated CPU starves packet delivery, at most a tenth) while the same traffic without PFC drops at h1's port; the
@@ -30,11 +31,8 @@ KEYS = ("incast_goodput_mbps", "incast_drops", "incast_loss_rate", "incast_retra
 
 
 def params(**kw):
-    # 3 senders, not the scenario's default 2: paused, the victim gets about its share of the FIFO it waits in
-    # (measured in the lab VM, 4 runs each: 0.36-0.83 of its fair share with 2 senders, straddling the test's 0.6;
-    # 0.16-0.50 with 3)
     p = {x.name: x.default for x in PFC.params}
-    p.update(duration_s=4.0, senders=3)
+    p.update(duration_s=4.0)
     p.update(kw)
     return p
 
@@ -49,6 +47,15 @@ def _run(tmp_path_factory, name, **kw):
 @pytest.fixture(scope="module")
 def lossless(tmp_path_factory):
     return _run(tmp_path_factory, "lossless", mode="lossless")
+
+
+@pytest.fixture(scope="module")
+def hol(tmp_path_factory):
+    # 3 senders, not 2: paused, the victim gets about its share of the FIFO it waits in (measured in the lab VM,
+    # 4 runs each: 0.36-0.83 of its fair share with 2 senders, straddling the test's 0.6; 0.16-0.50 with 3). The
+    # other tests keep 2: with 3, the lossless class dropped 22 packets at leaf2:spine1 once in CI (4 feeders
+    # paused late by a slow emulated controller), against 0 in every 2-sender run
+    return _run(tmp_path_factory, "hol", mode="lossless", senders=3)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +81,8 @@ def _events(out):
     return list(csv.DictReader(open(out / "pfc.csv")))
 
 
-def test_victim_falls_well_below_its_fair_share_while_paused(lossless):
-    s, out = lossless
+def test_victim_falls_well_below_its_fair_share_while_paused(hol):
+    s, out = hol
     assert s["pfc_paused_fraction_max"] > 0.2, s
     assert s["victim_goodput_mbps"] < 0.6 * s["victim_fair_share_mbps"], s
     # over time, from the run directory's own counters: what reached the victim's receiver (leaf1 -> h2, an idle
