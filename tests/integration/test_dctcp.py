@@ -7,10 +7,17 @@ DCTCP = get("dctcp")
 
 
 def run(tmp_path, name, **kw):
+    """One run; again (once) when the run itself says it was not faithful (fidelity_ok false: the flows carried
+    less than 80% of the link, or the CPU was saturated). Measured: DCTCP 16.1-17.4 Mbit/s of 20 in the lab VM,
+    and once 12.6 in a fresh-clone CI run, flagged so by the run; the assertions judge the second run then."""
     p = {x.name: x.default for x in DCTCP.params}
     p.update(duration_s=6, warmup_s=2, senders=2, host_rate_mbps=20, buffer_bytes=150_000, k_bytes=30_000, **kw)
     DCTCP.validate(p)
-    return run_scenario(DCTCP, p, 1, tmp_path / name, quiet=True)
+    s = run_scenario(DCTCP, p, 1, tmp_path / name, quiet=True)
+    if not s["fidelity_ok"]:
+        print(f"{name}: not faithful ({s['fidelity_reasons']}); running it again")
+        s = run_scenario(DCTCP, p, 1, tmp_path / f"{name}-again", quiet=True)
+    return s
 
 
 def test_dctcp_holds_the_queue_near_k_while_cubic_fills_the_buffer(tmp_path):
