@@ -55,7 +55,6 @@ MAX_NS_NAME = 48
 _RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
 NUD_PERMANENT = 0x80  # a neighbour entry that never expires and is never probed (include/uapi/linux/neighbour.h)
 IMPAIR_PRIO = 10  # ingress filter feeding an impairment's IFB: after a dead link's cut (testbed.kernel.linkfail)
-ETH_P_ALL = 0x0003
 ETH_P_IP = 0x0800
 FIRST_MINOR = 0x10
 NETEM_LIMIT_PACKETS = 100_000  # netem's own FIFO must never be the one that drops
@@ -392,9 +391,7 @@ class Fabric:
             ipr.link("set", index=ifb_idx, state="up", mtu=l.spec.mtu)
             port_idx = ipr.link_lookup(ifname=rx_port)[0]
             ipr.tc("add", "ingress", index=port_idx)
-            ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=IMPAIR_PRIO, protocol=ETH_P_ALL,
-                   keys=["0x0/0x0+0"], target=0x10001,
-                   action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_idx}])
+            qdisc.redirect_ingress(ipr, port_idx, IMPAIR_PRIO, ifb_idx)
             ipr.tc("add", "netem", index=ifb_idx, handle="1:", delay=int(round(l.spec.delay_ms * 1000)),
                    jitter=int(round(l.spec.jitter_ms * 1000)), loss=l.spec.loss_percent, limit=NETEM_LIMIT_PACKETS)
             self.ifb[(rx, rx_port)] = ifb
@@ -441,11 +438,8 @@ class Fabric:
             port_idx = ipr.link_lookup(ifname=ifname)[0]
             mtu = ipr.get_links(port_idx)[0].get_attr("IFLA_MTU")
             ipr.link("set", index=ifb_idx, state="up", mtu=mtu)
-            if not any(q["parent"] == 0xFFFFFFF1 for q in ipr.get_qdiscs(index=port_idx)):
-                ipr.tc("add", "ingress", index=port_idx)
-            ipr.tc("add-filter", "u32", index=port_idx, parent=0xFFFF0000, prio=IMPAIR_PRIO,
-                   protocol=ETH_P_ALL, keys=["0x0/0x0+0"], target=0x10001,
-                   action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb_idx}])
+            qdisc.ensure_ingress(ipr, port_idx)
+            qdisc.redirect_ingress(ipr, port_idx, IMPAIR_PRIO, ifb_idx)
         ipr.tc("replace", "netem", index=ipr.link_lookup(ifname=ifb)[0], handle="1:", **netem)
         return ifb
 

@@ -46,6 +46,7 @@ class FaultTimeline:
         self.t0: float | None = None
         self._iprs: dict[str, object] = {}
         self._indexes: dict[str, int] = {}
+        self._holes: dict[str, int] = {}  # node -> its dead-link blackhole's index (testbed.kernel.linkfail)
         self._cut: dict[str, object] = {}  # link name -> link, while it is cut
         self._episode: dict[str, int] = {}  # link name -> changes so far (a detection checks nothing changed since)
         self._withdrawn: dict[str, object] = {}  # links routing has taken out
@@ -84,7 +85,7 @@ class FaultTimeline:
         if faultplan.KINDS[f.kind][2] == "link":
             link = faultplan.find_link(self.topology, f.target)
             for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
-                linkfail.prepare(self._ipr(node), self._index(node, port))
+                self._holes[node] = linkfail.prepare(self._ipr(node), self._index(node, port))
         elif f.kind == "netem":
             from pyroute2 import NetlinkError
 
@@ -190,7 +191,7 @@ class FaultTimeline:
             return
         self._label[link.name] = label  # events name the link as the fault did
         for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
-            linkfail.cut(self._ipr(node), self._index(node, port))
+            linkfail.cut(self._ipr(node), self._index(node, port), self._holes[node])
         self._cut[link.name] = link
         ep = self._episode[link.name] = self._episode.get(link.name, 0) + 1
         self._event("link_down", label, f"detect_ms={detect_s * 1000:g}")

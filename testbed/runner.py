@@ -16,6 +16,8 @@ from testbed import faultplan  # at import: a lazy import after dropping privile
 from testbed.errors import CapabilityMissing, UsageError, require_root
 from testbed.params import SEED_HELP, parse_seed, resolve
 from testbed.scenario import RunContext, Scenario
+from topologies.mininet_topo import spec_from_topo
+from topologies.spec import SpecError
 
 __all__ = ["RunContext", "Scenario", "main", "run_scenario", "use_vm", "print_table", "missing_capabilities"]
 
@@ -42,9 +44,6 @@ def parse_faults(scenario: Scenario, params: dict, seed: int, specs: list[str], 
         return []
     if scenario.topology is None:
         raise UsageError(f"--fault: {scenario.name} is not on the Lab API")
-    from topologies.mininet_topo import spec_from_topo
-    from topologies.spec import SpecError
-
     try:
         spec = spec_from_topo(scenario.topology(params, seed))
     except SpecError as e:

@@ -67,8 +67,6 @@ def compute_routes(topology: "Topology", down: Iterable = ()) -> list[Route]:
             if r == edge or r not in dist:
                 continue
             hops = sorted({NextHop(port, gw) for port, nb, gw in adj[r] if dist.get(nb) == dist[r] - 1})
-            if not hops:
-                continue
             routes.append(Route(r, subnet, tuple(hops)))
     routes.sort(key=lambda rt: (order[rt.node], _net_key(rt.dst)))
     return routes

@@ -18,10 +18,10 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from testbed.kernel import qdisc
+
 BLACKHOLE_IFNAME = "tbdead"
 CUT_PRIO = 1  # before the impairment filters (testbed.fabric uses prio 10 for those)
-INGRESS_PARENT = 0xFFFF0000
-ETH_P_ALL = 0x0003
 RTNH_F_ONLINK = 4
 RTAX_LOCK_RTO_MIN = 1 << 13  # RTAX_LOCK bit of RTAX_RTO_MIN (include/uapi/linux/rtnetlink.h)
 
@@ -38,34 +38,25 @@ def blackhole(ipr) -> int:
     return idx
 
 
-def _ensure_ingress(ipr, idx: int) -> None:
-    for q in ipr.get_qdiscs(index=idx):
-        if q["parent"] == 0xFFFFFFF1:  # TC_H_INGRESS: an ingress (or clsact) qdisc is already there
-            return
-    ipr.tc("add", "ingress", index=idx)
-
-
-def prepare(ipr, idx: int) -> None:
+def prepare(ipr, idx: int) -> int:
     """Everything a cut of interface `idx` needs but the filter itself (the blackhole, an ingress qdisc), made
-    ahead so that the cut is one netlink request."""
-    blackhole(ipr)
-    _ensure_ingress(ipr, idx)
-
-
-def cut(ipr, idx: int) -> None:
-    """Every frame arriving at interface `idx` is dropped (redirected to the blackhole) until :func:`mend`."""
+    ahead so that the cut is one netlink request. Returns the blackhole's index, for :func:`cut`."""
     hole = blackhole(ipr)
-    _ensure_ingress(ipr, idx)
-    ipr.tc("add-filter", "u32", index=idx, parent=INGRESS_PARENT, prio=CUT_PRIO, protocol=ETH_P_ALL,
-           keys=["0x0/0x0+0"], target=0x10001,
-           action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": hole}])
+    qdisc.ensure_ingress(ipr, idx)
+    return hole
+
+
+def cut(ipr, idx: int, hole: int) -> None:
+    """Every frame arriving at interface `idx` is dropped (redirected to the blackhole `hole`, from
+    :func:`prepare`) until :func:`mend`."""
+    qdisc.redirect_ingress(ipr, idx, CUT_PRIO, hole)
 
 
 def mend(ipr, idx: int) -> None:
     """Remove the cut on interface `idx` (frames arrive again). The filter is deleted by its priority, without a
     kind: pyroute2's u32 encoder wants a classid even for a delete, and a failed delete must not pass unnoticed
     (the link would stay dead)."""
-    ipr.tc("del-filter", index=idx, parent=INGRESS_PARENT, prio=CUT_PRIO, protocol=ETH_P_ALL)
+    ipr.tc("del-filter", index=idx, parent=qdisc.INGRESS_PARENT, prio=CUT_PRIO, protocol=qdisc.ETH_P_ALL)
 
 
 def dropped(ipr) -> int:
@@ -113,4 +104,4 @@ def apply_routes(ipr, ifindex: dict[str, int], replace: list, delete: list[str])
             ipr.route("del", dst=dst)
 
 
-__all__ = ["BLACKHOLE_IFNAME", "apply_routes", "blackhole", "cut", "dropped", "mend", "route_request"]
+__all__ = ["BLACKHOLE_IFNAME", "apply_routes", "blackhole", "cut", "dropped", "mend", "prepare", "route_request"]

@@ -152,6 +152,25 @@ def set_port_rate(ipr, idx: int, rate_mbps: float, classes: list[PortClass], mtu
         ipr.tc("change-class", "htb", index=idx, handle=f"1:{c.minor:x}", parent="1:1", **per_class[c.minor])
 
 
+ETH_P_ALL = 0x0003
+INGRESS_PARENT = 0xFFFF0000  # filters of an ingress (or clsact) qdisc's ingress hook
+TC_H_INGRESS = 0xFFFFFFF1
+
+
+def ensure_ingress(ipr, idx: int) -> None:
+    """An ingress qdisc on interface `idx` (kept if one, or a clsact, is already there)."""
+    if not any(q["parent"] == TC_H_INGRESS for q in ipr.get_qdiscs(index=idx)):
+        ipr.tc("add", "ingress", index=idx)
+
+
+def redirect_ingress(ipr, idx: int, prio: int, to_index: int) -> None:
+    """Every frame arriving at interface `idx` goes to interface `to_index` instead (u32 match-all at `prio`, mirred
+    redirect): the way into an IFB that impairs (netem) or swallows (a dead link) what a port receives."""
+    ipr.tc("add-filter", "u32", index=idx, parent=INGRESS_PARENT, prio=prio, protocol=ETH_P_ALL,
+           keys=["0x0/0x0+0"], target=0x10001,
+           action=[{"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": to_index}])
+
+
 def install_port_ns(ns: str, ifname: str, rate_mbps: float, classes: list[PortClass], default_minor: int,
                     mtu: int = 1500) -> None:
     """install_port on an interface named in a namespace (opens its own netlink socket)."""
