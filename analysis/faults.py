@@ -8,6 +8,9 @@ back, or a port still slow, is open until the run's end):
     routes_withdrawn -> routes_restored  routing routed around it (from detection to re-detection)
     port_slow -> port_restored         the port ran below its rate
     netem_set -> netem_cleared         the link lost / delayed / corrupted packets
+    cpu_throttled -> cpu_restored      the host's processes ran under a CPU limit (a straggler)
+    host_changed -> host_restored      the host ran with another MTU / RTOmin
+    host_config                        the host had its own congestion control / ECN setting (the whole run)
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ import pandas as pd
 
 #: start event -> (end event, the interval's name in outputs)
 PAIRS = {"link_down": ("link_up", "down"), "routes_withdrawn": ("routes_restored", "withdrawn"),
-         "port_slow": ("port_restored", "slow"), "netem_set": ("netem_cleared", "impaired")}
+         "port_slow": ("port_restored", "slow"), "netem_set": ("netem_cleared", "impaired"),
+         "cpu_throttled": ("cpu_restored", "throttled"), "host_changed": ("host_restored", "reconfigured"),
+         "host_config": ("host_config_end", "configured differently")}
 INTERVAL_COLUMNS = ["what", "target", "start_s", "end_s"]
 
 
@@ -78,14 +83,28 @@ def fault_summary(events: pd.DataFrame, run_end: float | None = None) -> dict:
            "routes_withdrawn_events": int(kinds.get("routes_withdrawn", 0)),
            "faults_not_reached": int(kinds.get("fault_not_reached", 0)),
            "fault_errors": int(kinds.get("fault_error", 0))}
-    for what in ("down", "withdrawn", "slow", "impaired"):
+    for what in ("down", "withdrawn", "slow", "impaired", "throttled"):
         sel = iv[iv["what"] == what]
         out[f"{what}_ms_total"] = float(((sel["end_s"] - sel["start_s"]) * 1e3).sum()) if len(sel) else 0.0
+    restored = events[events["kind"] == "cpu_restored"]["detail"]
+    out["cpu_throttled_ms_kernel"] = float(sum(_field(d, "throttled_ms") for d in restored))
     r = reaction_ms(events)
     out["route_reaction_ms_max"] = max(r) if r else math.nan
     lost = events[events["kind"] == "dead_link_frames"]["detail"]
     out["dead_link_frames"] = int(sum(int(str(d).rpartition("=")[2] or 0) for d in lost))
     return out
+
+
+def _field(detail, key: str) -> float:
+    """The number after ``key=`` in an event's ``a=1;b=2`` detail (0 if absent)."""
+    for part in str(detail).split(";"):
+        k, _, v = part.partition("=")
+        if k == key:
+            try:
+                return float(v)
+            except ValueError:
+                return 0.0
+    return 0.0
 
 
 def overlapping(intervals: pd.DataFrame, start_s: float, end_s: float) -> list[tuple[str, str, float]]:

@@ -1,6 +1,7 @@
 """`testbed clean`: remove what the project created and a killed run left behind, and nothing else.
 
-Scope is by name prefix (`tb-` namespaces, `tb*` links, rxe devices and OVS bridges) and by the state files of runs
+Scope is by name prefix (`tb-` namespaces, `tb*` links, rxe devices, OVS bridges and CPU cgroups) and by the state
+files of runs
 (/run/testbed/*.json): pids of agents, host sysctls to restore. Unlike Mininet's `mn -c`, it does not kill every
 process named `ping` or delete /tmp/*.log.
 """
@@ -16,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 from testbed.errors import require_root
-from testbed.kernel import PREFIX, netns
+from testbed.kernel import PREFIX, cgroup, netns
 from testbed.state import saved_states
 
 
@@ -28,21 +29,6 @@ def _pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-
-
-def _pids_in_namespace(name: str) -> list[int]:
-    """Processes whose network namespace is the named one (agents, iperf3, tcpdump started inside it)."""
-    try:
-        target = os.stat(netns.NETNS_DIR / name).st_ino
-    except OSError:
-        return []
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.stat(d / "ns" / "net").st_ino == target:
-                    pids.append(int(d.name))
-    return pids
 
 
 def _kill(pid: int) -> None:
@@ -72,7 +58,7 @@ def plan() -> dict[str, list]:
             pids.append(st["pid"])
     namespaces = netns.list_ours()
     for ns in namespaces:
-        pids += [p for p in _pids_in_namespace(ns) if p != os.getpid()]
+        pids += [p for p in netns.pids_in(ns) if p != os.getpid()]
     host_links = []
     with netns.ipr(None) as ipr:
         for link in ipr.get_links():
@@ -87,7 +73,7 @@ def plan() -> dict[str, list]:
                 bridges = [b for b in r.stdout.split() if b.startswith(PREFIX)]
     sysctls = [s for st in states for s in st.get("sysctls", [])]
     return {"processes": sorted(set(pids)), "rxe": _rxe_devices(), "namespaces": namespaces,
-            "links": host_links, "ovs_bridges": bridges, "sysctls": sysctls,
+            "links": host_links, "ovs_bridges": bridges, "cgroups": cgroup.list_ours(), "sysctls": sysctls,
             "state_files": [st["_path"] for st in states]}
 
 
@@ -105,6 +91,8 @@ def clean(dry_run: bool = False) -> dict[str, list]:
         subprocess.run(["ovs-vsctl", "--timeout=3", "--if-exists", "del-br", br], capture_output=True, timeout=10)
     for ns in p["namespaces"]:
         netns.remove(ns)
+    for group in p["cgroups"]:
+        cgroup.remove(group)
     with netns.ipr(None) as ipr:
         for name in p["links"]:
             with contextlib.suppress(Exception):
@@ -122,7 +110,7 @@ def main(dry_run: bool = False) -> int:
     p = clean(dry_run)
     verb = "would remove" if dry_run else "removed"
     total = 0
-    for kind in ("processes", "rxe", "ovs_bridges", "namespaces", "links", "sysctls"):
+    for kind in ("processes", "rxe", "ovs_bridges", "namespaces", "links", "cgroups", "sysctls"):
         items = p[kind]
         if items:
             total += len(items)

@@ -157,6 +157,18 @@ def _ecn_sysctl(s: Scratch) -> str:
     return "net.ipv4.tcp_ecn settable per namespace"
 
 
+def _cgroup_cpu(s: Scratch) -> str:
+    from testbed.kernel.cgroup import CpuLimit
+
+    group = CpuLimit(s.ns)
+    try:
+        group.limit(0.5)
+        where = f"cgroup v{group.version} at {group.root}"
+    finally:
+        group.release()
+    return f"CFS bandwidth limit set ({where})"
+
+
 def _multipath(s: Scratch) -> str:
     netns.sysctl_write(s.ns, "net.ipv4.fib_multipath_hash_policy", "1")
     return "L4 (5-tuple) multipath hashing settable"
@@ -268,6 +280,8 @@ PROBES: list[Probe] = [
     Probe("tcp:bbr", "BBR senders", VM_HINT, _tcp_cc("bbr")),
     Probe("sysctl:ecn", "ECN-capable TCP", VM_HINT, _ecn_sysctl),
     Probe("sysctl:multipath-hash", "ECMP 5-tuple hashing", VM_HINT, _multipath),
+    Probe("cgroup:cpu", "straggler hosts (CPU limits)", "mount a cgroup hierarchy with the cpu controller, or use the "
+          "lab VM", _cgroup_cpu),
     Probe("ovs", "Open vSwitch switches", "install openvswitch-switch (scripts/install.sh) and use the lab VM",
           _ovs),
     Probe("mininet", "Mininet topologies", "install Debian's mininet (scripts/install.sh); use .venv's python",

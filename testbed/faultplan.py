@@ -18,15 +18,25 @@ per line) and in a script (``lab.at(2.0, "link-down leaf1-spine1 for_s=0.5")`` o
     netem      PORT  at_s=T [for_s=D] [loss_percent=P] [delay_ms=X] [jitter_ms=J] [corrupt_percent=C]
                                                         loss / delay / jitter / corruption of what leaves PORT
                                                         (netem on the far end's ingress; the lab VM has netem)
+    slow-host  HOST  at_s=T cpu_fraction=F [for_s=D] [period_ms=P]
+                                                        a straggler: the host's processes get at most F of one CPU
+                                                        per period (CFS bandwidth control, default period 100 ms)
+    host-config HOST [cc=NAME] [ecn=0|1] [at_s=T] [for_s=D] [mtu_bytes=M] [rto_min_ms=R]
+                                                        a host that behaves differently: its own congestion control
+                                                        and ECN setting (fixed when a connection opens, so they hold
+                                                        for the whole run: no at_s/for_s with them), a smaller MTU
+                                                        on its link, an older RTOmin on its routes (from T, for D)
 
 LINK is ``leaf1-spine1`` (the two nodes; when they share several links, ``leaf1:spine1-spine1:leaf1``). PORT is
-``node:ifname``, an egress port of the fabric (``spine1:leaf2``: spine1's port towards leaf2). Anything wrong is a
+``node:ifname``, an egress port of the fabric (``spine1:leaf2``: spine1's port towards leaf2). HOST is a host's
+name (``h3``). Values are numbers, except ``cc`` (a congestion control's name). Anything wrong is a
 :class:`~testbed.errors.UsageError` with one line, before a namespace exists.
 """
 
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +53,17 @@ KINDS: dict[str, tuple[frozenset, frozenset, str]] = {
     "slow-port": (frozenset({"at_s", "fraction", "for_s"}), frozenset({"at_s", "fraction"}), "port"),
     "netem": (frozenset({"at_s", "for_s", "loss_percent", "delay_ms", "jitter_ms", "corrupt_percent"}),
               frozenset({"at_s"}), "port"),
+    "slow-host": (frozenset({"at_s", "cpu_fraction", "for_s", "period_ms"}), frozenset({"at_s", "cpu_fraction"}),
+                  "host"),
+    "host-config": (frozenset({"at_s", "for_s", "cc", "ecn", "mtu_bytes", "rto_min_ms"}), frozenset(), "host"),
 }
+#: keys whose value is a word, not a number
+WORD_KEYS = frozenset({"cc"})
+#: host-config keys a connection takes when it opens (applied before the workload, for the whole run) and keys
+#: that change a live host (from at_s, for for_s)
+OPEN_TIME_KEYS = ("cc", "ecn")
+LIVE_HOST_KEYS = ("mtu_bytes", "rto_min_ms")
+MIN_MTU_BYTES, MAX_MTU_BYTES = 576, 9000
 
 
 @dataclass(frozen=True)
@@ -52,9 +72,9 @@ class Fault:
 
     kind: str
     target: str
-    params: tuple[tuple[str, float], ...] = field(default_factory=tuple)
+    params: tuple[tuple[str, float | str], ...] = field(default_factory=tuple)
 
-    def get(self, key: str, default: float | None = None) -> float | None:
+    def get(self, key: str, default: float | str | None = None) -> float | str | None:
         return dict(self.params).get(key, default)
 
     @property
@@ -70,13 +90,16 @@ class Fault:
         return p["at_s"] + p["for_s"] if "for_s" in p else math.inf
 
     def __str__(self) -> str:
-        return " ".join([self.kind, self.target, *(f"{k}={v:.12g}" for k, v in self.params)])
+        return " ".join([self.kind, self.target, *(f"{k}={v}" if isinstance(v, str) else f"{k}={v:.12g}"
+                                                    for k, v in self.params)])
 
 
 @dataclass(frozen=True)
 class Step:
     """One change the timeline makes at ``t_s`` (seconds from the workload's start): ``op`` is cut / mend (a
-    link), rate (a port's rate as a fraction of its own, 1.0 restores) or netem / netem-clear (a port)."""
+    link), rate (a port's rate as a fraction of its own, 1.0 restores), netem / netem-clear (a port), cpu (a host's
+    CPU fraction, None lifts the limit), host-live / host-restore (a host's MTU and RTOmin) or host-open (records
+    the open-time settings the timeline applied before the workload)."""
 
     t_s: float
     op: str
@@ -95,11 +118,14 @@ def parse(text: str, at_s: float | None = None) -> Fault:
     words = shlex.split(text, comments=True)
     if len(words) < 2:
         raise UsageError(f"fault {text.strip()!r}: write KIND TARGET key=value ... (kinds: {', '.join(KINDS)})")
-    params: dict[str, float] = {}
+    params: dict[str, float | str] = {}
     for w in words[2:]:
         key, eq, val = w.partition("=")
         if not eq:
             raise UsageError(f"fault {text.strip()!r}: {w!r} is not key=value")
+        if key in WORD_KEYS:
+            params[key] = val
+            continue
         try:
             params[key] = float(val)
         except ValueError:
@@ -128,12 +154,36 @@ def _checked(kind: str, target: str, params: dict) -> Fault:
             raise UsageError(f"{where}: unknown parameter {key!r} (allowed: {', '.join(sorted(allowed))})")
     for key in sorted(required - set(params)):
         raise UsageError(f"{where}: {key}= is required")
-    p = {k: float(v) for k, v in params.items()}
+    p = {k: (str(v) if k in WORD_KEYS else float(v)) for k, v in params.items()}
+    p.setdefault("at_s", 0.0)
     for key, v in p.items():
-        if not math.isfinite(v):
+        if key not in WORD_KEYS and not math.isfinite(v):
             raise UsageError(f"{where}: {key} must be a finite number (got {v})")
     _check_ranges(where, kind, p)
+    if kind == "host-config":
+        _check_host_config(where, p)
     return Fault(kind, target, tuple(sorted(p.items())))
+
+
+def _check_host_config(where: str, p: dict) -> None:
+    open_keys = [k for k in OPEN_TIME_KEYS if k in p]
+    live_keys = [k for k in LIVE_HOST_KEYS if k in p]
+    if not open_keys and not live_keys:
+        raise UsageError(f"{where}: give at least one of {', '.join(OPEN_TIME_KEYS + LIVE_HOST_KEYS)}")
+    if open_keys and (p["at_s"] > 0 or "for_s" in p):
+        verb = "is" if len(open_keys) == 1 else "are"
+        raise UsageError(f"{where}: {'/'.join(open_keys)} {verb} fixed when a connection opens, so they hold for "
+                         "the whole run: drop at_s/for_s, or put the live settings in a fault of their own")
+    if "cc" in p and not re.fullmatch(r"[a-z][a-z0-9_]{0,14}", p["cc"]):
+        raise UsageError(f"{where}: cc={p['cc']!r} is not a congestion control's name (e.g. cubic, dctcp)")
+    if "ecn" in p and p["ecn"] not in (0.0, 1.0):
+        raise UsageError(f"{where}: ecn must be 0 or 1 (got {p['ecn']:g})")
+    if "mtu_bytes" in p and not (p["mtu_bytes"] == int(p["mtu_bytes"])
+                                 and MIN_MTU_BYTES <= p["mtu_bytes"] <= MAX_MTU_BYTES):
+        raise UsageError(f"{where}: mtu_bytes must be a whole number {MIN_MTU_BYTES}..{MAX_MTU_BYTES} "
+                         f"(got {p['mtu_bytes']:g})")
+    if "rto_min_ms" in p and not (p["rto_min_ms"] == int(p["rto_min_ms"]) and 1 <= p["rto_min_ms"] <= 120_000):
+        raise UsageError(f"{where}: rto_min_ms must be a whole number 1..120000 (got {p['rto_min_ms']:g})")
 
 
 def _check_ranges(where: str, kind: str, p: dict[str, float]) -> None:
@@ -150,6 +200,11 @@ def _check_ranges(where: str, kind: str, p: dict[str, float]) -> None:
     if "count" in p:
         need(p["count"] == int(p["count"]) and 1 <= p["count"] <= MAX_FLAPS,
              f"count must be a whole number 1..{MAX_FLAPS} (got {p['count']:g})")
+    if kind == "slow-host":
+        need(0 < p["cpu_fraction"] <= 1, f"cpu_fraction must be in (0, 1] of one CPU (got {p['cpu_fraction']:g})")
+        need(1 <= p.get("period_ms", 100) <= 1000, f"period_ms must be 1..1000 (got {p.get('period_ms', 100):g})")
+        need(p["cpu_fraction"] * p.get("period_ms", 100) >= 1,
+             "cpu_fraction x period_ms must be at least 1 ms (the kernel's smallest quota)")
     if kind == "slow-port":
         need(0 < p["fraction"] <= 1, f"fraction must be in (0, 1] (got {p['fraction']:g}; a rate of 0 is a "
              "dead link: use link-down)")
@@ -200,14 +255,26 @@ def find_port(topology, text: str) -> tuple[str, str]:
     return node, ifname
 
 
+def find_host(topology, text: str) -> str:
+    """The host named `text`."""
+    hosts = [n.name for n in topology.nodes if n.is_host]
+    if text not in hosts:
+        raise UsageError(f"fault host {text!r}: no such host (hosts: {', '.join(hosts[:6])}"
+                         f"{', ...' if len(hosts) > 6 else ''})")
+    return text
+
+
+def find_target(topology, f: Fault):
+    """The fault's target in `topology`: a Link, a (node, ifname) port or a host name."""
+    kind = KINDS[f.kind][2]
+    return {"link": find_link, "port": find_port, "host": find_host}[kind](topology, f.target)
+
+
 def check(faults: list[Fault], topology, horizon_s: float | None = None) -> None:
     """Every fault's target exists in `topology`; with a known workload length `horizon_s`, every fault starts
     before it ends."""
     for f in faults:
-        if KINDS[f.kind][2] == "link":
-            find_link(topology, f.target)
-        else:
-            find_port(topology, f.target)
+        find_target(topology, f)
         if horizon_s is not None and f.at_s >= horizon_s:
             raise UsageError(f"fault {f}: at_s={f.at_s:g} is past the end of the workload ({horizon_s:g} s)")
 
@@ -232,6 +299,20 @@ def steps(f: Fault) -> list[Step]:
         if "for_s" in p:
             out.append(Step(at + p["for_s"], "rate", f, 1.0))
         return out
+    if f.kind == "slow-host":
+        out = [Step(at, "cpu", f, p["cpu_fraction"])]
+        if "for_s" in p:
+            out.append(Step(at + p["for_s"], "cpu", f, None))
+        return out
+    if f.kind == "host-config":
+        live = {k: p[k] for k in LIVE_HOST_KEYS if k in p}
+        out = [Step(0.0, "host-open", f, {k: p[k] for k in OPEN_TIME_KEYS if k in p})] \
+            if any(k in p for k in OPEN_TIME_KEYS) else []
+        if live:
+            out.append(Step(at, "host-live", f, live))
+            if "for_s" in p:
+                out.append(Step(at + p["for_s"], "host-restore", f, live))
+        return out
     netem = {k: p[k] for k in ("loss_percent", "delay_ms", "jitter_ms", "corrupt_percent") if k in p}
     out = [Step(at, "netem", f, netem)]
     if "for_s" in p:
@@ -246,8 +327,15 @@ def needs(faults: list[Fault]) -> tuple[str, ...]:
         out += ["cls:u32", "act:mirred"]
     if any(f.kind == "netem" for f in faults):
         out.append("qdisc:netem")
+    if any(f.kind == "slow-host" for f in faults):
+        out.append("cgroup:cpu")
+    for f in faults:
+        if f.kind == "host-config" and f.get("cc") in ("dctcp", "bbr", "reno", "cubic"):
+            out.append(f"tcp:{f.get('cc')}")
+        if f.kind == "host-config" and f.get("ecn") == 1.0:
+            out.append("sysctl:ecn")
     return tuple(dict.fromkeys(out))
 
 
-__all__ = ["DEFAULT_DETECT_MS", "KINDS", "Fault", "Step", "check", "find_link", "find_port", "make", "needs",
-           "parse", "parse_file", "steps"]
+__all__ = ["DEFAULT_DETECT_MS", "KINDS", "LIVE_HOST_KEYS", "OPEN_TIME_KEYS", "WORD_KEYS", "Fault", "Step", "check",
+           "find_host", "find_link", "find_port", "find_target", "make", "needs", "parse", "parse_file", "steps"]

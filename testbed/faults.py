@@ -1,6 +1,7 @@
 """The fault timeline, played on a live fabric: links that die and come back, routing that notices, ports that
-slow down, links that start losing or delaying packets. What the faults are and how they are written:
-testbed.faultplan; the kernel side: testbed.kernel.linkfail, testbed.kernel.qdisc, Fabric.set_rx_netem.
+slow down, links that start losing or delaying packets, hosts that straggle or behave differently (those:
+testbed.hostfaults). What the faults are and how they are written: testbed.faultplan; the kernel side:
+testbed.kernel.linkfail, testbed.kernel.qdisc, testbed.kernel.cgroup, Fabric.set_rx_netem.
 
 How routing reacts, as a fabric running BFD under its routing protocol does: a link that has been dead for
 ``detect_ms`` (the BFD detection time: interval x multiplier, e.g. 3 x 16.7 ms = 50 ms, or 3 x 100 ms = 300 ms) is
@@ -11,7 +12,8 @@ that comes back before its failure was detected is never withdrawn; packets sent
 
 Every change and every reaction is an event: ``events.csv`` (t_s on the run's monotonic clock, kind, target,
 detail), written when the timeline closes. Kinds: link_down, link_up, routes_withdrawn, routes_restored,
-port_slow, port_restored, netem_set, netem_cleared, fault_not_reached (a step the workload ended before).
+port_slow, port_restored, netem_set, netem_cleared, cpu_throttled, cpu_restored, host_config, host_changed,
+host_restored, fault_not_reached (a step the workload ended before).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Callable
 
 from testbed import faultplan
 from testbed.faultplan import Fault, Step
+from testbed.hostfaults import HostFaults
 from testbed.kernel import linkfail, netns, qdisc
 from topologies.routing import compute_routes, route_diff
 
@@ -60,6 +63,7 @@ class FaultTimeline:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # kernel changes: the player thread and close() never interleave
+        self.hosts = HostFaults(fabric, self._ipr, self._index, self._event)
 
     # ---- plan ----
 
@@ -82,7 +86,9 @@ class FaultTimeline:
         changes its netem). Creating an IFB took 2 s in the software-emulated lab VM."""
         for node in self._nodes_touched([f]):
             self._ipr(node)
-        if faultplan.KINDS[f.kind][2] == "link":
+        if faultplan.KINDS[f.kind][2] == "host":
+            self.hosts.prepare(f)
+        elif faultplan.KINDS[f.kind][2] == "link":
             link = faultplan.find_link(self.topology, f.target)
             for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
                 self._holes[node] = linkfail.prepare(self._ipr(node), self._index(node, port))
@@ -164,6 +170,8 @@ class FaultTimeline:
             if faultplan.KINDS[f.kind][2] == "link":
                 link = faultplan.find_link(self.topology, f.target)
                 out |= {link.a, link.b} | {n.name for n in self.topology.routers}
+            elif faultplan.KINDS[f.kind][2] == "host":
+                out |= {n for l in self.topology.links if f.target in (l.a, l.b) for n in (l.a, l.b)}
             else:
                 node, ifname = faultplan.find_port(self.topology, f.target)
                 out |= {node, self._far_end(node, ifname)[0]}
@@ -173,6 +181,8 @@ class FaultTimeline:
 
     def _step_action(self, st: Step) -> Callable[[], None]:
         f = st.fault
+        if faultplan.KINDS[f.kind][2] == "host":
+            return self.hosts.action(st)
         if st.op in ("cut", "mend"):
             link = faultplan.find_link(self.topology, f.target)
             detect_s = float(f.get("detect_ms", faultplan.DEFAULT_DETECT_MS)) / 1000.0
@@ -281,6 +291,10 @@ class FaultTimeline:
                     self._event("fault_not_reached", st.fault.target, f"{st.op} at_s={st.t_s:g}")
             self._heap.clear()
             self._undo()
+            try:
+                self.hosts.undo()
+            except Exception as e:  # noqa: BLE001 - recorded; testbed clean removes a cgroup left behind
+                self._event("fault_error", "", f"undo host faults: {type(e).__name__}: {e}")
             for ipr in self._iprs.values():
                 with contextlib.suppress(Exception):
                     ipr.close()
@@ -307,12 +321,13 @@ class FaultTimeline:
     def lost_frames(self) -> int:
         """Frames the dead links swallowed, over every namespace that had one."""
         total = 0
-        for node in {n for l in self._links_touched() for n in (l.a, l.b)}:
+        for node in {n for l in self.links_touched() for n in (l.a, l.b)}:
             with contextlib.suppress(Exception), netns.ipr(self.fabric.ns(node)) as ipr:
                 total += linkfail.dropped(ipr)
         return total
 
-    def _links_touched(self) -> list:
+    def links_touched(self) -> list:
+        """The links the faults cut or flap."""
         return [faultplan.find_link(self.topology, f.target) for f in self.faults
                 if faultplan.KINDS[f.kind][2] == "link"]
 

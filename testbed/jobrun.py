@@ -143,6 +143,10 @@ class CollectiveJob:
     def _job_doc(self, fabric) -> dict:
         pl = self.plan
         transport = {"kind": self.transport, "cc": self.cc, "dscp": self.dscp}
+        host_cc = self.lab.host_cc()
+        own_cc = {str(r): host_cc[h] for r, h in enumerate(pl.placement.hosts) if h in host_cc}
+        if own_cc:  # host-config faults: those hosts' ranks use their own congestion control
+            transport["cc_by_rank"] = own_cc
         if self.transport == "rdma":
             devices = {str(r): fabric.rxe[h][0] for r, h in enumerate(pl.placement.hosts)}
             transport["rdma"] = {"devices": devices, **self.rdma_opts}
@@ -170,7 +174,8 @@ class CollectiveJob:
         lab.on_teardown(ctl.stop)
         bg = None
         if pl.job.background:
-            bg = BackgroundFlows(pl.job.background, lab.endpoints(pl.hosts), netns.entered, cc=self.cc)
+            bg = BackgroundFlows(pl.job.background, lab.endpoints(pl.hosts), netns.entered, cc=self.cc,
+                                 cc_by_host=lab.host_cc())
             lab.on_teardown(bg.stop)
         sampler = QueueSampler(fabric, interval_s=self.sample_interval_ms / 1000.0) if self.sample_interval_ms else None
         lab.progress(pl.describe())
@@ -202,6 +207,10 @@ class CollectiveJob:
         self.port_delta = counters["ports"].stop()
         self.rdma_delta = counters["rdma"].stop(lab.rundir) if "rdma" in counters else {}
         ctl.stop()
+        # what each rank's sockets report (TCP_CONGESTION after connect): a host-config fault's own cc shows here
+        lab.rundir.manifest["cc_by_rank"] = {str(r): ",".join(m.get("cc", [])) for r, m in
+                                             sorted((getattr(ctl, "ready", None) or {}).items())}
+        lab.rundir.write_manifest()
         self._write(sampler)
         return self
 

@@ -233,7 +233,7 @@ class Lab:
             raise ValueError(f"flows: {len(pairs)} pairs but {len(sports)} source ports")
         records = [BackgroundFlow(a, b, dscp=dscp, src_port=sp, ack_dscp=ack_dscp) for (a, b), sp in zip(pairs, sports)]
         bg = BackgroundFlows(records, self.endpoints({h for p in pairs for h in p}), netns.entered, cc=cc,
-                             base_port=self._ports(len(records)))
+                             base_port=self._ports(len(records)), cc_by_host=self.host_cc())
         handle = Flows(bg, self._record_flows)
         self.on_teardown(handle.stop)
         bg.start()
@@ -264,7 +264,7 @@ class Lab:
         names = [_name(h) for h in senders]
         rname = _name(receiver)
         inc = IncastRounds(names, rname, self.endpoints([rname, *names]), netns.entered, size_bytes,
-                           port=self._ports(1), cc=cc)
+                           port=self._ports(1), cc=cc, cc_by_host=self.host_cc())
         try:
             inc.connect()
             if at_s is not None:
@@ -301,6 +301,13 @@ class Lab:
         self.rundir.write_manifest()
         return f
 
+    def host_cc(self) -> dict[str, str]:
+        """Hosts given their own congestion control by a host-config fault (host -> name)."""
+        if self.faults is None:
+            return {}
+        return {h.name: self.faults.hosts.cc_of(h.name) for h in self.net.fabric.topology.hosts
+                if self.faults.hosts.cc_of(h.name)}
+
     def start_workload(self) -> None:
         """t = 0 of the fault timeline (the first call counts; traffic started by the Lab calls it)."""
         if self.faults is not None:
@@ -315,7 +322,7 @@ class Lab:
 
         events = self.faults.close()
         lost = self.faults.lost_frames()
-        if self.faults.t0 is not None:
+        if self.faults.t0 is not None and self.faults.links_touched():
             events.append((time.monotonic(), "dead_link_frames", "all", f"frames={lost}"))
         self.rundir.write_csv("events.csv", EVENT_COLUMNS, ((f"{t:.6f}", k, tg, d) for t, k, tg, d in events))
         self.summary.update(fault_summary(load_csv(self.rundir.path / "events.csv", "events"), time.monotonic()))

@@ -204,5 +204,6 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
               f"ms, {summary.get('routes_withdrawn_events', 0)} route withdrawal(s) (reaction max "
               f"{summary.get('route_reaction_ms_max', float('nan')):.0f} ms), {summary.get('dead_link_frames', 0)} "
               f"frame(s) lost in dead links, {summary.get('slow_ms_total', 0):.0f} ms slow, "
-              f"{summary.get('impaired_ms_total', 0):.0f} ms impaired; {out}/events.csv")
+              f"{summary.get('impaired_ms_total', 0):.0f} ms impaired, {summary.get('throttled_ms_total', 0):.0f} ms "
+              f"CPU-throttled; {out}/events.csv")
     return 0

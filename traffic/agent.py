@@ -260,7 +260,8 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
     tr = job["transport"]
     timeout = float(job.get("timeout_s", 300))
     deadline = time.monotonic() + timeout
-    t = make_transport(tr.get("kind", "tcp"), rank, ip=ip, cc=tr.get("cc"), dscp=int(tr.get("dscp", 0)),
+    cc = tr.get("cc_by_rank", {}).get(str(rank), tr.get("cc"))  # a host that behaves differently has its own
+    t = make_transport(tr.get("kind", "tcp"), rank, ip=ip, cc=cc, dscp=int(tr.get("dscp", 0)),
                        sndbuf=int(tr.get("sndbuf", 0)), rcvbuf=int(tr.get("rcvbuf", 0)),
                        **tr.get("rdma", {}))  # RDMA-only options (traffic.rdma.RdmaTransport)
     result: dict = {"type": "result", "rank": rank, "ops": [], "tcp_info": [], "verified": True, "mismatches": [],

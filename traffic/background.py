@@ -29,13 +29,14 @@ SO_MAX_PACING_RATE = getattr(socket, "SO_MAX_PACING_RATE", 47)
 class BackgroundFlows:
     def __init__(self, flows: Sequence[BackgroundFlow], endpoints: dict[str, tuple[str, str]],
                  enter: Callable[[str], ContextManager], cc: str | None = None, chunk: int = 1 << 16,
-                 base_port: int = BASE_PORT):
+                 base_port: int = BASE_PORT, cc_by_host: dict[str, str] | None = None):
         self.flows = list(flows)
         self.base_port = base_port
         self.ports: list[tuple[int, int]] = []  # (source, destination) port of each started flow
         self.endpoints = endpoints
         self.enter = enter
         self.cc = cc
+        self.cc_by_host = dict(cc_by_host or {})  # hosts that use their own congestion control
         self.chunk = chunk
         self.stop_ev = threading.Event()
         self.threads: list[threading.Thread] = []
@@ -62,11 +63,11 @@ class BackgroundFlows:
             _, sip = self.endpoints[f.src]
             ls = self._sock(f.dst)
             ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            set_cc(ls, self.cc)
+            set_cc(ls, self.cc_by_host.get(f.dst, self.cc))
             ls.bind((dip, self.base_port + i))
             ls.listen(1)
             cs = self._sock(f.src)
-            set_cc(cs, self.cc)
+            set_cc(cs, self.cc_by_host.get(f.src, self.cc))
             if f.dscp:
                 cs.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, f.dscp << 2)
             if f.rate_mbps > 0:

@@ -92,7 +92,7 @@ class IncastRounds:
 
     def __init__(self, senders: Sequence[str], receiver: str, endpoints: dict[str, tuple[str, str]],
                  enter: Callable[[str], ContextManager], block_bytes: int, port: int = PORT, cc: str | None = None,
-                 timeout_s: float = 30.0):
+                 timeout_s: float = 30.0, cc_by_host: dict[str, str] | None = None):
         if not senders:
             raise ValueError("incast: no senders")
         for h in (receiver, *senders):
@@ -107,6 +107,7 @@ class IncastRounds:
         self.block = int(block_bytes)
         self.port = port
         self.cc = cc
+        self.cc_by_host = dict(cc_by_host or {})  # hosts that use their own congestion control
         self.timeout_s = timeout_s
         self.socks: list[socket.socket] = []  # the senders', in sender order
         self.conns: dict[socket.socket, int] = {}  # the receiver's accepted connections -> sender index
@@ -116,7 +117,7 @@ class IncastRounds:
         with self.enter(self.endpoints[host][0]):
             s = socket.socket()
         self._others.append(s)
-        set_cc(s, self.cc)
+        set_cc(s, self.cc_by_host.get(host, self.cc))
         return s
 
     def connect(self) -> None:

@@ -128,6 +128,21 @@ def list_ours() -> list[str]:
     return sorted(n for n in _netns.listnetns() if ours(n))
 
 
+def pids_in(name: str) -> list[int]:
+    """Processes whose network namespace is the named one (agents, programs, shells started inside it)."""
+    try:
+        target = os.stat(NETNS_DIR / name).st_ino
+    except OSError:
+        return []
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(d / "ns" / "net").st_ino == target:
+                    pids.append(int(d.name))
+    return pids
+
+
 def ipr(name: str | None) -> IPRoute:
     """An IPRoute socket in the named namespace (None: the caller's own namespace)."""
     return IPRoute(netns=name) if name else IPRoute()

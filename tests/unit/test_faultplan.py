@@ -4,6 +4,7 @@ pure logic."""
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -164,3 +165,59 @@ def test_restored_at_close_ends_every_open_withdrawal():
                   (3.0, "routes_restored", "all", "at_close")])
     iv = fault_intervals(ev)
     assert sorted(iv["end_s"]) == [3.0, 3.0]
+
+
+# ---- host faults ----
+
+def test_host_faults_parse_with_words_and_defaults():
+    f = faultplan.parse("host-config h3 cc=reno ecn=0")
+    assert (f.at_s, f.get("cc"), f.get("ecn")) == (0.0, "reno", 0.0) and faultplan.parse(str(f)) == f
+    assert [(s.t_s, s.op, s.value) for s in faultplan.steps(f)] == [(0.0, "host-open", {"cc": "reno", "ecn": 0.0})]
+    live = faultplan.parse("host-config h3 at_s=1 for_s=2 mtu_bytes=1000 rto_min_ms=200")
+    assert [(s.t_s, s.op) for s in faultplan.steps(live)] == [(1.0, "host-live"), (3.0, "host-restore")]
+    slow = faultplan.make("slow-host", "h2", at_s=0.5, cpu_fraction=0.1, for_s=1)
+    assert [(s.t_s, s.op, s.value) for s in faultplan.steps(slow)] == [(0.5, "cpu", 0.1), (1.5, "cpu", None)]
+    assert faultplan.needs([slow, f, faultplan.parse("host-config h1 cc=dctcp ecn=1")]) == \
+        ("cgroup:cpu", "tcp:reno", "tcp:dctcp", "sysctl:ecn")
+    faultplan.check([f, slow], leafspine())
+
+
+@pytest.mark.parametrize("text, says", [
+    ("host-config h3", "give at least one of cc, ecn, mtu_bytes, rto_min_ms"),
+    ("host-config h3 cc=reno at_s=1", "cc is fixed when a connection opens"),
+    ("host-config h3 cc=reno ecn=1 for_s=1", "cc/ecn are fixed when a connection opens"),
+    ("host-config h3 cc=Reno!", "not a congestion control's name"),
+    ("host-config h3 ecn=2", "ecn must be 0 or 1"),
+    ("host-config h3 mtu_bytes=100", "mtu_bytes must be a whole number 576..9000"),
+    ("host-config h3 rto_min_ms=0.5", "rto_min_ms must be a whole number"),
+    ("host-config h3 mtu=1000", "unknown parameter 'mtu'"),
+    ("slow-host h2 at_s=0 cpu_fraction=0", "cpu_fraction must be in (0, 1]"),
+    ("slow-host h2 at_s=0 cpu_fraction=1.5", "cpu_fraction must be in (0, 1]"),
+    ("slow-host h2 at_s=0 cpu_fraction=0.005", "at least 1 ms"),
+    ("slow-host h2 cpu_fraction=0.5", "at_s= is required"),
+])
+def test_bad_host_faults_say_what_is_wrong(text, says):
+    with pytest.raises(UsageError, match=re.escape(says)):
+        faultplan.parse(text)
+
+
+def test_a_host_fault_on_a_node_that_is_no_host_is_refused():
+    for text in ("slow-host leaf1 at_s=0 cpu_fraction=0.5", "host-config h9 cc=reno"):
+        with pytest.raises(UsageError, match="no such host"):
+            faultplan.check([faultplan.parse(text)], leafspine())
+
+
+def test_throttling_and_host_changes_are_intervals_and_the_kernel_time_is_summed():
+    ev = _events([(1.0, "host_config", "h2", "cc=reno"),
+                  (2.0, "cpu_throttled", "h3", "cpu_fraction=0.01;period_ms=100;processes=1"),
+                  (2.5, "host_changed", "h4", "mtu_bytes=1000"),
+                  (3.0, "host_restored", "h4", "mtu_bytes"),
+                  (4.0, "cpu_restored", "h3", "throttled_ms=1935;throttled_periods=28")])
+    iv = fault_intervals(ev, run_end=5.0)
+    got = [(r.what, r.target, r.start_s, r.end_s) for r in iv.itertuples()]
+    assert got == [("configured differently", "h2", 1.0, 5.0), ("throttled", "h3", 2.0, 4.0),
+                   ("reconfigured", "h4", 2.5, 3.0)]
+    s = fault_summary(ev, run_end=5.0)
+    assert s["throttled_ms_total"] == pytest.approx(2000.0) and s["cpu_throttled_ms_kernel"] == 1935.0
+    assert describe(overlapping(iv, 2.4, 2.6)) == \
+        "h2 configured differently for 200 ms, h3 throttled for 200 ms, h4 reconfigured for 100 ms"

@@ -1,0 +1,115 @@
+"""Host faults on the host kernel: a straggler whose CPU is throttled by the kernel's CFS bandwidth control (cgroup),
+and a host that behaves differently (its own congestion control, a smaller MTU on its link, an older RTOmin). What
+the kernel reports (cgroup cpu.stat, interface MTUs, route metrics, TCP_CONGESTION of the agents' sockets) and what
+the collective's tail does."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from analysis.correlate import correlate_run
+from analysis.load import load_run
+from testbed import faultplan
+from testbed.kernel import cgroup, netns
+from testbed.lab import Lab
+from testbed.runner import run_scenario
+from testbed.scenario import get
+from topologies.mininet_topo import LeafSpineTopo
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")
+
+
+def ring_params(**extra) -> dict:
+    coll = get("collective")
+    p = {x.name: x.default for x in coll.params}
+    p.update({"collective": "allreduce", "size": "256K", "iterations": 8, "warmup": 1, "spines": 1, "leaves": 2,
+              "hosts_per_leaf": 2, "host_rate_mbps": 20.0, "fabric_rate_mbps": 20.0, **extra})
+    coll.validate(p)
+    return p
+
+
+def test_a_cpu_throttled_host_straggles_every_ring_step(tmp_path):
+    """h2's agent may run 1 ms per 100 ms. It needs little CPU (~3% of one: the kernel moves the bytes), but what it
+    needs comes in 100 ms steps now, and every ring step waits for it. cpu.stat says the kernel throttled it."""
+    coll, p = get("collective"), ring_params()
+    before = cgroup.list_ours()
+    base = run_scenario(coll, p, 1, tmp_path / "base", quiet=True)
+    slow = faultplan.parse("slow-host h2 at_s=0 cpu_fraction=0.01")
+    hit = run_scenario(coll, p, 1, tmp_path / "slow", quiet=True, faults=[slow])
+    print({k: (base[k], hit[k]) for k in ("cct_ms_p50", "cct_ms_p99", "job_s")}, hit["cpu_throttled_ms_kernel"])
+    assert base["data_verified"] and hit["data_verified"]
+    # measured on this 2-CPU machine: p50 168-172 ms clean, 293 ms throttled; ~1.9 s of throttling per run
+    assert hit["cct_ms_p50"] > 1.3 * base["cct_ms_p50"], (base, hit)
+    assert hit["cpu_throttled_ms_kernel"] > 300, hit
+    assert cgroup.list_ours() == before  # the group is gone, its processes moved back first
+    run = load_run(tmp_path / "slow")
+    ev = run.events.set_index("kind")
+    assert ev.loc["cpu_throttled", "target"] == "h2" and "processes=1" in ev.loc["cpu_throttled", "detail"], \
+        run.events
+    assert "cpu_restored" in ev.index
+    table = correlate_run(run)
+    assert table["faults"].str.contains("h2 throttled for").all(), table[["cct_ms", "faults"]]
+
+
+def route_rto_min_ms(ns: str) -> int | None:
+    with netns.ipr(ns) as ipr:
+        for r in ipr.get_routes(family=2, table=254):
+            if r["dst_len"] == 0:
+                m = r.get_attr("RTA_METRICS")
+                return m.get_attr("RTAX_RTO_MIN") if m is not None else None
+    return None
+
+
+def mtus(lab: Lab, host: str) -> dict[str, int]:
+    """MTU of both ends of `host`'s link, from the kernel."""
+    out = {}
+    for l in lab.net.fabric.topology.links:
+        if host in (l.a, l.b):
+            for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
+                with netns.ipr(lab.net.fabric.ns(node)) as ipr:
+                    out[f"{node}:{port}"] = ipr.get_links(ipr.link_lookup(ifname=port)[0])[0].get_attr("IFLA_MTU")
+    return out
+
+
+def test_a_smaller_mtu_and_an_older_rto_min_are_set_live_and_undone(tmp_path):
+    topo = LeafSpineTopo(spines=1, leaves=2, hosts_per_leaf=2, host_rate_mbps=20, fabric_rate_mbps=20)
+    with Lab(topo, out=tmp_path / "run", name="hostcfg", quiet=True) as lab:
+        lab.at(0.3, "host-config h3 mtu_bytes=1000 for_s=1.2")
+        lab.at(0.3, "host-config h4 rto_min_ms=200 for_s=1.2")
+        base_rto = route_rto_min_ms(lab.net.fabric.ns("h4"))
+        # flows into and out of h3: into it, the leaf's port answers 1500-byte packets with ICMP
+        # fragmentation-needed and h1 lowers its path MTU; out of it, h3 sends smaller segments itself
+        flows = lab.flows([("h1", "h3"), ("h3", "h2")], duration_s=2.4)
+        t0 = lab.faults.t0
+        time.sleep(max(0.0, t0 + 0.8 - time.monotonic()))
+        during_mtu, during_rto = mtus(lab, "h3"), route_rto_min_ms(lab.net.fabric.ns("h4"))
+        a = flows.snapshot()
+        time.sleep(max(0.0, t0 + 1.4 - time.monotonic()))
+        moved = [y - x for x, y in zip(a[1], flows.snapshot()[1])]
+        time.sleep(max(0.0, t0 + 1.9 - time.monotonic()))
+        after_mtu, after_rto = mtus(lab, "h3"), route_rto_min_ms(lab.net.fabric.ns("h4"))
+        flows.wait()
+    print(during_mtu, after_mtu, during_rto, after_rto, base_rto, moved)
+    assert set(during_mtu.values()) == {1000} and set(after_mtu.values()) == {1500}, (during_mtu, after_mtu)
+    assert during_rto == 200 and after_rto == base_rto, (during_rto, after_rto, base_rto)
+    assert all(m > 50_000 for m in moved), moved  # both flows kept moving at the smaller MTU (no black hole)
+    run = load_run(tmp_path / "run")
+    kinds = list(run.events["kind"])
+    assert kinds.count("host_changed") == 2 and kinds.count("host_restored") == 2, run.events
+
+
+def test_a_host_with_its_own_congestion_control_uses_it_on_every_socket(tmp_path):
+    coll, p = get("collective"), ring_params(iterations=2)
+    out = run_scenario(coll, p, 1, tmp_path / "run", quiet=True,
+                       faults=[faultplan.parse("host-config h2 cc=reno")])
+    assert out["data_verified"]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    hosts = out["hosts"].split(",")
+    by_host = {hosts[int(r)]: cc for r, cc in manifest["cc_by_rank"].items()}
+    assert by_host == {"h1": "cubic", "h2": "reno", "h3": "cubic", "h4": "cubic"}, by_host
+    run = load_run(tmp_path / "run")
+    assert list(run.events["kind"]) == ["host_config"] and run.events["detail"].iloc[0] == "cc=reno", run.events
