@@ -11,7 +11,7 @@ the leaf is replaced by a ``plug`` qdisc with the class queue's byte limit (drop
 for a RED/step (ECN marking) leaf, the plug becomes RED's child (RED parent <minor>:1) so marking stays and the
 plug holds the packets. ``plug block`` (TCQ_PLUG_BUFFER) stops the class's dequeue at once (packets already in the
 queue wait, arriving ones queue behind them); ``plug release_indefinite`` resumes it. Both are one RTM_NEWQDISC
-change message on a raw netlink socket kept open in the port's namespace.
+change message on a raw netlink socket kept open in the port's namespace (testbed.kernel.plug).
 
 Why a plug and not an HTB rate change: HTB keeps a class's token debt across a rate change; a packet sent at a
 "pause" rate of a few bit/s leaves a debt of up to HTB's mbuffer (60 s), so the class would stay silent long after
@@ -51,102 +51,16 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
 
 from testbed.kernel import netns
+from testbed.kernel.plug import PlugSocket, delete_qdisc, tc_handle
 
 RT_PRIORITY = 50  # SCHED_FIFO priority of the controller process (the kernel's threaded IRQs run at 50 too)
 
 PFC_COLUMNS = ["t_s", "node", "port", "prio", "event", "backlog_bytes"]
-
-# ---- raw netlink: plug qdisc add / change / delete ---------------------------------------------------------------
-
-_NLMSG_HDR = struct.Struct("=LHHLL")
-_TCMSG = struct.Struct("=BxxxiIII")
-_RTA = struct.Struct("=HH")
-_PLUG_QOPT = struct.Struct("=iI")  # struct tc_plug_qopt { int action; __u32 limit; }
-RTM_NEWQDISC, RTM_DELQDISC = 36, 37
-NLM_F_REQUEST, NLM_F_ACK, NLM_F_EXCL, NLM_F_CREATE = 0x1, 0x4, 0x200, 0x400
-NLMSG_ERROR = 2
-TCA_KIND, TCA_OPTIONS = 1, 2
-PLUG_BUFFER, PLUG_RELEASE_ONE, PLUG_RELEASE_INDEFINITE, PLUG_LIMIT = 0, 1, 2, 3
-
-
-def tc_handle(major: int, minor: int = 0) -> int:
-    return ((major & 0xFFFF) << 16) | (minor & 0xFFFF)
-
-
-def _rta(typ: int, payload: bytes) -> bytes:
-    ln = _RTA.size + len(payload)
-    return _RTA.pack(ln, typ) + payload + b"\0" * ((4 - ln % 4) % 4)
-
-
-def plug_message(msg_type: int, flags: int, seq: int, ifindex: int, handle: int, parent: int,
-                 action: int | None = None, limit: int = 0) -> bytes:
-    """One RTM_NEWQDISC / RTM_DELQDISC for a plug qdisc (options only when action is not None)."""
-    body = _TCMSG.pack(0, ifindex, handle, parent, 0) + _rta(TCA_KIND, b"plug\0")
-    if action is not None:
-        body += _rta(TCA_OPTIONS, _PLUG_QOPT.pack(action, limit))
-    return _NLMSG_HDR.pack(_NLMSG_HDR.size + len(body), msg_type, flags, seq, 0) + body
-
-
-class PlugSocket:
-    """A NETLINK_ROUTE socket opened inside one namespace, for plug qdisc changes (each acknowledged)."""
-
-    def __init__(self, ns: str | None):
-        if ns:
-            with netns.entered(ns):
-                self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        else:
-            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        self.sock.bind((0, 0))
-        self.seq = 0
-        self.buf = bytearray(65536)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def _call(self, msg_type: int, flags: int, ifindex: int, handle: int, parent: int, action=None,
-              limit: int = 0) -> None:
-        self.seq += 1
-        self.sock.send(plug_message(msg_type, flags | NLM_F_REQUEST | NLM_F_ACK, self.seq, ifindex, handle, parent,
-                                    action, limit))
-        while True:
-            n = self.sock.recv_into(self.buf)
-            off = 0
-            while off + 16 <= n:
-                ln, typ, _, seq, _ = _NLMSG_HDR.unpack_from(self.buf, off)
-                if ln < 16:
-                    break
-                if typ == NLMSG_ERROR and seq == self.seq:
-                    err = -struct.unpack_from("=i", self.buf, off + 16)[0]
-                    if err:
-                        raise OSError(err, f"plug qdisc {handle >> 16:x}: on ifindex {ifindex}: "
-                                           f"{os.strerror(err)}")
-                    return
-                off += (ln + 3) & ~3
-
-    def add(self, ifindex: int, handle: int, parent: int, limit: int) -> None:
-        """Create a plug (limit in bytes) and leave it released (a new plug starts blocked)."""
-        self._call(RTM_NEWQDISC, NLM_F_CREATE | NLM_F_EXCL, ifindex, handle, parent, PLUG_BUFFER, limit)
-        self.set(ifindex, handle, parent, PLUG_RELEASE_INDEFINITE)
-
-    def set(self, ifindex: int, handle: int, parent: int, action: int) -> None:
-        self._call(RTM_NEWQDISC, 0, ifindex, handle, parent, action, 0)
-
-    def block(self, ifindex: int, handle: int, parent: int) -> None:
-        self.set(ifindex, handle, parent, PLUG_BUFFER)
-
-    def release(self, ifindex: int, handle: int, parent: int) -> None:
-        self.set(ifindex, handle, parent, PLUG_RELEASE_INDEFINITE)
-
-
-def delete_qdisc(ipr, ifindex: int, handle: int, parent: int) -> None:
-    ipr.tc("del", index=ifindex, handle=handle, parent=parent)
-
 
 # ---- the model ---------------------------------------------------------------------------------------------------
 

@@ -12,8 +12,9 @@ import pytest
 from testbed.errors import UsageError
 from testbed.fabric import Fabric
 from testbed.params import resolve
-from testbed.pfc import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, PLUG_BUFFER, PLUG_RELEASE_INDEFINITE,
-                         RTM_NEWQDISC, PfcController, feeders_of, headroom_needed, plug_message, tc_handle)
+from testbed.kernel.plug import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, PLUG_BUFFER,
+                                 PLUG_RELEASE_INDEFINITE, RTM_NEWQDISC, plug_message, tc_handle)
+from testbed.pfc import PfcController, feeders_of, headroom_needed
 from analysis.metrics import maxmin_share
 from testbed.lossless_incast import build_spec, effective
 from testbed.scenario import get
