@@ -3,12 +3,15 @@
 
     sudo testbed run collective [--set collective=allreduce] [--set size=1K,64K,1M] [--set transport=rdma]
         [--set stragglers=1 --set straggler_factor=3 --set compute_ms=50] [--set background=h1>h3] [--set pfc=on]
+        [--set topology_file=fabric.toml]
 
 Every iteration each rank computes (compute_ms; jitter, straggler ranks), then runs the iteration's collectives (a
 size sweep, or gradient buckets) as per-rank DAGs with real buffers over kernel TCP or RDMA (RC verbs on SoftRoCE);
-every result is checked. Optional: background bulk flows, the collective in a lossless class that PFC pauses hop by
-hop, random loss at one host's NIC, a packet capture. Prints an nccl-tests table; the summary is analysis' over the
-files the run wrote (testbed.jobrun lists them). Same as `sudo .venv/bin/python scenarios/collective.py --set ...`.
+every result is checked. The fabric comes from the parameters or from a topology file (topology_file, per-port
+overrides included: docs/topologies.md). Optional: background bulk flows, the collective in a lossless class that
+PFC pauses hop by hop, random loss at one host's NIC, a packet capture. Prints an nccl-tests table; the summary is
+analysis' over the files the run wrote (testbed.jobrun lists them). Same as
+`sudo .venv/bin/python scenarios/collective.py --set ...`.
 """
 
 import sys
@@ -17,10 +20,15 @@ from testbed.errors import RunFailed, UsageError
 from testbed.jobrun import JOB_PARAMS, CollectiveJob, job_plan
 from testbed.params import Param
 from testbed.scenario import Scenario
-from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
+from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError, load_topology
 from topologies.mininet_topo import SpecTopo
 
 P, MBPS, B = Param, "Mbit/s", "bytes"
+#: the parameters a topology_file replaces (its shape, links, queues, per-port overrides, classes, load balancing
+#: and [tcp]): they must keep their defaults when it is given
+FILE_REPLACES = ("spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "fabric_rate_mbps", "delay_ms",
+                 "buffer_bytes", "discipline", "k_bytes", "ecn", "load_balancing", "isolation", "pfc_xoff_bytes",
+                 "pfc_xon_bytes", "pfc_headroom_bytes", "cc", "rto_min_ms")
 PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute, stragglers, background, transport
     P("host_rate_mbps", float, 20.0, MBPS, "host link rate", min=0.1, max=100_000),
     P("fabric_rate_mbps", float, 20.0, MBPS, "leaf-spine link rate", min=0.1, max=100_000),
@@ -54,6 +62,10 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
     P("loss_host", str, "h1", "", "the host whose link gets loss_percent"),
     P("capture", str, "", "", "packet capture at one port, NODE:IFNAME (e.g. h1:eth0; empty: none): tcpdump -s 128 "
       "into capture-NODE-IFNAME.pcap, decoded into the wire_* summary numbers"),
+    P("topology_file", str, "", "", "a leaf-spine topology file (.toml/.yaml, docs/topologies.md; per-port "
+      "overrides included) built instead of the fabric the parameters describe: it replaces "
+      f"{', '.join(FILE_REPLACES)} (those must stay unset; its [tcp] congestion_control is the agents' cc; with "
+      "pfc=on it must have a lossless class with the collective's DSCP). Empty: built from the parameters"),
 ]
 #: 802.1p priority and default DSCP of the collective's lossless class with pfc=on (26: AF31, common for RoCEv2)
 PFC_PCP, PFC_DSCP = 3, 26
@@ -80,12 +92,40 @@ def isolation_classes(p: dict) -> tuple:
             ClassSpec("background", dscp=[p["bg_dscp"]], **({"priority": 1} if strict else {"weight": 1})))
 
 
+def file_leaf_spine(p: dict) -> LeafSpineSpec:
+    """The fabric of ``topology_file``. UsageError, one line, before anything is built: a parameter it replaces
+    (FILE_REPLACES) set too, a file that cannot be read or is not a valid leaf-spine, fewer hosts than ranks,
+    pfc=on without a lossless class for the collective's DSCP."""
+    path = p["topology_file"]
+    defaults = {q.name: q.default for q in PARAMS}
+    clash = [n for n in FILE_REPLACES if p[n] != defaults[n]]
+    if clash:
+        raise UsageError(f"topology_file: the file sets {', '.join(clash)}: leave {'it' if len(clash) == 1 else 'them'}"
+                         f" unset, or set {'it' if len(clash) == 1 else 'them'} in {path}")
+    try:
+        spec = load_topology(path)
+    except SpecError as e:
+        raise UsageError(f"topology_file: {e}") from None
+    if not isinstance(spec, LeafSpineSpec):
+        raise UsageError(f"topology_file: {path} is a {spec.kind}; the collective runs on a leaf-spine "
+                         f"(kind = \"leafspine\")")
+    if not p["schedule_file"] and p["ranks"] > spec.host_count:
+        raise UsageError(f"ranks: {p['ranks']} ranks but topology_file {path} has only {spec.host_count} hosts "
+                         f"({spec.leaves} leaves x {spec.hosts_per_leaf} hosts)")
+    if p["pfc"] == "on" and not any(c.lossless and collective_dscp(p) in c.dscp for c in spec.classes):
+        raise UsageError(f"pfc=on: topology_file {path} has no lossless class with the collective's DSCP "
+                         f"{collective_dscp(p)} (add one to its [[classes]], or set dscp)")
+    return spec
+
+
 def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
-    """``discipline`` on every switch port, drop-tail host NICs; with pfc=on two classes of equal weight on every
-    port (weighted round robin, as ETS shares a port): ``bulk`` (lossy: background flows, anything unmarked) and
-    ``collective`` (lossless)."""
+    """``topology_file``'s fabric (:func:`file_leaf_spine`), or one from the parameters: ``discipline`` on every
+    switch port, drop-tail host NICs; with pfc=on two classes of equal weight on every port (weighted round robin,
+    as ETS shares a port): ``bulk`` (lossy: background flows, anything unmarked) and ``collective`` (lossless)."""
     from testbed.bottleneck import bottleneck_queue, check_marking
 
+    if p["topology_file"]:
+        return file_leaf_spine(p)
     nic, extra = QueueSpec("droptail", buffer_bytes=p["buffer_bytes"]), {}
     if p["cc"] == "dctcp" and not p["ecn"]:
         raise UsageError("cc=dctcp needs ecn=true")
@@ -113,6 +153,16 @@ def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
         raise UsageError(str(e)) from None
 
 
+def fabric_summary(p: dict, spec: LeafSpineSpec) -> dict:
+    """The summary's ``discipline`` (of the switch tiers; several joined by '/') and ``load_balancing``, as built:
+    the parameters', or topology_file's (then also named)."""
+    if not p["topology_file"]:
+        return {"discipline": p["discipline"], "load_balancing": p["load_balancing"]}
+    tiers = (spec.leaf_down_queue, spec.leaf_up_queue, spec.spine_queue)
+    return {"discipline": "/".join(dict.fromkeys(q.discipline for q in tiers)),
+            "load_balancing": spec.load_balancing, "topology_file": p["topology_file"]}
+
+
 def validate(p: dict) -> None:
     from testbed.capture import parse_spec
 
@@ -136,7 +186,8 @@ def experiment(p: dict, lab) -> dict:
     from testbed.capture import start_capture, wire_summary
     from testbed.pfcrun import start_pfc
 
-    job = CollectiveJob(lab, job_plan(p, lab.net.spec, p["seed"] or lab.seed), p["transport"], p["cc"],
+    spec = lab.net.spec  # the parameters' fabric or topology_file's: its [tcp] congestion control is the agents'
+    job = CollectiveJob(lab, job_plan(p, spec, p["seed"] or lab.seed), p["transport"], spec.tcp.congestion_control,
                         collective_dscp(p), {k[5:]: v for k, v in p.items() if k.startswith("rdma_")},  # mtu, ...
                         p["verify"], p["timeout_s"], p["sample_interval_ms"])
     if p["loss_percent"] > 0:
@@ -153,8 +204,7 @@ def experiment(p: dict, lab) -> dict:
     job.run()
     cap_stats = cap.stop() if cap else {}
     summary = {**job.summary(), **{k: p[k] for k in ("chunks", "placement", "compute_ms", "stragglers",
-                                                      "straggler_factor", "loss_percent", "discipline",
-                                                      "load_balancing")}}
+                                                      "straggler_factor", "loss_percent")}, **fabric_summary(p, spec)}
     if pfc:
         summary.update(pfc="on", **pfc.finish())
     if cap:

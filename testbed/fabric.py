@@ -101,13 +101,14 @@ def leaf_queue(q) -> qdisc.LeafQueue:
 
 
 def plan_port(ep) -> PortPlan:
-    """topologies.EgressPort -> PortPlan. Classless: one class 1:10. With classes: 1:10, 1:11, ... in class order;
+    """topologies.EgressPort -> PortPlan, at the egress's rate (its link's, or a per-port override's) with its
+    queue(s) (the tier's, or the override's). Classless: one class 1:10. With classes: 1:10, 1:11, ... in class order;
     strict-priority classes get HTB prio = priority (served first, up to line rate); weighted classes get HTB prio 7
     and their weight (round robin among themselves; see testbed.kernel.qdisc)."""
     port = ep.port
     mtu = ep.link.mtu
     if port.classless:
-        return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.link.rate_mbps, mtu,
+        return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.rate_mbps, mtu,
                         ((FIRST_MINOR, f"1:{FIRST_MINOR:x}", leaf_queue(port.queue), 0, 1.0, frozenset()),),
                         FIRST_MINOR)
     out = []
@@ -122,7 +123,7 @@ def plan_port(ep) -> PortPlan:
                     frozenset(c.dscp)))
         if c.default:
             default = minor
-    return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.link.rate_mbps, mtu, tuple(out),
+    return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.rate_mbps, mtu, tuple(out),
                     default)
 
 

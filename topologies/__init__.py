@@ -12,6 +12,7 @@ from .addressing import AddressPlan, plan_addresses
 from .dumbbell import DumbbellSpec
 from .leafspine import DEFAULT_QUEUE, LeafSpineSpec
 from .load import dumps_toml, from_dict, load_topology, loads_toml, loads_yaml, to_dict
+from .overrides import PortOverride
 from .routing import RoutingError, check_reachability, compute_routes, path_links, ports_on_paths
 from .spec import (ClassSpec, EgressPort, Hop, HostTcpSpec, Interface, Link, LinkSpec, NextHop, Node, PortSpec,
                    QueueSpec, Route, SpecError, load_balancing_sysctls, root_ifname, validate_ifname)
@@ -19,8 +20,8 @@ from .topology import Topology
 
 __all__ = [
     "AddressPlan", "ClassSpec", "DEFAULT_QUEUE", "DumbbellSpec", "EgressPort", "Hop", "HostTcpSpec", "Interface",
-    "LeafSpineSpec", "Link", "LinkSpec", "NextHop", "Node", "PortSpec", "QueueSpec", "Route", "RoutingError",
-    "SpecError", "Topology", "check_reachability", "compute_routes", "dumps_toml", "from_dict",
+    "LeafSpineSpec", "Link", "LinkSpec", "NextHop", "Node", "PortOverride", "PortSpec", "QueueSpec", "Route",
+    "RoutingError", "SpecError", "Topology", "check_reachability", "compute_routes", "dumps_toml", "from_dict",
     "load_balancing_sysctls", "load_topology", "loads_toml", "loads_yaml", "path_links", "plan_addresses",
     "ports_on_paths", "root_ifname", "to_dict", "validate_ifname",
 ]

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from .addressing import MAX_HOSTS_PER_SUBNET
 from .leafspine import DEFAULT_QUEUE, _check_type
+from .overrides import PortOverride, validate_port_overrides
 from .spec import (HOST_IFNAME, ClassSpec, HostTcpSpec, Link, LinkSpec, Node, PortSpec, QueueSpec, SpecError,
                    _range, _set, resolve_port, spec_dict, validate_classes, validate_prefix)
 from .topology import Topology
@@ -38,6 +39,7 @@ class DumbbellSpec(Topology):
     tcp: HostTcpSpec = HostTcpSpec()
     seed: int = 0
     prefix: str = "tb"
+    ports: tuple[PortOverride, ...] = ()  # per-port overrides (topologies/overrides.py)
 
     kind: ClassVar[str] = "dumbbell"
 
@@ -74,6 +76,8 @@ class DumbbellSpec(Topology):
                                        queue_path="bottleneck_queue", frame_bytes=self.bottleneck_link.frame_bytes),
         }
         _set(self, "_ports", self_ports)
+        _set(self, "ports", validate_port_overrides(self.ports, "ports"))
+        self._check_ports()
 
     def port_spec(self, tier: str) -> PortSpec:
         """The resolved :class:`PortSpec` of ``host_nic``, ``switch`` or ``bottleneck``."""
@@ -113,6 +117,7 @@ class DumbbellSpec(Topology):
         out = []
         queues = {"host_nic": self.host_queue, "switch": self.switch_queue, "bottleneck": self.bottleneck_queue}
         marking = [t for t, q in queues.items() if q.marks_ecn]
+        marking += [f"port {o.port}" for o in self.ports if o.queue is not None and o.queue.marks_ecn]
         if marking and not self.tcp.effective_ecn:
             out.append(f"queues mark ECN ({', '.join(marking)}) but host TCP has ECN off")
         if self.tcp.congestion_control == "dctcp" and not marking:
@@ -138,6 +143,7 @@ class DumbbellSpec(Topology):
             "queues": {"host_nic": spec_dict(self.host_queue), "switch": spec_dict(self.switch_queue),
                        "bottleneck": spec_dict(self.bottleneck_queue)},
             "classes": spec_dict(self.classes),
+            "ports": spec_dict(self.ports),
             "tcp": spec_dict(self.tcp),
             "seed": self.seed,
             "host_subnets": dict(self.address_plan.subnets),

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .addressing import MAX_EDGE_ROUTERS, MAX_FABRIC_LINKS, MAX_HOSTS_PER_SUBNET
+from .overrides import PortOverride, validate_port_overrides
 from .spec import (HOST_IFNAME, LOAD_BALANCING_MODES, ClassSpec, HostTcpSpec, Link, LinkSpec, Node, PortSpec,
                    QueueSpec, SpecError, _choice, _got, _range, _set, resolve_port, spec_dict,
                    validate_classes, validate_prefix)
@@ -47,6 +48,7 @@ class LeafSpineSpec(Topology):
     tcp: HostTcpSpec = HostTcpSpec()
     seed: int = 0
     prefix: str = "tb"
+    ports: tuple[PortOverride, ...] = ()  # per-port overrides (topologies/overrides.py)
 
     kind: ClassVar[str] = "leafspine"
     TIERS: ClassVar[tuple[tuple[str, str, str], ...]] = (
@@ -86,6 +88,8 @@ class LeafSpineSpec(Topology):
             ports[tier] = resolve_port(tier, getattr(self, qfield), self.classes, queue_path=qfield,
                                        frame_bytes=link.frame_bytes)
         _set(self, "_ports", ports)
+        _set(self, "ports", validate_port_overrides(self.ports, "ports"))
+        self._check_ports()
 
     # ---- structure ----
 
@@ -153,6 +157,7 @@ class LeafSpineSpec(Topology):
         out = []
         marking = [t for t, q, _ in self.TIERS if getattr(self, q).marks_ecn]
         marking += [f"class {c.name}" for c in self.classes if c.queue is not None and c.queue.marks_ecn]
+        marking += [f"port {o.port}" for o in self.ports if o.queue is not None and o.queue.marks_ecn]
         if marking and not self.tcp.effective_ecn:
             out.append(f"queues mark ECN ({', '.join(marking)}) but host TCP has ECN off")
         if self.tcp.congestion_control == "dctcp" and not marking:
@@ -180,6 +185,7 @@ class LeafSpineSpec(Topology):
             "base_rtt_ms": self.base_rtt_ms,
             "queues": {t: spec_dict(getattr(self, q)) for t, q, _ in self.TIERS},
             "classes": spec_dict(self.classes),
+            "ports": spec_dict(self.ports),
             "load_balancing": self.load_balancing,
             "tcp": spec_dict(self.tcp),
             "seed": self.seed,

@@ -2,9 +2,9 @@
 
 The file is a table whose keys are the fields of :class:`LeafSpineSpec` or :class:`DumbbellSpec` plus ``kind``
 (``"leafspine"``, the default, or ``"dumbbell"``). Nested specs are tables (``[fabric_link]``, ``[spine_queue]``,
-``[tcp]``), classes an array of tables (``[[classes]]`` with an optional ``[classes.queue]``). Unknown keys are
-errors. Every error is a :class:`SpecError` naming the field path, e.g. ``fabric_link.rate_mbps: must be > 0
-(got -5)`` or ``classes[1].xon_bytes: ...``.
+``[tcp]``), classes an array of tables (``[[classes]]`` with an optional ``[classes.queue]``), per-port overrides
+another (``[[ports]]``, topologies/overrides.py). Unknown keys are errors. Every error is a :class:`SpecError`
+naming the field path, e.g. ``fabric_link.rate_mbps: must be > 0 (got -5)`` or ``classes[1].xon_bytes: ...``.
 """
 
 from __future__ import annotations

@@ -532,11 +532,14 @@ def load_balancing_sysctls(mode: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class PortSpec:
     """What sits on one port's egress: the tier it belongs to, the tier queue, and the resolved classes (each
-    class's ``queue`` filled in with the tier queue when it had none). No classes = one classless queue."""
+    class's ``queue`` filled in with the tier queue when it had none). No classes = one classless queue.
+    ``rate_mbps``: this egress's own shaped rate (a per-port override, topologies/overrides.py); None = the link's.
+    """
 
     tier: str
     queue: QueueSpec
     classes: tuple[ClassSpec, ...] = ()
+    rate_mbps: float | None = None
 
     @property
     def classless(self) -> bool:
@@ -636,7 +639,7 @@ class Link:
 
 
 class EgressPort(NamedTuple):
-    """One shaped egress: HTB at ``link.rate_mbps`` with ``port``'s queue(s) below it."""
+    """One shaped egress: HTB at :attr:`rate_mbps` with ``port``'s queue(s) below it."""
 
     node: str
     ifname: str
@@ -644,6 +647,11 @@ class EgressPort(NamedTuple):
     peer_ifname: str
     link: LinkSpec
     port: PortSpec
+
+    @property
+    def rate_mbps(self) -> float:
+        """The shaped rate of this direction: the port's own (a per-port override) or else the link's."""
+        return self.port.rate_mbps if self.port.rate_mbps is not None else self.link.rate_mbps
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from functools import cached_property
 from typing import ClassVar, Mapping
 
 from .addressing import AddressPlan, plan_addresses
+from .overrides import PortOverride, apply_port_overrides
 from .routing import compute_routes
 from .spec import EgressPort, HostTcpSpec, Interface, Link, Node, Route, check_graph, load_balancing_sysctls
 
@@ -18,14 +19,16 @@ from .spec import EgressPort, HostTcpSpec, Interface, Link, Node, Route, check_g
 class Topology:
     """What every topology offers a builder: ``nodes``, ``links``, ``hosts``, ``addresses``, ``routes``.
 
-    Subclasses are frozen dataclasses with at least ``prefix`` and ``tcp`` fields and implement :meth:`_build`.
-    Everything derived is computed lazily, once.
+    Subclasses are frozen dataclasses with at least ``prefix`` and ``tcp`` fields and implement :meth:`_build`;
+    one with a ``ports`` field (per-port overrides, topologies/overrides.py) calls :meth:`_check_ports` last in
+    its ``__post_init__``. Everything derived is computed lazily, once.
     """
 
     kind: ClassVar[str] = "topology"
     load_balancing: str = "ecmp"
     prefix: str
     tcp: HostTcpSpec
+    ports: tuple[PortOverride, ...] = ()
 
     def _build(self) -> tuple[tuple[Node, ...], tuple[Link, ...]]:  # pragma: no cover
         raise NotImplementedError
@@ -33,8 +36,15 @@ class Topology:
     @cached_property
     def _graph(self) -> tuple[tuple[Node, ...], tuple[Link, ...]]:
         nodes, links = self._build()
+        if self.ports:
+            links = apply_port_overrides(links, self.ports, getattr(self, "classes", ()))
         check_graph(nodes, links)
         return tuple(nodes), tuple(links)
+
+    def _check_ports(self) -> None:
+        """Resolve the per-port overrides now, so a bad one fails the spec's construction, not its first use."""
+        if self.ports:
+            self._graph  # computed for its checks, then cached
 
     @property
     def nodes(self) -> tuple[Node, ...]:

@@ -156,6 +156,7 @@ FREE_TEXT = {
     "capture": ["", "h1:eth0", "leaf1:spine1", "spine1:leaf1", "h1", ":eth0", "h1:", "nosuch:eth0",
                 "h1:nosuch", "h1:eth0:x"],
     "schedule_file": ["", "/nonexistent/schedule.json", "/", "/proc/self/status", "\n", "a\nb"],
+    "topology_file": ["", "/nonexistent/topo.toml", "/", "/proc/self/status", "topo.yaml", "\n", "a\nb.toml"],
 }
 
 _BOOL_WORDS = ["1", "true", "yes", "on", "0", "false", "no", "off", "True", "ON", "No", "FALSE"]
@@ -721,15 +722,15 @@ def _file_params() -> list[tuple[str, str]]:
                                 "\xff"]) | st.text(_PRINTABLE, max_size=40),
        where=st.sampled_from(["file", "missing", "dir"]))
 def test_cli_refuses_bad_scenario_files(guarded, capsys, tmp_path_factory, content, where):
-    """No scenario takes a topology file today (incast's `topology` is a shape, leafspine|dumbbell); the file a
-    scenario does take is collective's schedule_file. A bad one is one line, exit 2, nothing built; a topology file
-    path where a shape is expected is refused the same way."""
+    """The files a scenario takes: collective's schedule_file and topology_file (incast's `topology` is a shape,
+    leafspine|dumbbell). A bad one is one line, exit 2, nothing built; a topology file path where a shape is
+    expected is refused the same way."""
     d = tmp_path_factory.mktemp("files")
     topo = d / "topo.toml"
     topo.write_text("spines = -1\n")
     assert_refused_by_cli(capsys, ["run", "incast", "--set", f"topology={topo}"])
     for scn, name in _file_params():
-        path = d / "x.json"
+        path = d / f"{scn}-{name}{'.toml' if 'topology' in name else '.json'}"  # the suffix its loader reads
         if where == "file":
             path.write_text(content, encoding="utf-8", errors="surrogateescape")
         elif where == "dir":
