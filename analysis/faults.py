@@ -8,6 +8,7 @@ back, or a port still slow, is open until the run's end):
     routes_withdrawn -> routes_restored  routing routed around it (from detection to re-detection)
     port_slow -> port_restored         the port ran below its rate
     netem_set -> netem_cleared         the link lost / delayed / corrupted packets
+    pause_storm -> pause_storm_end     the port's link peer kept pausing it (PFC; pfc_watchdog events in between)
     cpu_throttled -> cpu_restored      the host's processes ran under a CPU limit (a straggler)
     host_changed -> host_restored      the host ran with another MTU / RTOmin
     host_config                        the host had its own congestion control / ECN setting (the whole run)
@@ -22,7 +23,8 @@ import pandas as pd
 #: start event -> (end event, the interval's name in outputs)
 PAIRS = {"link_down": ("link_up", "down"), "routes_withdrawn": ("routes_restored", "withdrawn"),
          "port_slow": ("port_restored", "slow"), "netem_set": ("netem_cleared", "impaired"),
-         "cpu_throttled": ("cpu_restored", "throttled"), "host_changed": ("host_restored", "reconfigured"),
+         "pause_storm": ("pause_storm_end", "storming"), "cpu_throttled": ("cpu_restored", "throttled"),
+         "host_changed": ("host_restored", "reconfigured"),
          "host_config": ("host_config_end", "configured differently")}
 INTERVAL_COLUMNS = ["what", "target", "start_s", "end_s"]
 
@@ -82,8 +84,9 @@ def fault_summary(events: pd.DataFrame, run_end: float | None = None) -> dict:
            "link_down_events": int(kinds.get("link_down", 0)),
            "routes_withdrawn_events": int(kinds.get("routes_withdrawn", 0)),
            "faults_not_reached": int(kinds.get("fault_not_reached", 0)),
+           "pfc_watchdog_fired": int(kinds.get("pfc_watchdog", 0)),
            "fault_errors": int(kinds.get("fault_error", 0))}
-    for what in ("down", "withdrawn", "slow", "impaired", "throttled"):
+    for what in ("down", "withdrawn", "slow", "impaired", "storming", "throttled"):
         sel = iv[iv["what"] == what]
         out[f"{what}_ms_total"] = float(((sel["end_s"] - sel["start_s"]) * 1e3).sum()) if len(sel) else 0.0
     restored = events[events["kind"] == "cpu_restored"]["detail"]

@@ -49,6 +49,10 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
       choices=("off", "on")),
     P("pfc_xoff_bytes", int, 32_000, B, "PFC XOFF threshold of the lossless class (pfc=on)", min=1, max=1 << 30),
     P("pfc_xon_bytes", int, 16_000, B, "PFC XON threshold (pfc=on)", min=0, max=1 << 30),
+    P("pfc_watchdog_ms", float, 0.0, "ms", "PFC watchdog (pfc=on): release a port paused longer than this, as switch "
+      "watchdogs do against pause storms (0: off)", min=0, max=60_000),
+    P("pfc_watchdog_restore_ms", float, 200.0, "ms", "after a watchdog release, ignore pauses this long", min=0,
+      max=60_000),
     P("pfc_headroom_bytes", int, 0, B, "buffer above XOFF for what arrives during the controller's reaction (0: all "
       "of buffer_bytes above XOFF)", min=0, max=1 << 30),
     P("isolation", str, "none", "", "background flows (bg_dscp, not the collective's DSCP) in their own class on "
@@ -198,6 +202,7 @@ def experiment(p: dict, lab) -> dict:
     pfc = None
     if p["pfc"] == "on":  # the controller forks now, before the agents and the sampler add threads
         pfc = start_pfc(lab.net.fabric, lab.rundir, lab.on_teardown, interval_ms=1, frames=True,
+                        watchdog_ms=p["pfc_watchdog_ms"], watchdog_restore_ms=p["pfc_watchdog_restore_ms"],
                         write_queues=not p["sample_interval_ms"])  # the sampler's queues.csv covers every port
         lab.progress(f"PFC on DSCP {collective_dscp(p)} (802.1p {PFC_PCP}): XOFF {p['pfc_xoff_bytes']} B, "
                      f"XON {p['pfc_xon_bytes']} B, {len(pfc.queues)} lossless queues")

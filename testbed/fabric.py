@@ -196,6 +196,7 @@ class Fabric:
         self.ifb: dict[tuple[str, str], str] = {}  # (receiving node, port) -> ifb device holding the netem
         self.offloads: dict[str, dict[str, bool]] = {}
         self.cc_default_failed: list[str] = []  # hosts where the namespace default cc could not be set
+        self.pfc = None  # the run's PFC controller (testbed.pfcrun.start_pfc), for pause-storm faults
         self.spray = spray_groups(topology) if getattr(topology, "load_balancing", "ecmp") == "spray" else ()
         self.macs = shared_macs(topology, self.spray)  # far ends of a spray group share one MAC
         self.want_rxe = rxe
@@ -421,15 +422,24 @@ class Fabric:
         return self.set_rx_netem(node, ifname, loss_percent=loss_percent)
 
     def set_rx_netem(self, node: str, ifname: str, loss_percent: float = 0.0, delay_ms: float = 0.0,
-                     jitter_ms: float = 0.0, corrupt_percent: float = 0.0, ipr=None) -> str:
+                     jitter_ms: float = 0.0, corrupt_percent: float = 0.0, ge_p_percent: float = 0.0,
+                     ge_r_percent: float = 0.0, ge_bad_loss_percent: float = 100.0, ge_good_loss_percent: float = 0.0,
+                     ipr=None) -> str:
         """Loss, delay, jitter and corruption of packets *arriving* at node:ifname: netem on an IFB fed from the
         port's ingress (made on first use; later calls change its netem in place, all zero clears it). Returns
-        the IFB's name. ``ipr``: an open IPRoute in node's namespace (default: one opened for this call)."""
+        the IFB's name. ``ge_*``: bursty loss, netem's Gilbert-Elliott model (with ``ge_p_percent`` > 0, instead
+        of ``loss_percent``): per packet, good -> bad with ge_p, bad -> good with ge_r; a packet is lost with
+        ge_bad_loss in the bad state, ge_good_loss in the good one. ``ipr``: an open IPRoute in node's namespace
+        (default: one opened for this call)."""
         if ipr is None:
             with netns.ipr(self._ns[node]) as own:
-                return self.set_rx_netem(node, ifname, loss_percent, delay_ms, jitter_ms, corrupt_percent, own)
+                return self.set_rx_netem(node, ifname, loss_percent, delay_ms, jitter_ms, corrupt_percent,
+                                         ge_p_percent, ge_r_percent, ge_bad_loss_percent, ge_good_loss_percent, own)
         netem = dict(delay=int(round(delay_ms * 1000)), jitter=int(round(jitter_ms * 1000)), loss=loss_percent,
                      prob_corrupt=corrupt_percent, limit=NETEM_LIMIT_PACKETS)
+        if ge_p_percent > 0:
+            netem["ge"] = (ge_p_percent / 100, ge_r_percent / 100, 1 - ge_bad_loss_percent / 100,
+                           ge_good_loss_percent / 100)
         ifb = self.ifb.get((node, ifname))
         if ifb is None:
             ifb = f"{PREFIX}ifbl{len(self.ifb)}"

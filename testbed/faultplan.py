@@ -5,7 +5,9 @@ Written the same way on the CLI (``testbed run NAME --fault SPEC``, repeatable, 
 per line) and in a script (``lab.at(2.0, "link-down leaf1-spine1 for_s=0.5")`` or
 ``lab.at(2.0, link_down("leaf1-spine1", for_s=0.5))``)::
 
-    KIND TARGET [key=value ...]          times are seconds from the workload's start
+    KIND TARGET [key=value ...]          times are seconds from the workload's start, or, with at_iteration=K,
+                                         from the start of the collective's measured iteration K (0 = the first;
+                                         warm-up iterations are negative, as in ops.csv)
 
     link-down  LINK  at_s=T [for_s=D] [detect_ms=M]    the link stops carrying frames (both directions) at T, for D
                                                         seconds (default: for good); routing withdraws it M ms
@@ -16,8 +18,16 @@ per line) and in a script (``lab.at(2.0, "link-down leaf1-spine1 for_s=0.5")`` o
     slow-port  PORT  at_s=T fraction=F [for_s=D]       the egress port's rate cut to F (0 < F <= 1) of its rate:
                                                         a slow link or a slow-draining switch port
     netem      PORT  at_s=T [for_s=D] [loss_percent=P] [delay_ms=X] [jitter_ms=J] [corrupt_percent=C]
+                     [ge_p_percent=P ge_r_percent=R [ge_bad_loss_percent=B] [ge_good_loss_percent=G]]
                                                         loss / delay / jitter / corruption of what leaves PORT
-                                                        (netem on the far end's ingress; the lab VM has netem)
+                                                        (netem on the far end's ingress; the lab VM has netem);
+                                                        ge_*: bursty loss, netem's Gilbert-Elliott model: per
+                                                        packet good -> bad with P %, bad -> good with R %, loss
+                                                        B % in the bad state (default 100), G % in the good (0)
+    pause-storm PORT at_s=T [for_s=D]                  the port's link peer keeps sending PFC XOFF (a stuck
+                                                        receiver): the port's lossless classes stay paused, and
+                                                        the pause spreads upstream (needs PFC running; the PFC
+                                                        watchdog, when on, releases it)
     slow-host  HOST  at_s=T cpu_fraction=F [for_s=D] [period_ms=P]
                                                         a straggler: the host's processes get at most F of one CPU
                                                         per period (CFS bandwidth control, default period 100 ms)
@@ -45,18 +55,26 @@ from testbed.errors import UsageError
 
 DEFAULT_DETECT_MS = 50.0
 MAX_FLAPS = 1000
+#: netem's Gilbert-Elliott loss model (bursty loss)
+GE_KEYS = ("ge_p_percent", "ge_r_percent", "ge_bad_loss_percent", "ge_good_loss_percent")
+NETEM_KEYS = ("loss_percent", "delay_ms", "jitter_ms", "corrupt_percent", *GE_KEYS)
 #: per kind: allowed keys, required keys, the target's kind
 KINDS: dict[str, tuple[frozenset, frozenset, str]] = {
     "link-down": (frozenset({"at_s", "for_s", "detect_ms"}), frozenset({"at_s"}), "link"),
     "flap": (frozenset({"at_s", "down_s", "up_s", "count", "detect_ms"}),
              frozenset({"at_s", "down_s", "up_s", "count"}), "link"),
     "slow-port": (frozenset({"at_s", "fraction", "for_s"}), frozenset({"at_s", "fraction"}), "port"),
-    "netem": (frozenset({"at_s", "for_s", "loss_percent", "delay_ms", "jitter_ms", "corrupt_percent"}),
+    "netem": (frozenset({"at_s", "for_s", "loss_percent", "delay_ms", "jitter_ms", "corrupt_percent", *GE_KEYS}),
               frozenset({"at_s"}), "port"),
+    "pause-storm": (frozenset({"at_s", "for_s"}), frozenset({"at_s"}), "port"),
     "slow-host": (frozenset({"at_s", "cpu_fraction", "for_s", "period_ms"}), frozenset({"at_s", "cpu_fraction"}),
                   "host"),
     "host-config": (frozenset({"at_s", "for_s", "cc", "ecn", "mtu_bytes", "rto_min_ms"}), frozenset(), "host"),
 }
+#: every kind but host-config may start at an iteration of a collective job instead of a time
+for _kind, (_allowed, _required, _target) in list(KINDS.items()):
+    if _kind != "host-config":
+        KINDS[_kind] = (_allowed | {"at_iteration"}, _required, _target)
 #: keys whose value is a word, not a number
 WORD_KEYS = frozenset({"cc"})
 #: host-config keys a connection takes when it opens (applied before the workload, for the whole run) and keys
@@ -82,6 +100,12 @@ class Fault:
         return float(dict(self.params)["at_s"])
 
     @property
+    def at_iteration(self) -> int | None:
+        """The iteration whose start t = 0 of this fault's times is (None: the workload's start)."""
+        v = dict(self.params).get("at_iteration")
+        return None if v is None else int(v)
+
+    @property
     def end_s(self) -> float:
         """When the fault's last effect ends (inf: for good)."""
         p = dict(self.params)
@@ -97,7 +121,8 @@ class Fault:
 @dataclass(frozen=True)
 class Step:
     """One change the timeline makes at ``t_s`` (seconds from the workload's start): ``op`` is cut / mend (a
-    link), rate (a port's rate as a fraction of its own, 1.0 restores), netem / netem-clear (a port), cpu (a host's
+    link), rate (a port's rate as a fraction of its own, 1.0 restores), netem / netem-clear (a port), storm /
+    storm-end (a port's pause storm), cpu (a host's
     CPU fraction, None lifts the limit), host-live / host-restore (a host's MTU and RTOmin) or host-open (records
     the open-time settings the timeline applied before the workload)."""
 
@@ -152,6 +177,8 @@ def _checked(kind: str, target: str, params: dict) -> Fault:
     for key in params:
         if key not in allowed:
             raise UsageError(f"{where}: unknown parameter {key!r} (allowed: {', '.join(sorted(allowed))})")
+    if "at_iteration" in params:  # at_s then counts from the iteration's start
+        params = {"at_s": 0.0, **params}
     for key in sorted(required - set(params)):
         raise UsageError(f"{where}: {key}= is required")
     p = {k: (str(v) if k in WORD_KEYS else float(v)) for k, v in params.items()}
@@ -195,6 +222,9 @@ def _check_ranges(where: str, kind: str, p: dict[str, float]) -> None:
     for key in ("for_s", "down_s", "up_s"):
         if key in p:
             need(p[key] > 0, f"{key} must be > 0 (got {p[key]:g})")
+    if "at_iteration" in p:
+        need(p["at_iteration"] == int(p["at_iteration"]) and -1000 <= p["at_iteration"] <= 100_000,
+             f"at_iteration must be a whole number (got {p['at_iteration']:g})")
     if "detect_ms" in p:
         need(0 <= p["detect_ms"] <= 60_000, f"detect_ms must be 0..60000 (got {p['detect_ms']:g})")
     if "count" in p:
@@ -208,15 +238,21 @@ def _check_ranges(where: str, kind: str, p: dict[str, float]) -> None:
     if kind == "slow-port":
         need(0 < p["fraction"] <= 1, f"fraction must be in (0, 1] (got {p['fraction']:g}; a rate of 0 is a "
              "dead link: use link-down)")
-    for key in ("loss_percent", "corrupt_percent"):
+    for key in ("loss_percent", "corrupt_percent", *GE_KEYS):
         if key in p:
             need(0 <= p[key] <= 100, f"{key} must be 0..100 (got {p[key]:g})")
     for key in ("delay_ms", "jitter_ms"):
         if key in p:
             need(0 <= p[key] <= 10_000, f"{key} must be 0..10000 (got {p[key]:g})")
     if kind == "netem":
-        need(any(p.get(k, 0) > 0 for k in ("loss_percent", "delay_ms", "jitter_ms", "corrupt_percent")),
-             "give at least one of loss_percent, delay_ms, jitter_ms, corrupt_percent > 0")
+        need(any(p.get(k, 0) > 0 for k in ("loss_percent", "delay_ms", "jitter_ms", "corrupt_percent",
+                                           "ge_p_percent")),
+             "give at least one of loss_percent, delay_ms, jitter_ms, corrupt_percent, ge_p_percent > 0")
+        ge = [k for k in GE_KEYS if k in p]
+        if ge:
+            need(p.get("ge_p_percent", 0) > 0 and p.get("ge_r_percent", 0) > 0,
+                 "bursty loss needs ge_p_percent > 0 and ge_r_percent > 0 (good -> bad, bad -> good)")
+            need(p.get("loss_percent", 0) == 0, "loss_percent and the ge_* bursty loss model exclude each other")
         need(p.get("jitter_ms", 0) <= p.get("delay_ms", 0), "jitter_ms must not exceed delay_ms")
 
 
@@ -270,12 +306,29 @@ def find_target(topology, f: Fault):
     return {"link": find_link, "port": find_port, "host": find_host}[kind](topology, f.target)
 
 
-def check(faults: list[Fault], topology, horizon_s: float | None = None) -> None:
+def _check_lossless(topology, f: Fault, port: tuple[str, str]) -> None:
+    from testbed.pfc import lossless_classes
+
+    if port not in lossless_classes(topology):
+        raise UsageError(f"fault {f.kind} {f.target}: the port has no lossless class for PFC to pause (a pause storm "
+                         "needs PFC: e.g. the collective's pfc=on, or a topology file with a lossless class)")
+
+
+def check(faults: list[Fault], topology, horizon_s: float | None = None, iterations: int | None = None) -> None:
     """Every fault's target exists in `topology`; with a known workload length `horizon_s`, every fault starts
-    before it ends."""
+    before it ends; with a known number of measured `iterations` (0: the workload has none), every fault at an
+    iteration names one of them."""
     for f in faults:
-        find_target(topology, f)
-        if horizon_s is not None and f.at_s >= horizon_s:
+        if f.at_iteration is not None and iterations is not None:
+            if iterations == 0:
+                raise UsageError(f"fault {f}: at_iteration needs a workload with iterations (a collective job)")
+            if f.at_iteration >= iterations:
+                raise UsageError(f"fault {f}: at_iteration={f.at_iteration} is past the last iteration "
+                                 f"({iterations - 1})")
+        target = find_target(topology, f)
+        if f.kind == "pause-storm":
+            _check_lossless(topology, f, target)
+        if horizon_s is not None and f.at_iteration is None and f.at_s >= horizon_s:
             raise UsageError(f"fault {f}: at_s={f.at_s:g} is past the end of the workload ({horizon_s:g} s)")
 
 
@@ -299,6 +352,8 @@ def steps(f: Fault) -> list[Step]:
         if "for_s" in p:
             out.append(Step(at + p["for_s"], "rate", f, 1.0))
         return out
+    if f.kind == "pause-storm":
+        return [Step(at, "storm", f), *([Step(at + p["for_s"], "storm-end", f)] if "for_s" in p else [])]
     if f.kind == "slow-host":
         out = [Step(at, "cpu", f, p["cpu_fraction"])]
         if "for_s" in p:
@@ -313,7 +368,7 @@ def steps(f: Fault) -> list[Step]:
             if "for_s" in p:
                 out.append(Step(at + p["for_s"], "host-restore", f, live))
         return out
-    netem = {k: p[k] for k in ("loss_percent", "delay_ms", "jitter_ms", "corrupt_percent") if k in p}
+    netem = {k: p[k] for k in NETEM_KEYS if k in p}
     out = [Step(at, "netem", f, netem)]
     if "for_s" in p:
         out.append(Step(at + p["for_s"], "netem-clear", f))
@@ -327,6 +382,8 @@ def needs(faults: list[Fault]) -> tuple[str, ...]:
         out += ["cls:u32", "act:mirred"]
     if any(f.kind == "netem" for f in faults):
         out.append("qdisc:netem")
+    if any(f.kind == "pause-storm" for f in faults):
+        out.append("qdisc:plug")
     if any(f.kind == "slow-host" for f in faults):
         out.append("cgroup:cpu")
     for f in faults:

@@ -12,8 +12,9 @@ that comes back before its failure was detected is never withdrawn; packets sent
 
 Every change and every reaction is an event: ``events.csv`` (t_s on the run's monotonic clock, kind, target,
 detail), written when the timeline closes. Kinds: link_down, link_up, routes_withdrawn, routes_restored,
-port_slow, port_restored, netem_set, netem_cleared, cpu_throttled, cpu_restored, host_config, host_changed,
-host_restored, fault_not_reached (a step the workload ended before).
+port_slow, port_restored, netem_set, netem_cleared, pause_storm, pause_storm_end, pfc_watchdog (the PFC
+controller's watchdog released a port: merged from its pfc.csv record at close), cpu_throttled, cpu_restored,
+host_config, host_changed, host_restored, fault_not_reached (a step the workload ended before).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class FaultTimeline:
         self._routes = list(self.topology.routes)
         self._slow: set[tuple[str, str]] = set()
         self._netem: set[tuple[str, str]] = set()  # receiving (node, ifname) with a fault's netem on
+        self._storming: set[tuple[str, str]] = set()  # ports a pause storm holds
+        self._armed: list[Fault] = []  # faults at an iteration that iteration() has scheduled
         self._heap: list[tuple[float, int, Callable[[], None], Step | None]] = []
         self._seq = 0
         self._cv = threading.Condition()
@@ -114,11 +117,32 @@ class FaultTimeline:
             return
         self.t0 = time.monotonic() if t0 is None else t0
         for f in self.faults:
+            if f.at_iteration is not None:
+                continue  # armed by iteration()
             for st in faultplan.steps(f):
                 self._schedule(st.t_s, self._step_action(st), st)
-        self.progress(f"fault timeline: {len(self.faults)} fault(s), {len(self._heap)} step(s)")
+        self.progress(f"fault timeline: {len(self.faults)} fault(s), {len(self._heap)} step(s)"
+                      + (f", {len(self.by_iteration)} at an iteration" if self.by_iteration else ""))
         self._thread = threading.Thread(target=self._play, name="fault-timeline", daemon=True)
         self._thread.start()
+
+    @property
+    def by_iteration(self) -> list[Fault]:
+        """The faults that start at an iteration of a collective job (not yet armed)."""
+        return [f for f in self.faults if f.at_iteration is not None and f not in self._armed]
+
+    def iteration(self, k: int) -> None:
+        """A collective job began its iteration `k` now (its rank 0 said so): play the faults that start there,
+        their times from now."""
+        if self.t0 is None:
+            return
+        now_s = time.monotonic() - self.t0
+        for f in self.by_iteration:
+            if f.at_iteration == k:
+                self._armed.append(f)
+                self._event("iteration_reached", f.target, f"iteration={k};fault={f.kind}")
+                for st in faultplan.steps(f):
+                    self._schedule(now_s + st.t_s, self._step_action(st), st)
 
     def _schedule(self, t_s: float, fn: Callable[[], None], step: Step | None = None) -> None:
         with self._cv:
@@ -189,6 +213,8 @@ class FaultTimeline:
             return (lambda: self._cut_link(link, detect_s, f.target)) if st.op == "cut" else \
                 (lambda: self._mend_link(link, detect_s))
         node, ifname = faultplan.find_port(self.topology, f.target)
+        if st.op in ("storm", "storm-end"):
+            return lambda: self._storm(node, ifname, st.op == "storm")
         if st.op == "rate":
             return lambda: self._set_rate(node, ifname, float(st.value))
         rx = self._far_end(node, ifname)
@@ -252,6 +278,18 @@ class FaultTimeline:
             self._slow.discard((node, ifname))
             self._event("port_restored", f"{node}:{ifname}", f"rate_mbps={plan.rate_mbps:g}")
 
+    def _storm(self, node: str, ifname: str, on: bool) -> None:
+        pfc = getattr(self.fabric, "pfc", None)
+        if pfc is None:
+            raise RuntimeError("a pause storm needs PFC running on the fabric (testbed.pfcrun.start_pfc)")
+        pcps = pfc.storm(node, ifname, on)
+        if on:
+            self._storming.add((node, ifname))
+        else:
+            self._storming.discard((node, ifname))
+        self._event("pause_storm" if on else "pause_storm_end", f"{node}:{ifname}",
+                    "prio=" + ",".join(map(str, pcps)))
+
     def _far_end(self, node: str, ifname: str) -> tuple[str, str]:
         for l in self.topology.links:
             if (l.a, l.a_port) == (node, ifname):
@@ -289,6 +327,9 @@ class FaultTimeline:
             for _, _, _, st in sorted(self._heap, key=lambda x: (x[0], x[1])):
                 if st is not None:
                     self._event("fault_not_reached", st.fault.target, f"{st.op} at_s={st.t_s:g}")
+            if self.t0 is not None:
+                for f in self.by_iteration:
+                    self._event("fault_not_reached", f.target, f"{f}: iteration {f.at_iteration} never began")
             self._heap.clear()
             self._undo()
             try:
@@ -299,7 +340,7 @@ class FaultTimeline:
                 with contextlib.suppress(Exception):
                     ipr.close()
             self._iprs.clear()
-        return list(self.events)
+        return sorted(self.events, key=lambda e: e[0])
 
     def _undo(self) -> None:
         if not self.fabric.built or self.t0 is None:
@@ -315,8 +356,21 @@ class FaultTimeline:
                 self._set_rate(node, ifname, 1.0)
             for rx in list(self._netem):
                 self._clear_netem(rx, f"{rx[0]}:{rx[1]}")
+            for node, ifname in list(self._storming):
+                with contextlib.suppress(ValueError):  # the controller has stopped: it released every pause
+                    self._storm(node, ifname, False)
+            self._watchdog_events()
         except Exception as e:  # noqa: BLE001 - the namespaces are about to go anyway
             self._event("fault_error", "", f"undo: {type(e).__name__}: {e}")
+
+    def _watchdog_events(self) -> None:
+        """The PFC watchdog's releases (from the controller's record, once it has stopped) as events."""
+        pfc = getattr(self.fabric, "pfc", None)
+        if pfc is None or not any(f.kind == "pause-storm" for f in self.faults):
+            return
+        for t, node, port, pcp, kind, backlog in sorted(pfc.events):
+            if kind == "watchdog":
+                self.events.append((t, "pfc_watchdog", f"{node}:{port}", f"prio={pcp};backlog_bytes={backlog}"))
 
     def lost_frames(self) -> int:
         """Frames the dead links swallowed, over every namespace that had one."""

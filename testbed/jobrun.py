@@ -152,8 +152,10 @@ class CollectiveJob:
             transport["rdma"] = {"devices": devices, **self.rdma_opts}
         from traffic.job import iteration_plan
 
+        faults = getattr(self.lab, "faults", None)
         return {"ranks": pl.ranks, "seed": pl.seed, "verify": self.verify, "timeout_s": self.timeout_s,
-                "transport": transport, "plan": iteration_plan(pl.job)}
+                "transport": transport, "plan": iteration_plan(pl.job),
+                "report_iterations": bool(faults is not None and faults.by_iteration)}
 
     def run(self) -> "CollectiveJob":
         """Start the agents, run the job to its end, read the counters again and write the run's files.
@@ -169,8 +171,10 @@ class CollectiveJob:
         lab.rundir.manifest["placement"] = pl.placement.as_dict()
         lab.rundir.write_manifest()
         members = [Member(r, h, fabric.ns(h), fabric.host_ip(h)) for r, h in enumerate(pl.placement.hosts)]
+        faults = getattr(lab, "faults", None)
         ctl = Controller(lab.rundir.path, self._job_doc(fabric), pl.schedules, members,
-                         self.forks.popen if self.forks else netns.popen, progress=lab.progress)
+                         self.forks.popen if self.forks else netns.popen, progress=lab.progress,
+                         on_iteration=faults.iteration if faults is not None and faults.by_iteration else None)
         lab.on_teardown(ctl.stop)
         bg = None
         if pl.job.background:

@@ -301,6 +301,15 @@ class Lab:
         self.rundir.write_manifest()
         return f
 
+    def at_iteration(self, iteration: int, fault, after_s: float = 0.0) -> Any:
+        """Schedule a fault ``after_s`` seconds after a collective job begins its measured iteration ``iteration``
+        (0 = the first), e.g. ``lab.at_iteration(3, "link-down leaf1-spine1 for_s=0.3")``: the job's rank 0
+        reports each iteration's start as it begins it. Otherwise as :meth:`at`."""
+        from testbed import faultplan
+
+        f = faultplan.parse(fault) if isinstance(fault, str) else fault
+        return self.at(after_s, faultplan.make(f.kind, f.target, **{**dict(f.params), "at_iteration": iteration}))
+
     def host_cc(self) -> dict[str, str]:
         """Hosts given their own congestion control by a host-config fault (host -> name)."""
         if self.faults is None:

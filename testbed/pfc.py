@@ -39,11 +39,18 @@ dequeued).
 Watchdog: a port paused longer than ``watchdog_ms`` is released and ignores pauses of that priority for
 ``watchdog_restore_ms`` (hardware PFC watchdogs do the same against pause storms and deadlocks); event ``watchdog``.
 
+Pause storm (:meth:`PfcController.storm`, the fault timeline's ``pause-storm``): a port whose link peer keeps
+sending XOFF whatever its buffer holds, as a stuck NIC receiver does. The port stays paused for as long as the storm
+lasts; its own queue then fills and pauses its feeders, so the storm spreads like any congestion. The watchdog, when
+on, releases it after ``watchdog_ms``; after ``watchdog_restore_ms`` the storm pauses it again (hardware watchdogs
+re-arm the same way). Commands reach the controller process over a pipe it polls every tick.
+
 pfc.csv rows (t_s, node, port, prio, event, backlog_bytes):
   ``xoff`` / ``xon``   the port node:port (an upstream egress) was paused / resumed for 802.1p priority prio;
                        backlog is that port's own class backlog at the last sample;
   ``above_xoff`` / ``below_xon``  the congested queue node:port crossed XOFF / drained to XON (the trigger);
-  ``watchdog``         the watchdog released node:port.
+  ``watchdog``         the watchdog released node:port;
+  ``storm_on`` / ``storm_off``  a pause storm began / ended at node:port.
 """
 
 from __future__ import annotations
@@ -102,6 +109,7 @@ class LosslessQueue:
     drops: int = 0
     sent_at_pause: int | None = None
     leak_bytes_max: int = 0
+    stormed: bool = False  # a pause storm holds this port paused (PfcController.storm)
     feeders: list = field(default_factory=list)  # for a switch port: keys of upstream ports to pause
 
     @property
@@ -246,8 +254,8 @@ class PfcController:
         from testbed.pfcframe import PauseFrames
 
         self.frames = PauseFrames()
-        paused = {k for q in self.queues.values() for k in q.feeders}
-        for k in sorted(paused):
+        # every lossless port can be paused: a feeder by a congested switch, any port by a pause storm
+        for k in sorted(self.queues):
             u = self.queues[k]
             ns, ifn = self._frame_port(u)
             self.frames.open(ns, ifn, [u.pcp])
@@ -297,16 +305,32 @@ class PfcController:
         self._mp_stop = ctx.Event()
         ready = ctx.Event()
         parent_end, child_end = ctx.Pipe(duplex=False)
+        cmd_recv, self._cmd_send = ctx.Pipe(duplex=False)
         self._pipe = parent_end
-        self._proc = ctx.Process(target=self._child, args=(child_end, ready), name="pfc-controller", daemon=True)
+        self._proc = ctx.Process(target=self._child, args=(child_end, ready, cmd_recv), name="pfc-controller",
+                                 daemon=True)
         self._proc.start()
         child_end.close()
+        cmd_recv.close()
         if not ready.wait(timeout=30) or not self._proc.is_alive():
             self.stop()
             raise RuntimeError(f"PFC controller did not start ({self._error or 'no error reported'})")
         return self
 
-    def _child(self, pipe, ready) -> None:
+    def storm(self, node: str, port: str, on: bool) -> list[int]:
+        """Start (on) or end a pause storm at the egress port node:port: its lossless classes stay paused. Returns
+        the 802.1p priorities it holds; ValueError when the port has no lossless class or the controller is not
+        running."""
+        pcps = [q.pcp for q in self.queues.values() if (q.node, q.port) == (node, port)]
+        if not pcps or not self.enabled:
+            raise ValueError(f"pause storm at {node}:{port}: no lossless class there under PFC")
+        if getattr(self, "_proc", None) is None:
+            raise ValueError(f"pause storm at {node}:{port}: the PFC controller is not running")
+        self._cmd_send.send(("storm", node, port, bool(on)))
+        return pcps
+
+    def _child(self, pipe, ready, cmds) -> None:
+        self._cmds = cmds
         self._stop = self._mp_stop  # type: ignore[assignment]
         self._ready = ready  # type: ignore[assignment]
         # A switch reacts to its buffer in hardware, ahead of everything else. The nearest a process gets: run the
@@ -410,6 +434,10 @@ class PfcController:
                                 touched |= self._watch(q, t, s.backlog_bytes)
                     if touched:
                         self._drive(ns_queues=nss[ns], plugs=plugs)
+                if self._cmds.poll():
+                    self._commands()
+                if self.enabled:
+                    self._storms(plugs)
                 if self.enabled and self.watchdog_s > 0:
                     self._watchdog(plugs)
                 self.ticks += 1
@@ -470,20 +498,15 @@ class PfcController:
                     want.setdefault(k, None)
         for k, trig in want.items():
             u = self.queues[k]
-            if (trig is not None) == u.paused:
+            if (trig is not None) == u.paused or (trig is None and u.stormed):
                 continue
             now = time.monotonic()
             if trig is not None:
                 if now < u.ignore_until:
                     continue
-                plugs[u.ns].block(u.ifindex, u.plug_handle, u.plug_parent)
-                ack = time.monotonic()
-                self._frame(u, pause=True)
-                u.paused, u.paused_since, u.sent_at_pause = True, ack, None
-                u.pause_events += 1
+                ack = self._pause(u, plugs)
                 self.reactions.append(ack - trig.t_below)
                 self.controls.append(ack - trig.t_above)
-                self.events.append((ack, u.node, u.port, u.pcp, "xoff", u.backlog))
             else:
                 plugs[u.ns].release(u.ifindex, u.plug_handle, u.plug_parent)
                 ack = time.monotonic()
@@ -491,6 +514,43 @@ class PfcController:
                 u.paused = False
                 u.paused_total += ack - u.paused_since
                 self.events.append((ack, u.node, u.port, u.pcp, "xon", u.backlog))
+
+    def _commands(self) -> None:
+        """Storm commands from the parent (PfcController.storm)."""
+        while self._cmds.poll():
+            _, node, port, on = self._cmds.recv()
+            for u in self.queues.values():
+                if (u.node, u.port) == (node, port) and u.stormed != on:
+                    u.stormed = on
+                    self.events.append((time.monotonic(), u.node, u.port, u.pcp, "storm_on" if on else "storm_off",
+                                        u.backlog))
+
+    def _storms(self, plugs: dict) -> None:
+        """Hold every stormed port paused (unless the watchdog is ignoring its pauses); resume one whose storm
+        ended and that no congested queue wants paused."""
+        for u in self.queues.values():
+            if u.stormed and not u.paused and time.monotonic() >= u.ignore_until:
+                self._pause(u, plugs)
+            elif not u.stormed and u.paused and not self._wanted(u):
+                plugs[u.ns].release(u.ifindex, u.plug_handle, u.plug_parent)
+                ack = time.monotonic()
+                self._frame(u, pause=False)
+                u.paused = False
+                u.paused_total += ack - u.paused_since
+                self.events.append((ack, u.node, u.port, u.pcp, "xon", u.backlog))
+
+    def _wanted(self, u: LosslessQueue) -> bool:
+        """Does a congested switch queue want u paused (u is one of its feeders)?"""
+        return any(q.congested and u.key in q.feeders for q in self.queues.values() if q.is_switch)
+
+    def _pause(self, u: LosslessQueue, plugs: dict) -> float:
+        plugs[u.ns].block(u.ifindex, u.plug_handle, u.plug_parent)
+        ack = time.monotonic()
+        u.paused, u.paused_since, u.sent_at_pause = True, ack, None  # before anything that can fail: released at exit
+        u.pause_events += 1
+        self._frame(u, pause=True)
+        self.events.append((ack, u.node, u.port, u.pcp, "xoff", u.backlog))
+        return ack
 
     def _frame(self, u: LosslessQueue, pause: bool) -> None:
         """The 802.1Qbb frame for this transition, sent by u's link peer towards u (when frames are on)."""

@@ -119,6 +119,7 @@ def start_pfc(fabric, rundir, on_teardown: Callable[[Callable[[], object]], None
     if not ctl.queues and watch:
         ctl = watch_class(fabric, interval_s=interval_ms / 1000.0, **watch)
     on_teardown(ctl.close)
+    fabric.pfc = ctl  # the fault timeline's pause storms go through it
     ctl.install()
     run = PfcRun(ctl, rundir, write_queues=write_queues)
     on_teardown(run.stop)

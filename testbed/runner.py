@@ -48,8 +48,9 @@ def parse_faults(scenario: Scenario, params: dict, seed: int, specs: list[str], 
         spec = spec_from_topo(scenario.topology(params, seed))
     except SpecError as e:
         raise UsageError(str(e)) from None
-    horizon = params.get("duration_s")
-    faultplan.check(faults, spec, float(horizon) if isinstance(horizon, (int, float)) else None)
+    horizon, iterations = params.get("duration_s"), params.get("iterations")
+    faultplan.check(faults, spec, float(horizon) if isinstance(horizon, (int, float)) else None,
+                    int(iterations) if isinstance(iterations, int) else 0)
     return faults
 
 

@@ -293,8 +293,11 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
                 if len(result["mismatches"]) < 20:
                     result["mismatches"].append(f"{where}: {why}")
 
+        report = bool(job.get("report_iterations")) and rank == 0
         for it in job["plan"]:
             iteration, record = it["iteration"], it["record"]
+            if report:  # the lab's fault timeline may start faults at an iteration
+                chan.send({"type": "iteration", "rank": rank, "iteration": iteration})
             c_s = float(it["compute_s"][rank])
             if c_s > 0:
                 sleep_until(time.monotonic() + c_s, chan)

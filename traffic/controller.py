@@ -5,6 +5,9 @@
     res = ctl.run()             # hello -> peers -> ready -> go -> results -> bye; raises ControlError on failure
     ctl.stop()                  # (always) kill agents still running, close the socket
 
+While the job runs, a job with ``report_iterations`` has rank 0 send ``{"type": "iteration", "iteration": K}`` as it
+begins each iteration; ``on_iteration(K)`` gets it (the lab's fault timeline starts faults at an iteration).
+
 ``spawn(namespace, argv, **popen_kwargs) -> subprocess.Popen`` starts a process inside a host's namespace
 (testbed.kernel.netns.popen). This module knows nothing of fabrics, so benchmarks and tests can drive it directly.
 """
@@ -99,8 +102,10 @@ class _Peer:
 class Controller:
     def __init__(self, workdir: Path, job: dict, schedules: dict[str, Schedule], members: list[Member],
                  spawn: Callable, progress: Callable[[str], None] | None = None, python: str | None = None,
-                 start_delay_s: float = 0.3):
+                 start_delay_s: float = 0.3, on_iteration: Callable[[int], None] | None = None):
         self.workdir = Path(workdir)
+        # rank 0 reports each iteration's start while the job runs when the job asks it to (report_iterations)
+        self.on_iteration = on_iteration
         self.job = job
         self.schedules = schedules
         self.members = sorted(members, key=lambda m: m.rank)
@@ -219,6 +224,8 @@ class Controller:
                             raise ControlError(msg["error"])
                         if msg.get("type") == kind:
                             by_rank[int(msg["rank"])] = msg
+                        elif msg.get("type") == "iteration" and self.on_iteration is not None:
+                            self.on_iteration(int(msg["iteration"]))
                     if p.eof:
                         sel.unregister(p.sock)
                         if p.rank is None or p.rank not in by_rank:

@@ -1,4 +1,5 @@
-"""Netlink encodings for the qdiscs and classifiers pyroute2 0.9 does not ship: red, bfifo, ets, flower.
+"""Netlink encodings for the qdiscs and classifiers pyroute2 0.9 does not ship: red, bfifo, ets, flower, and
+netem's Gilbert-Elliott loss model (pyroute2's netem has no TCA_NETEM_LOSS).
 
 Importing this module registers them in pyroute2's tc plugin table, so `ipr.tc("add", "red", ...)` works like the
 built-in kinds. Layouts follow include/uapi/linux/pkt_sched.h and pkt_cls.h.
@@ -11,7 +12,7 @@ import struct
 
 from pyroute2.netlink import nla, nla_string
 from pyroute2.netlink.rtnl import TC_H_ROOT
-from pyroute2.netlink.rtnl.tcmsg import plugins, sched_pfifo
+from pyroute2.netlink.rtnl.tcmsg import plugins, sched_netem, sched_pfifo
 from pyroute2.netlink.rtnl.tcmsg.common import red_eval_ewma, red_eval_idle_damping, red_eval_P, stats2 as _stats2
 
 TC_RED_ECN = 1
@@ -150,6 +151,37 @@ def _module(cls):
     return m
 
 
+class _netem:
+    """netem as pyroute2 encodes it, plus ``ge=(p, r, h, k1)``: the Gilbert-Elliott loss model (TCA_NETEM_LOSS /
+    NETEM_LOSS_GE, as ``tc ... loss gemodel``), each a probability in [0, 1]: p good->bad and r bad->good per packet,
+    h the chance a packet is *kept* in the bad state, k1 the chance one is lost in the good state. The kernel
+    (loss_gilb_ell in sch_netem.c) uses this model instead of ``loss`` while it is given."""
+
+    parent = sched_netem.parent
+
+    @staticmethod
+    def get_parameters(kw):
+        opts = sched_netem.get_parameters(kw)
+        ge = kw.get("ge")
+        if ge is not None:
+            p, r, h, k1 = (min(0xFFFFFFFF, int(round(float(x) * 0xFFFFFFFF))) for x in ge)
+            opts["loss"] = 0
+            opts["attrs"].append(["TCA_NETEM_LOSS", {"attrs": [["NETEM_LOSS_GE", {"p": p, "r": r, "h": h,
+                                                                                  "k1": k1}]]}])
+        return opts
+
+    class options(sched_netem.options):
+        nla_map = tuple(("TCA_NETEM_LOSS", "netem_loss") if name == "TCA_NETEM_LOSS" else (name, kind)
+                        for name, kind in sched_netem.options.nla_map)
+
+        class netem_loss(nla):
+            nla_map = (("NETEM_LOSS_UNSPEC", "none"), ("NETEM_LOSS_GI", "none"), ("NETEM_LOSS_GE", "gemodel"))
+
+            class gemodel(nla):
+                fields = (("p", "I"), ("r", "I"), ("h", "I"), ("k1", "I"))
+
+
+plugins["netem"] = _module(_netem)  # replaces pyroute2's: the same encoding, plus the loss model
 plugins.setdefault("red", _module(_red))
 plugins.setdefault("ets", _module(_ets))
 plugins.setdefault("flower", _module(_flower))

@@ -150,3 +150,41 @@ def test_a_flapping_link_raises_the_ring_allreduce_tail_and_the_correlation_name
     line = explain_slowest(run, 0.99, table=table)
     print(line)
     assert "leaf1-spine1 down for" in line
+
+
+def test_a_fault_at_an_iteration_hits_that_iteration(tmp_path):
+    """The link goes down when rank 0 begins measured iteration 3 (one spine: every cross-leaf ring hop uses it), so
+    the ops of iteration 3 are the slow ones, whatever the time the warm-up and the first iterations took."""
+    coll = get("collective")
+    p = {x.name: x.default for x in coll.params}
+    p.update(collective="allreduce", size="256K", iterations=6, warmup=1, spines=1, leaves=2, hosts_per_leaf=2,
+             host_rate_mbps=20.0, fabric_rate_mbps=20.0)
+    coll.validate(p)
+    cut = faultplan.parse("link-down leaf1-spine1 at_iteration=3 at_s=0.05 for_s=0.4 detect_ms=50")
+    out = run_scenario(coll, p, 1, tmp_path / "run", quiet=True, faults=[cut])
+    assert out["data_verified"] and out["link_down_events"] == 1, out
+    run = load_run(tmp_path / "run")
+    kinds = list(run.events["kind"])
+    assert kinds[:2] == ["iteration_reached", "link_down"], run.events
+    per_iter = (run.ops["end_s"] - run.ops["start_s"]).groupby(run.ops["iteration"]).max()
+    print(per_iter.to_dict())
+    assert per_iter.idxmax() == 3 and per_iter[3] > 0.3 + per_iter.drop(3).max(), per_iter
+    down_at = float(run.events[run.events["kind"] == "link_down"]["t_s"].iloc[0])
+    starts = run.ops[run.ops["iteration"] == 3]["iter_start_s"]
+    assert 0.0 <= down_at - float(starts.min()) < 0.3, (down_at, starts.min())
+
+
+def test_a_fault_at_an_iteration_the_job_does_not_have_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    for spec, says in (("link-down leaf1-spine1 at_iteration=5", "past the last iteration (4)"),
+                       ("link-down leaf1-spine1 at_iteration=1.5", "at_iteration must be a whole number")):
+        r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "collective", "--vm", "never", "--out",
+                            str(tmp_path / "x"), "--set", "iterations=5", "--fault", spec],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, (spec, r.stderr)
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "smoke", "--vm", "never", "--out",
+                        str(tmp_path / "y"), "--fault", "link-down h1-s1 at_iteration=1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "needs a workload with iterations" in r.stderr, r.stderr

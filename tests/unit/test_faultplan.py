@@ -221,3 +221,47 @@ def test_throttling_and_host_changes_are_intervals_and_the_kernel_time_is_summed
     assert s["throttled_ms_total"] == pytest.approx(2000.0) and s["cpu_throttled_ms_kernel"] == 1935.0
     assert describe(overlapping(iv, 2.4, 2.6)) == \
         "h2 configured differently for 200 ms, h3 throttled for 200 ms, h4 reconfigured for 100 ms"
+
+
+def test_a_pause_storm_needs_a_lossless_class_at_its_port():
+    from topologies import ClassSpec
+
+    f = faultplan.parse("pause-storm leaf2:h4 at_s=0.5 for_s=2")
+    assert [(s.t_s, s.op) for s in faultplan.steps(f)] == [(0.5, "storm"), (2.5, "storm-end")]
+    assert faultplan.needs([f]) == ("qdisc:plug",)
+    with pytest.raises(UsageError, match="no lossless class for PFC to pause"):
+        faultplan.check([f], leafspine())
+    lossless = LeafSpineSpec(spines=1, leaves=2, hosts_per_leaf=2, host_link=LinkSpec(20), fabric_link=LinkSpec(20),
+                             classes=(ClassSpec("bulk", dscp=[0], weight=1, default=True),
+                                      ClassSpec("rdma", dscp=[26], weight=1, lossless=True, pcp=3, xoff_bytes=16_000,
+                                                xon_bytes=8_000, headroom_bytes=100_000)))
+    faultplan.check([f], lossless)
+
+
+def test_a_fault_can_start_at_an_iteration():
+    f = faultplan.parse("link-down leaf1-spine1 at_iteration=3 at_s=0.05 for_s=0.4")
+    assert f.at_iteration == 3 and faultplan.parse(str(f)) == f
+    assert faultplan.parse("slow-port spine1:leaf2 fraction=0.5 at_iteration=0").at_s == 0.0
+    faultplan.check([f], leafspine(), iterations=4)
+    faultplan.check([f], leafspine())  # the number of iterations is not known yet (the Lab API): not checked
+    with pytest.raises(UsageError, match=re.escape("past the last iteration (2)")):
+        faultplan.check([f], leafspine(), iterations=3)
+    with pytest.raises(UsageError, match="needs a workload with iterations"):
+        faultplan.check([f], leafspine(), iterations=0)
+    with pytest.raises(UsageError, match="unknown parameter 'at_iteration'"):
+        faultplan.parse("host-config h1 cc=reno at_iteration=2")
+    assert faultplan.parse("link-down leaf1-spine1 at_s=99 at_iteration=1").at_iteration == 1
+    faultplan.check([faultplan.parse("link-down leaf1-spine1 at_s=99 at_iteration=1")], leafspine(), horizon_s=5,
+                    iterations=3)  # at_s counts from the iteration: the time horizon does not apply
+
+
+def test_a_pause_storm_is_an_interval_and_the_watchdog_releases_are_counted():
+    ev = _events([(1.0, "iteration_reached", "leaf2:h4", "iteration=1;fault=pause-storm"),
+                  (1.1, "pause_storm", "leaf2:h4", "prio=3"),
+                  (1.25, "pfc_watchdog", "leaf2:h4", "prio=3;backlog_bytes=9000"),
+                  (1.6, "pfc_watchdog", "h3:eth0", "prio=3;backlog_bytes=100"),
+                  (3.1, "pause_storm_end", "leaf2:h4", "prio=3")])
+    iv = fault_intervals(ev, run_end=4.0)
+    assert [(r.what, r.target, r.start_s, r.end_s) for r in iv.itertuples()] == [("storming", "leaf2:h4", 1.1, 3.1)]
+    s = fault_summary(ev, run_end=4.0)
+    assert s["storming_ms_total"] == pytest.approx(2000.0) and s["pfc_watchdog_fired"] == 2, s
