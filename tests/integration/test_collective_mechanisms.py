@@ -28,3 +28,40 @@ def test_dctcp_with_step_marking_drops_far_less_than_cubic_over_droptail_in_a_ga
     # 40 kB buffer: 3 senders x 10 segments) with 2594-2696 marks
     assert cubic["ecn_marks"] == 0 and dctcp["ecn_marks"] > 100, (cubic, dctcp)
     assert dctcp["switch_drops"] < 0.3 * cubic["switch_drops"], (cubic, dctcp)
+
+
+def test_a_slow_spine_is_an_ecmp_hot_spot_and_spraying_pays_the_slow_path_on_every_flow(tmp_path):
+    """Both leaves' uplinks to spine1 at a quarter of their rate (a degraded spine), an all-to-all of 6 ranks across
+    two leaves. ECMP: the flows hashed onto spine1 finish last, so the op's tail rises (9 cross-leaf connections,
+    each direction hashed on its own: the chance that no direction uses spine1 is 1/2^18; with 2 ranks per leaf a
+    run had none on leaf1's slow uplink). Per-packet spraying does not fix an asymmetric fabric: every flow sends
+    half its packets through a slow port and reorders, so the tail rises more and TCP sees many reordering
+    retransmissions (the case for adaptive load balancing, which weighs the paths by their load).
+    Measured in the lab VM, 6 ranks, both spine1 uplinks slow: ECMP p99 374 ms clean, 699 ms slow (1.87x), the
+    deepest queue at leaf1:spine1; spraying 363 ms clean, 915 ms slow (2.5x), 642 retransmissions against ECMP's 9.
+    (4 ranks, one slow uplink, 2 runs: ECMP 1.33-1.72x, spraying 1.9-2.1x with 222-293 retransmissions.)"""
+    from analysis.load import load_run
+    from testbed import faultplan
+
+    slow = [faultplan.parse(f"slow-port {leaf}:spine1 at_s=0 fraction=0.25") for leaf in ("leaf1", "leaf2")]
+    kw = dict(collective="alltoall", size="128K", iterations=6, spines=2, leaves=2, hosts_per_leaf=3, ranks=6,
+              host_rate_mbps=10.0, fabric_rate_mbps=10.0, buffer_bytes=256_000)
+    runs = {}
+    for lb in ("ecmp", "spray"):
+        p = {x.name: x.default for x in COLL.params}
+        p.update(warmup=1, sample_interval_ms=20, load_balancing=lb, **kw)
+        COLL.validate(p)
+        runs[lb] = run_scenario(COLL, p, 1, tmp_path / lb, quiet=True)
+        runs[f"{lb}-slow"] = run_scenario(COLL, p, 1, tmp_path / f"{lb}-slow", quiet=True, faults=slow)
+    keys = ("cct_ms_p50", "cct_ms_p99", "switch_drops", "tcp_retrans_segs", "slow_ms_total")
+    for name, s in runs.items():
+        print(name, {k: s.get(k) for k in keys})
+    assert all(s["data_verified"] for s in runs.values())
+    assert runs["ecmp-slow"]["cct_ms_p99"] > 1.15 * runs["ecmp"]["cct_ms_p99"], runs
+    assert runs["spray-slow"]["cct_ms_p99"] > 1.3 * runs["spray"]["cct_ms_p99"], runs
+    assert runs["spray-slow"]["tcp_retrans_segs"] > 5 * max(5, runs["ecmp-slow"]["tcp_retrans_segs"]), runs
+    q = load_run(tmp_path / "ecmp-slow").queues
+    fabric = q[q["node"].str.match(r"(leaf|spine)\d") & q["port"].str.match(r"(leaf|spine)\d")]
+    peak = {f"{n}:{p}": int(g["backlog_bytes"].max()) for (n, p), g in fabric.groupby(["node", "port"])}
+    print(sorted(peak.items(), key=lambda kv: -kv[1])[:4])
+    assert max(peak, key=peak.get) in ("leaf1:spine1", "leaf2:spine1"), peak  # the hot spot is a slow port
