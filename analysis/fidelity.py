@@ -10,7 +10,20 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["CPU_BUSY_MAX", "cpu_busy", "goodput_below", "reasons", "sampling_too_slow", "shaper_over_rate"]
+__all__ = ["BACKLOG_MIN_BYTES", "BACKLOGGED_MIN_S", "CPU_BUSY_MAX", "PORT_RATE_MIN", "cpu_busy", "excluded_intervals",
+           "goodput_below", "port_rates", "port_shortfall", "reasons", "sampling_too_slow", "shaper_over_rate"]
+
+#: a port is judged over a sample interval when the backlog at its start could by itself keep the port sending for
+#: the whole interval (backlog >= rate x interval, and at least two full frames): it had something to send all
+#: the time, whatever arrived meanwhile, so it should have sent at its rate
+BACKLOG_MIN_BYTES = 3028
+#: a backlogged port that sent less than this fraction of its configured rate did not dequeue on time: the
+#: shaper's timer fired late or the CPU did not get to the port (HTB counts the same bytes the leaf queue does, so a
+#: port that keeps up measures 0.97-1.0; the margin covers the sampler's own timing jitter)
+PORT_RATE_MIN = 0.9
+#: ports backlogged for less than this in all are not judged: over a few 10 ms intervals the sampler's own timing
+#: (each namespace's dump takes a moment) moves the ratio by tens of percent
+BACKLOGGED_MIN_S = 1.0
 
 #: above this mean busy fraction the run's timings say more about the CPU than about the emulated network
 CPU_BUSY_MAX = 0.9
@@ -42,6 +55,77 @@ def shaper_over_rate(utilisation: float, limit: float = 1.05) -> str | None:
     if utilisation > limit:
         return f"bottleneck sent {utilisation:.2f} x its configured rate: shaper not in control"
     return None
+
+
+def excluded_intervals(pfc, events) -> list[tuple[str, float, float]]:
+    """(node:port, start_s, end_s) during which a port was *meant* to send below its rate: paused by PFC (pfc.csv
+    xoff .. xon or watchdog), slowed or storming by a fault (events.csv port_slow .. port_restored, pause_storm ..
+    pause_storm_end)."""
+    out: list[tuple[str, float, float]] = []
+    if pfc is not None and len(pfc):
+        since: dict[str, float] = {}
+        for r in pfc.sort_values("t_s", kind="stable").itertuples(index=False):
+            key = f"{r.node}:{r.port}"
+            if r.event == "xoff":
+                since.setdefault(key, float(r.t_s))
+            elif r.event in ("xon", "watchdog") and key in since:
+                out.append((key, since.pop(key), float(r.t_s)))
+        out += [(k, t, math.inf) for k, t in since.items()]
+    if events is not None and len(events):
+        pairs = {"port_slow": "port_restored", "pause_storm": "pause_storm_end"}
+        open_: dict[tuple[str, str], float] = {}
+        for e in events.sort_values("t_s", kind="stable").itertuples(index=False):
+            if e.kind in pairs:
+                open_.setdefault((e.kind, e.target), float(e.t_s))
+            for start, end in pairs.items():
+                if e.kind == end and (start, e.target) in open_:
+                    out.append((e.target, open_.pop((start, e.target)), float(e.t_s)))
+        out += [(target, t, math.inf) for (_, target), t in open_.items()]
+    return out
+
+
+def port_rates(queues, ports, exclude: list[tuple[str, float, float]] = ()):
+    """Per shaped port (ports.csv) that queues.csv sampled: how long it was backlogged (sample intervals whose
+    starting backlog, over all its classes, could feed the port at its rate for the whole interval; outside
+    `exclude`) and what it sent meanwhile, against its configured rate. Columns: port (node:port), rate_mbps,
+    backlogged_s, achieved_mbps, ratio (NaN: never backlogged)."""
+    import numpy as np
+    import pandas as pd
+
+    cols = ["port", "rate_mbps", "backlogged_s", "achieved_mbps", "ratio"]
+    if queues is None or not len(queues) or ports is None or not len(ports):
+        return pd.DataFrame(columns=cols)
+    per = queues.groupby(["node", "port", "t_s"], sort=True)[["backlog_bytes", "sent_bytes"]].sum().reset_index()
+    rate_of = {f"{r.node}:{r.port}": float(r.rate_mbps) for r in ports.itertuples(index=False)}
+    rows = []
+    for (node, port), g in per.groupby(["node", "port"], sort=True):
+        key = f"{node}:{port}"
+        if key not in rate_of:
+            continue
+        t, b, sent = (g[c].to_numpy(dtype=float) for c in ("t_s", "backlog_bytes", "sent_bytes"))
+        need = np.maximum(BACKLOG_MIN_BYTES, rate_of[key] * 1e6 / 8 * np.diff(t))
+        ok = b[:-1] >= need
+        for k, a, z in exclude:
+            if k == key:
+                ok &= (t[1:] <= a) | (t[:-1] >= z)
+        dt, ds = np.diff(t)[ok], np.diff(sent)[ok]
+        busy = float(dt.sum())
+        achieved = float(ds.sum()) * 8 / busy / 1e6 if busy > 0 else math.nan
+        rows.append((key, rate_of[key], busy, achieved, achieved / rate_of[key] if busy > 0 else math.nan))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def port_shortfall(table, min_ratio: float = PORT_RATE_MIN, min_s: float = BACKLOGGED_MIN_S) -> str | None:
+    """The port that fell furthest below its rate while backlogged (judged over at least `min_s`), if any fell
+    below `min_ratio`."""
+    if table is None or not len(table):
+        return None
+    judged = table[(table["backlogged_s"] >= min_s) & (table["ratio"] < min_ratio)]
+    if not len(judged):
+        return None
+    w = judged.sort_values("ratio").iloc[0]
+    return (f"{w['port']} carried {w['ratio']:.2f} of its {w['rate_mbps']:g} Mbit/s while backlogged "
+            f"({w['backlogged_s']:.2f} s)")
 
 
 def reasons(*found: str | None) -> list[str]:

@@ -78,6 +78,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "pfc": {"t_s": FLOAT, "node": STR, "port": STR, "prio": INT, "event": STR, "backlog_bytes": INT},
     "cpu": {"t_s": FLOAT, "busy_fraction": FLOAT},
     "events": {"t_s": FLOAT, "kind": STR, "target": STR, "detail": STR},
+    "ports": {"node": STR, "port": STR, "peer": STR, "tier": STR, "rate_mbps": FLOAT},
 }
 
 #: Time-series tables (have a ``t_s`` or ``start_s``/``end_s`` on the monotonic clock).
@@ -240,6 +241,8 @@ class Run:
     cpu: pd.DataFrame
     #: the fault timeline's changes and routing's reactions (testbed.faults), empty without faults
     events: pd.DataFrame = field(default_factory=lambda: empty_frame("events"))
+    #: every shaped egress port as built: its peer, tier and configured rate
+    ports: pd.DataFrame = field(default_factory=lambda: empty_frame("ports"))
     #: file names (``"ops.csv"`` ...) that existed in the folder
     present: set[str] = field(default_factory=set)
     #: human-readable notes about anything unusual found while loading

@@ -109,6 +109,9 @@ class Lab:
             self.net.start()
             self.rundir.manifest["topology"] = self.net.fabric.describe()
             self.rundir.write_manifest()
+            self.rundir.write_csv("ports.csv", ["node", "port", "peer", "tier", "rate_mbps"],
+                                  ((p.node, p.ifname, p.peer, p.tier, p.rate_mbps) for p in self.net.fabric.port_plans))
+            self.on_teardown(self._judge_ports)  # registered first: runs last, when every raw file is written
         except BaseException:
             self._close()
             raise
@@ -141,6 +144,24 @@ class Lab:
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
+
+    def _judge_ports(self) -> None:
+        """Every run that sampled queues measures whether its shapers kept up (analysis.fidelity.port_rates):
+        fidelity.csv, and port_rate_ratio_min / port_rate_shortfall in the summary. A measurement for now: it does
+        not change fidelity_ok until its thresholds are calibrated over repeated runs (docs/analysis.md)."""
+        from analysis import fidelity
+        from analysis.load import load_csv
+
+        path = self.rundir.path
+        if not (path / "queues.csv").exists():
+            return
+        table = fidelity.port_rates(load_csv(path / "queues.csv", "queues"), load_csv(path / "ports.csv", "ports"),
+                                    fidelity.excluded_intervals(load_csv(path / "pfc.csv", "pfc"),
+                                                                load_csv(path / "events.csv", "events")))
+        self.rundir.write_csv("fidelity.csv", list(table.columns), table.itertuples(index=False))
+        judged = table[table["backlogged_s"] >= fidelity.BACKLOGGED_MIN_S]
+        self.summary["port_rate_ratio_min"] = float(judged["ratio"].min()) if len(judged) else None
+        self.summary["port_rate_shortfall"] = fidelity.port_shortfall(table) or ""
 
     def _install_sigterm(self) -> None:
         main_pid = os.getpid()

@@ -1,0 +1,53 @@
+"""Did each shaped port send at its rate while it had a backlog? analysis.fidelity.port_rates over hand-made
+queues.csv / ports.csv / pfc.csv / events.csv rows, with hand-computed answers. Pure logic."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from analysis import fidelity
+
+RATE_MBPS = 8.0  # 1 MB/s: 10 kB per 10 ms sample interval
+
+
+def queues(rows):
+    """rows: (t_s, node, port, class, backlog_bytes, sent_bytes)."""
+    return pd.DataFrame([{"t_s": t, "node": n, "port": p, "class": c, "backlog_bytes": b, "sent_bytes": s}
+                         for t, n, p, c, b, s in rows])
+
+
+PORTS = pd.DataFrame([{"node": "leaf1", "port": "h1", "peer": "h1", "tier": "leaf_down", "rate_mbps": RATE_MBPS},
+                      {"node": "spine1", "port": "leaf1", "peer": "leaf1", "tier": "spine", "rate_mbps": RATE_MBPS}])
+
+
+def test_a_port_is_judged_only_over_intervals_its_backlog_could_fill():
+    rows = []
+    sent = 0
+    for i in range(201):  # 2 s: leaf1:h1 always 20 kB deep (more than the 10 kB an interval drains), sends 9 kB
+        rows.append((i * 0.01, "leaf1", "h1", "a", 12_000, sent))
+        rows.append((i * 0.01, "leaf1", "h1", "b", 8_000, 0))  # classes add up: 20 kB
+        sent += 9_000
+    for i in range(201):  # spine1:leaf1 only 5 kB deep: never judged, whatever it sends
+        rows.append((i * 0.01, "spine1", "leaf1", "a", 5_000, i * 1_000))
+    t = fidelity.port_rates(queues(rows), PORTS).set_index("port")
+    assert t.loc["leaf1:h1", "backlogged_s"] == pytest.approx(2.0)
+    assert t.loc["leaf1:h1", "achieved_mbps"] == pytest.approx(7.2) and t.loc["leaf1:h1", "ratio"] == pytest.approx(0.9)
+    assert t.loc["spine1:leaf1", "backlogged_s"] == 0 and math.isnan(t.loc["spine1:leaf1", "ratio"])
+    assert fidelity.port_shortfall(t.reset_index()) is None  # 0.9 is not below 0.9
+    low = fidelity.port_rates(queues([(r[0], r[1], r[2], r[3], r[4], int(r[5] * 0.7)) for r in rows]), PORTS)
+    assert fidelity.port_shortfall(low) == "leaf1:h1 carried 0.63 of its 8 Mbit/s while backlogged (2.00 s)"
+
+
+def test_paused_and_slowed_times_are_not_held_against_a_port():
+    rows = [(i * 0.01, "leaf1", "h1", "a", 50_000, min(i, 100) * 10_000) for i in range(201)]  # stops at 1 s
+    pfc = pd.DataFrame([{"t_s": 1.0, "node": "leaf1", "port": "h1", "prio": 3, "event": "xoff", "backlog_bytes": 0},
+                        {"t_s": 1.5, "node": "leaf1", "port": "h1", "prio": 3, "event": "xon", "backlog_bytes": 0}])
+    events = pd.DataFrame([{"t_s": 1.5, "kind": "port_slow", "target": "leaf1:h1", "detail": ""}])
+    ex = fidelity.excluded_intervals(pfc, events)
+    assert ex == [("leaf1:h1", 1.0, 1.5), ("leaf1:h1", 1.5, math.inf)]
+    t = fidelity.port_rates(queues(rows), PORTS, ex)
+    assert t.iloc[0]["backlogged_s"] == pytest.approx(1.0) and t.iloc[0]["ratio"] == pytest.approx(1.0)
+    assert fidelity.port_rates(queues([]), PORTS).empty and fidelity.port_shortfall(None) is None
