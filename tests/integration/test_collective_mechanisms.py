@@ -12,8 +12,8 @@ COLL = get("collective")
 
 def run(tmp_path, name, **kw):
     p = {x.name: x.default for x in COLL.params}
-    p.update(collective="gather", size="256K", iterations=10, warmup=1, buffer_bytes=40_000, host_rate_mbps=20.0,
-             fabric_rate_mbps=20.0, sample_interval_ms=0, **kw)
+    p.update({"collective": "gather", "size": "256K", "iterations": 10, "warmup": 1, "buffer_bytes": 40_000,
+              "host_rate_mbps": 20.0, "fabric_rate_mbps": 20.0, "sample_interval_ms": 0, **kw})
     COLL.validate(p)
     return run_scenario(COLL, p, 1, tmp_path / name, quiet=True)
 
@@ -28,6 +28,7 @@ def test_dctcp_with_step_marking_drops_far_less_than_cubic_over_droptail_in_a_ga
     # 40 kB buffer: 3 senders x 10 segments) with 2594-2696 marks
     assert cubic["ecn_marks"] == 0 and dctcp["ecn_marks"] > 100, (cubic, dctcp)
     assert dctcp["switch_drops"] < 0.3 * cubic["switch_drops"], (cubic, dctcp)
+
 
 
 def test_a_slow_spine_is_an_ecmp_hot_spot_and_spraying_pays_the_slow_path_on_every_flow(tmp_path):
