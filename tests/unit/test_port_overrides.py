@@ -18,7 +18,7 @@ from topologies import (ClassSpec, DumbbellSpec, LeafSpineSpec, LinkSpec, PortOv
                         dumps_toml, from_dict, load_topology, loads_toml, to_dict)
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLE = ROOT / "examples" / "topologies" / "slow-spine-port.toml"
+EXAMPLE = ROOT / "examples" / "topology-files" / "slow-spine-port.toml"
 BASE = """
 spines = 2
 leaves = 2
