@@ -36,7 +36,8 @@ def test_victim_flow_below_fair_share_during_burst(tmp_path):
     from analysis import summary
 
     rm = summary.round_metrics(summary.load_quietly(tmp_path / "run").rounds)
-    assert rm["round_ms_p50"] == pytest.approx(m["round_ms_p50"]) and rm["rounds_n"] == 15
+    # rounds.csv keeps times to the microsecond: the same p50 within that rounding
+    assert rm["round_ms_p50"] == pytest.approx(m["round_ms_p50"], abs=0.002) and rm["rounds_n"] == 15
     flows = (tmp_path / "run" / "flows.csv").read_text().splitlines()
     assert flows[0].startswith("flow,src,dst,src_port,dst_port") and len(flows) == 3
 
