@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from .addressing import MAX_EDGE_ROUTERS, MAX_FABRIC_LINKS, MAX_HOSTS_PER_SUBNET
 from .overrides import PortOverride, validate_port_overrides
+from .flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES
 from .spec import (HOST_IFNAME, LOAD_BALANCING_MODES, ClassSpec, HostTcpSpec, Link, LinkSpec, Node, PortSpec,
                    QueueSpec, SpecError, _choice, _got, _range, _set, resolve_port, spec_dict,
                    validate_classes, validate_prefix)
@@ -45,6 +46,8 @@ class LeafSpineSpec(Topology):
     spine_queue: QueueSpec = DEFAULT_QUEUE
     classes: tuple[ClassSpec, ...] = ()
     load_balancing: str = "ecmp"
+    flowlet_gap_ms: float = DEFAULT_GAP_MS  # flowlet and adaptive: the idle gap that starts a new flowlet
+    adaptive_poll_ms: float = DEFAULT_POLL_MS  # adaptive: how often path congestion is read and written
     tcp: HostTcpSpec = HostTcpSpec()
     seed: int = 0
     prefix: str = "tb"
@@ -79,6 +82,8 @@ class LeafSpineSpec(Topology):
                                                f"packets (got {self.fabric_link.mtu} < {self.host_link.mtu})")
         _set(self, "classes", validate_classes(self.classes, "classes"))
         _choice("load_balancing", self.load_balancing, LOAD_BALANCING_MODES, "load-balancing mode")
+        _set(self, "flowlet_gap_ms", _range("flowlet_gap_ms", self.flowlet_gap_ms, 0.01, 10_000))
+        _set(self, "adaptive_poll_ms", _range("adaptive_poll_ms", self.adaptive_poll_ms, 1, 10_000))
         _check_type("tcp", self.tcp, HostTcpSpec)
         _set(self, "seed", _range("seed", self.seed, 0, 2**32 - 1, integer=True))
         validate_prefix("prefix", self.prefix)
@@ -187,6 +192,8 @@ class LeafSpineSpec(Topology):
             "classes": spec_dict(self.classes),
             "ports": spec_dict(self.ports),
             "load_balancing": self.load_balancing,
+            **({"flowlet_gap_ms": self.flowlet_gap_ms} if self.load_balancing in FLOWLET_MODES else {}),
+            **({"adaptive_poll_ms": self.adaptive_poll_ms} if self.load_balancing == "adaptive" else {}),
             "tcp": spec_dict(self.tcp),
             "seed": self.seed,
             "host_subnets": dict(self.address_plan.subnets),

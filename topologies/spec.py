@@ -40,7 +40,7 @@ MAX_BUFFER_PACKETS = 1_000_000
 
 DISCIPLINES = ("droptail", "red", "step")
 CONGESTION_CONTROLS = ("cubic", "reno", "dctcp", "bbr")
-LOAD_BALANCING_MODES = ("ecmp", "spray")
+LOAD_BALANCING_MODES = ("ecmp", "spray", "flowlet", "adaptive")
 ROLES = ("host", "leaf", "spine", "switch")
 #: TCP_RTO_MAX in Linux is 120 s; per-route ``rto_min`` is in milliseconds.
 MAX_RTO_MIN_MS = 120_000
@@ -520,8 +520,9 @@ class HostTcpSpec:
 
 
 def load_balancing_sysctls(mode: str) -> dict[str, str]:
-    """Router sysctls for a load-balancing mode. ``ecmp``: 5-tuple (L4) multipath hash. ``spray`` keeps the same
-    ECMP routes (for anything the per-packet sprayer does not handle) so the hash policy is the same."""
+    """Router sysctls for a load-balancing mode. ``ecmp``: 5-tuple (L4) multipath hash. ``spray``, ``flowlet`` and
+    ``adaptive`` keep the same ECMP routes (for anything the sprayer or the flowlet balancer does not handle) so the
+    hash policy is the same."""
     _choice("load_balancing", mode, LOAD_BALANCING_MODES, "load-balancing mode")
     return {"net.ipv4.fib_multipath_hash_policy": "1", "net.ipv4.ip_forward": "1"}
 

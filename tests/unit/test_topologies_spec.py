@@ -249,8 +249,8 @@ def test_tcp_effective_ecn_and_sysctls():
 
 def test_load_balancing_sysctls():
     assert load_balancing_sysctls("ecmp")["net.ipv4.fib_multipath_hash_policy"] == "1"
-    with raises("load_balancing: unknown load-balancing mode 'flowlet' (allowed: ecmp, spray)"):
-        load_balancing_sysctls("flowlet")
+    with raises("load_balancing: unknown load-balancing mode 'conga' (allowed: ecmp, spray, flowlet, adaptive)"):
+        load_balancing_sysctls("conga")
 
 
 # ---- interface names --------------------------------------------------------------------------------------------
@@ -303,7 +303,8 @@ def test_too_many_hosts_per_leaf():
     (dict(leaves=0), "leaves: must be >= 1 (got 0)"),
     (dict(leaves=256), "leaves: 256 leaves exceed the address plan"),
     (dict(hosts_per_leaf=2.5), "hosts_per_leaf: must be an integer (got 2.5)"),
-    (dict(load_balancing="flowlet"), "load_balancing: unknown load-balancing mode 'flowlet' (allowed: ecmp, spray)"),
+    (dict(load_balancing="conga"),
+     "load_balancing: unknown load-balancing mode 'conga' (allowed: ecmp, spray, flowlet, adaptive)"),
     (dict(seed=-1), "seed: must be >= 0 (got -1)"),
     (dict(host_link=1000), "host_link: must be a LinkSpec (got 1000)"),
     (dict(fabric_link=LinkSpec(1000, mtu=1500), host_link=LinkSpec(1000, mtu=9000)), "fabric_link.mtu: must be >="),
