@@ -79,6 +79,7 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "cpu": {"t_s": FLOAT, "busy_fraction": FLOAT},
     "events": {"t_s": FLOAT, "kind": STR, "target": STR, "detail": STR},
     "ports": {"node": STR, "port": STR, "peer": STR, "tier": STR, "rate_mbps": FLOAT},
+    "balancing": {"node": STR, "flowlets": INT, "moved_packets": INT, "packets": INT},
 }
 
 #: Time-series tables (have a ``t_s`` or ``start_s``/``end_s`` on the monotonic clock).
@@ -243,6 +244,8 @@ class Run:
     events: pd.DataFrame = field(default_factory=lambda: empty_frame("events"))
     #: every shaped egress port as built: its peer, tier and configured rate
     ports: pd.DataFrame = field(default_factory=lambda: empty_frame("ports"))
+    #: the flowlet balancer's counters per router (load_balancing flowlet or adaptive), read at the run's end
+    balancing: pd.DataFrame = field(default_factory=lambda: empty_frame("balancing"))
     #: file names (``"ops.csv"`` ...) that existed in the folder
     present: set[str] = field(default_factory=set)
     #: human-readable notes about anything unusual found while loading

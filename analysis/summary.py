@@ -238,7 +238,18 @@ def data_metrics(run: Run | str | Path, *, queue_stats: pd.DataFrame | None = No
     out.update(tcp_metrics(run.tcp))
     out.update(pfc_metrics(run))
     out.update(cpu_metrics(run.cpu))
+    out.update(balancing_metrics(run.balancing))
     return out
+
+
+def balancing_metrics(balancing: pd.DataFrame) -> dict:
+    """The flowlet balancer's work over the run: ``flowlets`` started (a new path choice each), and
+    ``flowlet_moved_fraction``, the share of balanced packets sent up another uplink than ECMP's hash chose."""
+    if not len(balancing):
+        return {}
+    packets = int(balancing["packets"].sum())
+    return {"flowlets": int(balancing["flowlets"].sum()),
+            "flowlet_moved_fraction": float(balancing["moved_packets"].sum()) / packets if packets else 0.0}
 
 
 def numeric(summary: dict) -> dict[str, float]:

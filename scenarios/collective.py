@@ -27,8 +27,8 @@ P, MBPS, B = Param, "Mbit/s", "bytes"
 #: the parameters a topology_file replaces (its shape, links, queues, per-port overrides, classes, load balancing
 #: and [tcp]): they must keep their defaults when it is given
 FILE_REPLACES = ("spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "fabric_rate_mbps", "delay_ms",
-                 "buffer_bytes", "discipline", "k_bytes", "ecn", "load_balancing", "isolation", "pfc_xoff_bytes",
-                 "pfc_xon_bytes", "pfc_headroom_bytes", "cc", "rto_min_ms")
+                 "buffer_bytes", "discipline", "k_bytes", "ecn", "load_balancing", "flowlet_gap_ms", "isolation",
+                 "pfc_xoff_bytes", "pfc_xon_bytes", "pfc_headroom_bytes", "cc", "rto_min_ms")
 PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute, stragglers, background, transport
     P("host_rate_mbps", float, 20.0, MBPS, "host link rate", min=0.1, max=100_000),
     P("fabric_rate_mbps", float, 20.0, MBPS, "leaf-spine link rate", min=0.1, max=100_000),
@@ -41,8 +41,11 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
       "buffer)) or DCTCP step marking at K (host NICs stay drop-tail)", choices=("droptail", "red", "step")),
     P("k_bytes", int, 30_000, B, "marking threshold K (step; RED's min threshold)", min=1500, max=1 << 30),
     P("ecn", bool, False, "", "hosts negotiate ECN (cc=dctcp needs it; red marks instead of dropping with it)"),
-    P("load_balancing", str, "ecmp", "", "leaves' uplinks: ecmp (per-flow hash) or spray (per packet)",
-      choices=("ecmp", "spray")),
+    P("load_balancing", str, "ecmp", "", "leaves' uplinks: ecmp (per-flow hash), spray (per packet), flowlet "
+      "(LetFlow: a random uplink per flowlet) or adaptive (CONGA-style: the least congested path per flowlet)",
+      choices=("ecmp", "spray", "flowlet", "adaptive")),
+    P("flowlet_gap_ms", float, 10.0, "ms", "flowlet and adaptive: the idle gap after which a flow may change uplink",
+      min=0.01, max=10_000),
     P("dscp", int, 0, "", "DSCP of the collective's traffic (pfc=on with 0: 26, the lossless class)", min=0, max=63),
     P("pfc", str, "off", "", "off, or on: the collective's DSCP is a lossless class (802.1p priority 3) that PFC "
       "pauses hop by hop (testbed.pfc, with 802.1Qbb frames on the wire); background flows stay lossy",
@@ -150,7 +153,7 @@ def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
                              host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"]),
                              fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"]),
                              host_queue=nic, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, seed=seed % 256,
-                             load_balancing=p["load_balancing"],
+                             load_balancing=p["load_balancing"], flowlet_gap_ms=p["flowlet_gap_ms"],
                              tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"],
                                              rto_min_ms=p["rto_min_ms"] or None), **extra)
     except SpecError as e:

@@ -42,8 +42,9 @@ PARAMS = [
           min=0, max=2**32 - 1),
     Param("topology", str, "leafspine", "", "fabric shape", choices=("leafspine", "dumbbell")),
     Param("spines", int, 2, "", "leaf-spine: number of spines", min=1, max=16),
-    Param("load_balancing", str, "ecmp", "", "leaf-spine: ecmp (5-tuple hash per flow) or spray (per packet)",
-          choices=("ecmp", "spray")),
+    Param("load_balancing", str, "ecmp", "", "leaf-spine: ecmp (5-tuple hash per flow), spray (per packet), "
+          "flowlet (random uplink per flowlet) or adaptive (least congested path per flowlet)",
+          choices=("ecmp", "spray", "flowlet", "adaptive")),
     Param("hosts_per_leaf", int, 4, "", "leaf-spine: hosts per leaf (senders fill leaf2, leaf3, ...)", min=1,
           max=64),
     Param("sample_interval_ms", float, 1.0, "ms", "queue sampling interval", min=0.1, max=1000),

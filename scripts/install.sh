@@ -37,6 +37,7 @@ packages=(
   rdma-core ibverbs-utils ibverbs-providers rdmacm-utils perftest python3-pyverbs
   iproute2 iputils-ping ethtool tcpdump iperf3 procps psmisc kmod e2fsprogs
   qemu-system-x86 busybox-static
+  clang libbpf-dev
   python3 python3-venv python3-pip
   ruby chromium curl ca-certificates xz-utils
 )

@@ -78,4 +78,6 @@ def bottleneck_needs(p: dict) -> tuple[str, ...]:
         need.append(f"tcp:{p['cc']}")
     if p.get("load_balancing") == "spray":
         need += ["qdisc:clsact", "cls:basic+meta", "act:skbedit", "act:mirred"]
+    if p.get("load_balancing") in ("flowlet", "adaptive"):
+        need += ["qdisc:clsact", "bpf:flowlet"]
     return tuple(need)

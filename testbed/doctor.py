@@ -169,6 +169,25 @@ def _cgroup_cpu(s: Scratch) -> str:
     return f"CFS bandwidth limit set ({where})"
 
 
+def _flowlet_bpf(s: Scratch) -> str:
+    """Compile the flowlet balancer, load it (the verifier passes it) and attach it as a cls_bpf direct-action
+    filter on a clsact egress hook."""
+    from testbed.kernel import flowlet
+    from topologies.flowlet import FlowletPlan
+
+    plan = FlowletPlan("probe", (s.a,))
+    with netns.ipr(s.ns) as ipr:
+        b = flowlet.install(ipr, plan, {s.a: s.index(s.a)}, gap_ms=10, adaptive=True)
+        try:
+            n = len(list(ipr.get_filters(index=s.index(s.a), parent=flowlet.CLSACT_EGRESS)))
+        finally:
+            b.close()
+            ipr.tc("del", "clsact", index=s.index(s.a))
+    if n == 0:
+        raise RuntimeError("loaded, but no filter listed")
+    return "compiled (clang), verified and attached (cls_bpf direct-action on clsact egress)"
+
+
 def _multipath(s: Scratch) -> str:
     netns.sysctl_write(s.ns, "net.ipv4.fib_multipath_hash_policy", "1")
     return "L4 (5-tuple) multipath hashing settable"
@@ -272,6 +291,8 @@ PROBES: list[Probe] = [
     Probe("cls:basic+meta", "per-packet spraying (random match)", VM_HINT,
           _filter("basic", classid=0x10010, match=[{"kind": "meta", "object": {"kind": "random", "opnd": "lt"},
                                                    "value": 1 << 31, "mask": 0xFFFFFFFF}])),
+    Probe("bpf:flowlet", "flowlet and adaptive load balancing", "install clang and libbpf-dev "
+          "(scripts/install.sh); needs a kernel with BPF syscall and cls_bpf", _flowlet_bpf),
     Probe("act:skbedit", "priority marking", VM_HINT, _action("skbedit", priority=0x10001)),
     Probe("act:mirred", "per-packet spraying", VM_HINT, _action("mirred")),
     Probe("tcp:cubic", "CUBIC senders", VM_HINT, _tcp_cc("cubic")),

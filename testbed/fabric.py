@@ -40,6 +40,8 @@ import pyroute2.config
 
 from testbed.errors import UsageError
 from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray
+from testbed.loadbalance import FlowletBalancing
+from topologies.flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES, flowlet_plans
 from topologies.spray import shared_macs, spray_groups
 
 # pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
@@ -197,8 +199,15 @@ class Fabric:
         self.offloads: dict[str, dict[str, bool]] = {}
         self.cc_default_failed: list[str] = []  # hosts where the namespace default cc could not be set
         self.pfc = None  # the run's PFC controller (testbed.pfcrun.start_pfc), for pause-storm faults
-        self.spray = spray_groups(topology) if getattr(topology, "load_balancing", "ecmp") == "spray" else ()
-        self.macs = shared_macs(topology, self.spray)  # far ends of a spray group share one MAC
+        lb = getattr(topology, "load_balancing", "ecmp")
+        groups = spray_groups(topology) if lb in ("spray", *FLOWLET_MODES) else ()
+        self.spray = groups if lb == "spray" else ()
+        self.macs = shared_macs(topology, groups)  # far ends of a spray or flowlet group share one MAC
+        self.balancing = (FlowletBalancing(flowlet_plans(topology, groups), adaptive=lb == "adaptive",
+                                           gap_ms=getattr(topology, "flowlet_gap_ms", DEFAULT_GAP_MS),
+                                           poll_ms=getattr(topology, "adaptive_poll_ms", DEFAULT_POLL_MS),
+                                           rate_mbps={(p.node, p.ifname): p.rate_mbps for p in self.port_plans})
+                          if lb in FLOWLET_MODES else None)
         self.want_rxe = rxe
         self.rxe: dict[str, tuple[str, str]] = {}  # host -> (rxe device, netdev): SoftRoCE on the host's NIC
         self.built = False
@@ -260,6 +269,9 @@ class Fabric:
             self._sysctls()
             for g in self.spray:
                 spray.install_group(iprs[g.node], g, ifindex[g.node])
+            if self.balancing is not None:
+                self.balancing.install(iprs, ifindex)
+                self.balancing.start(self._ns, ifindex)
             self._impairments(iprs)
         finally:
             for i in (*iprs.values(), *nls.values(), *socks.values()):
@@ -467,6 +479,8 @@ class Fabric:
 
     def teardown(self) -> None:
         """Remove every namespace this fabric created (their veths, IFBs and qdiscs die with them)."""
+        if self.balancing is not None:
+            self.balancing.close()
         for host, (dev, _) in list(self.rxe.items()):
             with contextlib.suppress(Exception):
                 netns.run(self._ns[host], ["rdma", "link", "delete", dev], timeout=30)
@@ -495,6 +509,13 @@ class Fabric:
             "spray": ({g.node: {"ports": list(g.ports), "how": "clsact egress: meta(random) cascade, skbedit mark + "
                                 "mirred redirect; far ends share a MAC"} for g in self.spray}
                       if self.spray else "off"),
+            "flowlet": ({"mode": "adaptive (least congested path, CONGA-style)" if b.adaptive else
+                         "flowlet (random uplink per flowlet, LetFlow)", "gap_ms": b.gap_ms,
+                         **({"poll_ms": b.poll_ms} if b.adaptive else {}),
+                         "routers": {p.node: list(p.ports) for p in b.plans},
+                         "how": "cls_bpf direct-action on the uplinks' clsact egress (flowlet.bpf.c): flowlet table, "
+                                "bpf_redirect to the chosen uplink; far ends share a MAC"}
+                        if (b := self.balancing) is not None else "off"),
             "shared_macs": {f"{n}:{p}": m for (n, p), m in sorted(self.macs.items())} or "none",
             "impairments": ("netem on an IFB at the receiving end's ingress (not under the shaper)"
                             if self.impaired else "none"),

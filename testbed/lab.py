@@ -113,6 +113,8 @@ class Lab:
             self.rundir.write_csv("ports.csv", ["node", "port", "peer", "tier", "rate_mbps"],
                                   ((p.node, p.ifname, p.peer, p.tier, p.rate_mbps) for p in self.net.fabric.port_plans))
             self.on_teardown(self._judge_ports)  # registered first: runs last, when every raw file is written
+            if self.net.fabric.balancing is not None:
+                self.on_teardown(self._record_balancing)
         except BaseException:
             self._close()
             raise
@@ -145,6 +147,15 @@ class Lab:
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
+
+    def _record_balancing(self) -> None:
+        """The flowlet balancer's counters (flowlets started, packets moved), read from its maps before it goes."""
+        from analysis.load import load_csv
+        from analysis.summary import balancing_metrics
+
+        path = self.rundir.write_csv("balancing.csv", ["node", "flowlets", "moved_packets", "packets"],
+                                     self.net.fabric.balancing.stats())
+        self.summary.update(balancing_metrics(load_csv(path, "balancing")))
 
     def _judge_ports(self) -> None:
         """Every run that sampled queues measures whether its shapers kept up (analysis.fidelity.port_rates):

@@ -13,7 +13,8 @@ def _queue_needs(q) -> list[str]:
 def fabric_needs(topology) -> list[str]:
     """HTB on every port; each leaf queue's discipline (bfifo, pfifo, RED/step); u32 for DSCP classes; netem, u32
     and mirred for link delay/jitter/loss (netem on an IFB at the receiving end); the sprayer's clsact, basic+meta,
-    skbedit and mirred; the hosts' congestion control where it is not in every kernel (dctcp, bbr) and ECN."""
+    skbedit and mirred; the flowlet balancer's clsact and eBPF; the hosts' congestion control where it is not in
+    every kernel (dctcp, bbr) and ECN."""
     need = ["qdisc:htb"]
     for ep in topology.egress_ports():
         queues = [ep.port.queue] + [c.queue for c in ep.port.classes if c.queue is not None]
@@ -25,6 +26,8 @@ def fabric_needs(topology) -> list[str]:
             need += ["qdisc:netem", "cls:u32", "act:mirred"]
     if getattr(topology, "load_balancing", "ecmp") == "spray":
         need += ["qdisc:clsact", "cls:basic+meta", "act:skbedit", "act:mirred"]
+    if getattr(topology, "load_balancing", "ecmp") in ("flowlet", "adaptive"):
+        need += ["qdisc:clsact", "bpf:flowlet"]
     cc = topology.tcp.congestion_control
     if cc in ("dctcp", "bbr"):
         need.append(f"tcp:{cc}")
