@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """An ECMP collision: two elephant flows leaf1 -> leaf2 whose 5-tuples hash onto the same spine, then the same two
-flows with per-packet spraying.
+flows with adaptive (CONGA-style flowlet) load balancing and with per-packet spraying.
 
     sudo .venv/bin/python examples/ecmp_collision.py [--out DIR] [--no-spray]
 
 Every link runs at the host rate, so two flows that share a leaf1 uplink get half of it each. The source ports are
 chosen, the flows started, and leaf1's uplink counters (what the kernel sent on each port) tell which spines they
-took; other ports are tried until both flows share one uplink. Spraying needs tc's basic/meta classifier and the
+took; other ports are tried until both flows share one uplink. The adaptive balancer (an eBPF program on the
+leaves' uplinks, `testbed doctor` bpf:flowlet) sees the first flow's bytes on its uplink when the second flow starts
+and sends that one up the other spine. Spraying needs tc's basic/meta classifier and the
 skbedit/mirred actions (`testbed doctor`); --no-spray skips that half on a kernel without them.
 """
 
@@ -67,6 +69,13 @@ def main() -> None:
         flows.stop()
     print(f"ECMP: source ports {ports} collide on one spine (leaf1 uplinks sent {ups} packets, try {attempt}); "
           f"the pair gets {result['ecmp_mbps']:.1f} of {2 * RATE_MBPS} Mbit/s")
+
+    with Lab(topo("adaptive"), out=args.out and f"{args.out}/adaptive", name="ecmp_collision") as lab:
+        flows = lab.flows(PAIRS, src_ports=ports)
+        time.sleep(0.5)
+        result.update(adaptive_mbps=pair_mbps(flows, args.seconds), adaptive_uplink_packets=uplink_share(lab, 1.0))
+    print(f"adaptive: the same pair gets {result['adaptive_mbps']:.1f} of {2 * RATE_MBPS} Mbit/s "
+          f"(leaf1 uplinks sent {result['adaptive_uplink_packets']} packets)")
 
     if not args.no_spray:
         with Lab(topo("spray"), out=args.out and f"{args.out}/spray", name="ecmp_collision") as lab:

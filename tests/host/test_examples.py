@@ -42,12 +42,16 @@ def test_victim_flow_below_fair_share_during_burst(tmp_path):
     assert flows[0].startswith("flow,src,dst,src_port,dst_port") and len(flows) == 3
 
 
-def test_ecmp_collision_halves_the_pair(tmp_path):
+def test_ecmp_collision_halves_the_pair_and_adaptive_balancing_splits_it(tmp_path):
     m = run_example("ecmp_collision", tmp_path / "run", "--no-spray")
     ups = m["uplink_packets"]
     assert min(ups) < 0.1 * max(ups) and max(ups) > 500, m  # leaf1 sent both flows up one spine
     assert m["ecmp_mbps"] < 0.65 * 2 * m["link_mbps"], m  # two flows on one link-rate uplink: about half each
     assert m["ecmp_mbps"] > 0.35 * 2 * m["link_mbps"], m  # ... and that link is busy
+    # the adaptive balancer puts the second flow on the other spine: both uplinks busy, the pair near twice the link
+    a = m["adaptive_uplink_packets"]
+    assert min(a) > 0.5 * max(a), m
+    assert m["adaptive_mbps"] > 0.8 * 2 * m["link_mbps"], m
 
 
 def test_custom_topo_queue_counters(tmp_path):
