@@ -57,8 +57,9 @@ class FlowletBalancing:
         self._thread.start()
 
     def _poll(self, dumps, watched, last: dict) -> dict[tuple[str, str], int]:
-        """One reading of every watched queue: its drain delay in us; a port backlogged since the last reading
-        updates its measured rate (bytes it sent over the interval)."""
+        """One reading of every watched queue: the delay in us a new flowlet's first burst would see there (the
+        backlog and the burst at the port's rate); a port backlogged for a while updates its measured rate (the bytes
+        it sent over that stretch), so a slow port far away weighs in before its queue grows."""
         now = time.monotonic()
         delay: dict[tuple[str, str], int] = {}
         for node, dump in dumps.items():
@@ -74,7 +75,8 @@ class FlowletBalancing:
                 elif now - prev[0] >= RATE_WINDOW_S and sent > prev[2]:
                     self.rate_mbps[q] = (sent - prev[2]) * 8 / (now - prev[0]) / 1e6
                     last[q] = (now, backlog, sent)
-                delay[q] = drain_delay_us(backlog, self.rate_mbps.get(q, 1000.0))
+                # what a newcomer's first burst would wait behind, and take, at this port's measured rate
+                delay[q] = drain_delay_us(backlog + flowlet.JOIN_BYTES, self.rate_mbps.get(q, 1000.0))
         return delay
 
     def _loop(self, dumps: dict[str, RawQdiscDump], watched: dict[str, dict[int, str]]) -> None:

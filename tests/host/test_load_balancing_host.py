@@ -1,13 +1,13 @@
 """Flowlet and adaptive load balancing on the host kernel (cls_bpf + clsact + HTB: no lab VM needed): a degraded
-spine (both leaves' uplinks to spine1 at a quarter of their rate) under an all-to-all of 6 ranks across two leaves,
+spine (both leaves' uplinks to spine1 at a tenth of their rate) under an all-to-all of 6 ranks across two leaves,
 with ECMP, with LetFlow (a random uplink per flowlet) and with the adaptive, CONGA-style choice (the path with the
-least delay: the uplink's recent bytes at its measured rate, and the queues on the path).
+least delay for a newcomer: the uplink's recent bytes at its measured rate, and the queues on the path).
 
-Measured on this 2-CPU machine (5 runs each, 10 Mbit/s, 128 kB all-to-all, 10 ms flowlet gap): clean fabric ~150-
-200 ms op p50 in every mode; with the slow spine ECMP p50 468-670 ms (p99 534-831), adaptive 196-331 ms (p99
-209-414: 0.30-0.68x ECMP's p50 in the same run), LetFlow 550-687 ms (p99 621-864) with 134-192 retransmissions
-against ECMP's 3-25: its flowlets switch paths at gaps shorter than the slow queue's delay, so they arrive out of
-order, and half of them still land on the slow spine."""
+Measured on this 2-CPU machine (3 runs, 10 Mbit/s, 128 kB all-to-all, 10 ms flowlet gap): ECMP op p50 1011-1607 ms
+(p99 1190-1755), adaptive 330-335 ms (p99 380-1049: the first ops go by before the slow uplink's rate is measured),
+LetFlow 967-1205 ms with 295-411 retransmissions against ECMP's 9-31: its flowlets switch paths at gaps shorter than
+the slow queue's delay, so they arrive out of order, and half of them still land on the slow spine. (At a quarter of
+the rate, 8 runs: ECMP p50 445-713, adaptive 196-347, the ratio 0.30-0.78 in one run: too close to assert on.)"""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from testbed.scenario import get
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")
 
 COLL = get("collective")
-SLOW = [faultplan.parse(f"slow-port {leaf}:spine1 at_s=0 fraction=0.25") for leaf in ("leaf1", "leaf2")]
+SLOW = [faultplan.parse(f"slow-port {leaf}:spine1 at_s=0 fraction=0.1") for leaf in ("leaf1", "leaf2")]
 
 
 def run(tmp_path, lb: str) -> dict:
@@ -49,7 +49,7 @@ def test_adaptive_balancing_routes_around_a_slow_spine_and_letflow_reorders(tmp_
     bal = load_run(tmp_path / "adaptive").balancing
     assert sorted(bal["node"]) == ["leaf1", "leaf2"] and (bal["packets"] > 0).all()
     # adaptive steers the flowlets to the fast spine: a much shorter op than ECMP, whose hashed flows wait on spine1
-    assert adaptive["cct_ms_p50"] < 0.85 * ecmp["cct_ms_p50"], runs
+    assert adaptive["cct_ms_p50"] < 0.6 * ecmp["cct_ms_p50"], runs
     assert adaptive["cct_ms_p99"] < ecmp["cct_ms_p99"], runs
     # LetFlow's random choice reorders: flowlets leave a slow queue for a fast path within a gap shorter than its delay
     assert letflow["tcp_retrans_segs"] > 2 * max(10, ecmp["tcp_retrans_segs"]), runs
