@@ -37,7 +37,8 @@ def test_a_slow_spine_is_an_ecmp_hot_spot_and_spraying_pays_the_slow_path_on_eve
     each direction hashed on its own: the chance that no direction uses spine1 is 1/2^18; with 2 ranks per leaf a
     run had none on leaf1's slow uplink). Per-packet spraying does not fix an asymmetric fabric: every flow sends
     half its packets through a slow port and reorders, so the tail rises more and TCP sees many reordering
-    retransmissions (the case for adaptive load balancing, which weighs the paths by their load).
+    retransmissions (the case for adaptive load balancing, which weighs the paths by their delay:
+    tests/host/test_load_balancing_host.py).
     Measured in the lab VM, 6 ranks, both spine1 uplinks slow: ECMP p99 374 ms clean, 699 ms slow (1.87x), the
     deepest queue at leaf1:spine1; spraying 363 ms clean, 915 ms slow (2.5x), 642 retransmissions against ECMP's 9.
     (4 ranks, one slow uplink, 2 runs: ECMP 1.33-1.72x, spraying 1.9-2.1x with 222-293 retransmissions.)"""
