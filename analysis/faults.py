@@ -31,12 +31,12 @@ INTERVAL_COLUMNS = ["what", "target", "start_s", "end_s"]
 
 def fault_intervals(events: pd.DataFrame, run_end: float | None = None) -> pd.DataFrame:
     """One row per fault interval: what (down, withdrawn, slow, impaired), target, start_s, end_s (monotonic
-    seconds). Open intervals end at ``run_end`` (default: the last event)."""
+    seconds). Open intervals end at ``run_end`` (default: the last event; ``math.inf``: open for good)."""
     if events is None or events.empty:
         return pd.DataFrame({c: pd.Series([], dtype=object if c in ("what", "target") else float)
                              for c in INTERVAL_COLUMNS})
     ev = events.sort_values("t_s", kind="stable")
-    end_all = float(run_end) if run_end is not None and math.isfinite(run_end) else float(ev["t_s"].max())
+    end_all = float(run_end) if run_end is not None and not math.isnan(run_end) else float(ev["t_s"].max())
     open_: dict[tuple[str, str], float] = {}
     ends = {end: start for start, (end, _) in PAIRS.items()}
     rows = []

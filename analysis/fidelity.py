@@ -72,15 +72,11 @@ def excluded_intervals(pfc, events) -> list[tuple[str, float, float]]:
                 out.append((key, since.pop(key), float(r.t_s)))
         out += [(k, t, math.inf) for k, t in since.items()]
     if events is not None and len(events):
-        pairs = {"port_slow": "port_restored", "pause_storm": "pause_storm_end"}
-        open_: dict[tuple[str, str], float] = {}
-        for e in events.sort_values("t_s", kind="stable").itertuples(index=False):
-            if e.kind in pairs:
-                open_.setdefault((e.kind, e.target), float(e.t_s))
-            for start, end in pairs.items():
-                if e.kind == end and (start, e.target) in open_:
-                    out.append((e.target, open_.pop((start, e.target)), float(e.t_s)))
-        out += [(target, t, math.inf) for (_, target), t in open_.items()]
+        from .faults import fault_intervals  # the one pairing of fault events (a timeline's close ends "all")
+
+        iv = fault_intervals(events, run_end=math.inf)
+        out += [(r.target, float(r.start_s), float(r.end_s))
+                for r in iv[iv["what"].isin(("slow", "storming"))].itertuples(index=False)]
     return out
 
 

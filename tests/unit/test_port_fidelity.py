@@ -51,3 +51,8 @@ def test_paused_and_slowed_times_are_not_held_against_a_port():
     t = fidelity.port_rates(queues(rows), PORTS, ex)
     assert t.iloc[0]["backlogged_s"] == pytest.approx(1.0) and t.iloc[0]["ratio"] == pytest.approx(1.0)
     assert fidelity.port_rates(queues([]), PORTS).empty and fidelity.port_shortfall(None) is None
+    # the timeline's close restores every port at once (target "all"): that ends the interval too
+    events = pd.DataFrame([{"t_s": 1.5, "kind": "port_slow", "target": "leaf1:h1", "detail": ""},
+                           {"t_s": 2.5, "kind": "pause_storm", "target": "leaf1:h2", "detail": ""},
+                           {"t_s": 3.0, "kind": "port_restored", "target": "all", "detail": ""}])
+    assert sorted(fidelity.excluded_intervals(None, events)) == [("leaf1:h1", 1.5, 3.0), ("leaf1:h2", 2.5, math.inf)]
