@@ -23,7 +23,6 @@ import dataclasses
 import os
 from typing import Callable
 
-from testbed import faultplan
 from testbed.faultplan import Fault, Step
 from testbed.kernel import linkfail, netns
 from testbed.kernel.cgroup import PERIOD_US, CpuLimit
@@ -75,15 +74,20 @@ class HostFaults:
             return lambda: self._set_live(host, dict(st.value))
         return lambda: self._restore_live(host)
 
-    def _throttle(self, host: str, fraction: float | None, f: Fault) -> None:
+    def _unthrottle(self, host: str) -> None:
+        """Lift `host`'s CPU limit, record what the kernel throttled, and give its processes back."""
         group = self._cpu[host]
+        group.limit(None)
+        stat = group.throttled()
+        group.release()
+        self._event("cpu_restored", host, f"throttled_ms={stat['throttled_ms']:.0f};"
+                                          f"throttled_periods={stat['throttled_periods']:.0f}")
+
+    def _throttle(self, host: str, fraction: float | None, f: Fault) -> None:
         if fraction is None:
-            group.limit(None)
-            stat = group.throttled()
-            group.release()
-            self._event("cpu_restored", host, f"throttled_ms={stat['throttled_ms']:.0f};"
-                                              f"throttled_periods={stat['throttled_periods']:.0f}")
+            self._unthrottle(host)
             return
+        group = self._cpu[host]
         period_us = int(float(f.get("period_ms", PERIOD_US / 1000)) * 1000)
         group.limit(fraction, period_us)
         moved = group.add([pid for pid in netns.pids_in(self.fabric.ns(host)) if pid != os.getpid()])
@@ -134,7 +138,7 @@ class HostFaults:
             self._restore_live(host)
         for host, group in self._cpu.items():
             if group.origin:
-                self._throttle(host, None, faultplan.make("slow-host", host, at_s=0, cpu_fraction=1))
+                self._unthrottle(host)
             group.release()
         self._cpu.clear()
         for host, old in self._ecn_before.items():
