@@ -1,4 +1,4 @@
-"""The classroom labs that need the lab VM's kernel (RED/ECN step marking, DCTCP, the plug qdisc for PFC): each
+"""The classroom labs that need the lab VM's kernel (RED/ECN step marking, DCTCP, the plug qdisc for PFC, rxe and netem): each
 lab's own runs, checked by its own statements, as `sudo testbed lab run N` does there (about 30 s each in the
 software-emulated VM). A lab whose check fails is run once more and the second check judged (one noisy run of an
 emulated CPU is not a broken lab)."""
@@ -10,7 +10,7 @@ import pytest
 from testbed import classlabs, doctor
 
 
-@pytest.mark.parametrize("ref", ["03", "05"])
+@pytest.mark.parametrize("ref", ["03", "05", "09"])
 def test_a_vm_lab_passes_its_own_check(tmp_path, ref):
     lab = classlabs.find(ref)
     missing = doctor.missing(classlabs.needs(lab))
