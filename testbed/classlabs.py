@@ -296,7 +296,11 @@ def main(args: argparse.Namespace) -> int:
         _say(f"this kernel lacks what lab {lab.ref} needs; running all {len(lab.runs)} runs in one lab VM")
         labvm.vm_kernel()
         return labvm.run([sys.executable, "-m", "testbed.cli", "lab", "run", lab.ref, "--out", str(out),
-                          "--vm", "never"])
+                          "--vm", "never", *(["--live"] if args.live else [])])
+    if args.live:
+        from testbed import liveview
+
+        liveview.enable()
     return run(lab, out, quiet=not args.verbose)
 
 
@@ -322,6 +326,7 @@ def add_parser(sub) -> None:
     r.add_argument("--vm", default="auto", choices=["auto", "always", "never"],
                    help="run in the lab VM: auto (when this kernel lacks a capability), always, never")
     r.add_argument("--verbose", action="store_true", help="each run's own progress lines")
+    r.add_argument("--live", action="store_true", help="show the busiest ports and the collective's progress live")
     c = lsub.add_parser("check", help="grade run directories against the lab's expected outcomes")
     c.add_argument("lab", metavar="N", help="lab number or name")
     c.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories, or folders holding them")

@@ -24,6 +24,7 @@ import math
 import os
 import sys
 
+from testbed import liveview
 from testbed.params import Param
 from traffic.jobplan import OPS_COLUMNS, JobPlan, ops_rows, payload_efficiency, tcpinfo_deltas
 
@@ -155,7 +156,7 @@ class CollectiveJob:
         faults = getattr(self.lab, "faults", None)
         return {"ranks": pl.ranks, "seed": pl.seed, "verify": self.verify, "timeout_s": self.timeout_s,
                 "transport": transport, "plan": iteration_plan(pl.job),
-                "report_iterations": bool(faults is not None and faults.by_iteration)}
+                "report_iterations": bool(faults is not None and faults.by_iteration) or liveview.enabled()}
 
     def run(self) -> "CollectiveJob":
         """Start the agents, run the job to its end, read the counters again and write the run's files.
@@ -172,9 +173,17 @@ class CollectiveJob:
         lab.rundir.write_manifest()
         members = [Member(r, h, fabric.ns(h), fabric.host_ip(h)) for r, h in enumerate(pl.placement.hosts)]
         faults = getattr(lab, "faults", None)
+        at_fault = faults.iteration if faults is not None and faults.by_iteration else None
+        total = pl.job.warmup + pl.job.iterations
+
+        def on_iteration(k: int) -> None:
+            liveview.progress(f"iteration {k + 1} of {total}")
+            if at_fault is not None:
+                at_fault(k)
+
         ctl = Controller(lab.rundir.path, self._job_doc(fabric), pl.schedules, members,
                          self.forks.popen if self.forks else netns.popen, progress=lab.progress,
-                         on_iteration=faults.iteration if faults is not None and faults.by_iteration else None)
+                         on_iteration=on_iteration if at_fault is not None or liveview.enabled() else None)
         lab.on_teardown(ctl.stop)
         bg = None
         if pl.job.background:

@@ -32,6 +32,7 @@ def _options(extra: list[str]) -> argparse.Namespace:
     p.add_argument("--vm", default="auto", choices=["auto", "always", "never"])
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--cli", action="store_true")
+    p.add_argument("--live", action="store_true")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC")
     p.add_argument("--faults", default=None, metavar="FILE")
     return p.parse_args(extra)
@@ -194,10 +195,16 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
             print(f"testbed: {why}; running it in the lab VM", file=sys.stderr)
         if opts.cli:  # the CLI inside the VM reads the lines typed here (testbed.labvm.relay)
             argv.append("--cli")
+        if opts.live:
+            argv.append("--live")
         labvm.vm_kernel()  # fail early with the install hint
         return labvm.run(["env", "PYTHONUNBUFFERED=1", sys.executable, "-m", "testbed.cli", *argv[1:]],
                          labvm.VmOptions(interactive=opts.cli))
 
+    if opts.live:
+        from testbed import liveview
+
+        liveview.enable()
     summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet, cli=opts.cli, faults=faults)
     print_table(scenario, summary, out)
     if faults:

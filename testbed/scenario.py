@@ -82,12 +82,14 @@ class Scenario:
     def help(self) -> str:
         lines = [f"testbed run {self.name}: {self.summary}", "",
                  f"usage: testbed run {self.name} [--set NAME=VALUE ...] [--seed N] [--out DIR] "
-                 "[--vm auto|always|never] [--cli] [--fault SPEC ...] [--faults FILE]", "",
+                 "[--vm auto|always|never] [--cli] [--live] [--fault SPEC ...] [--faults FILE]", "",
                  f"  --seed N   {SEED_HELP} (default 1): seeds the run's random choices (schedules, placement,",
                  "             jitter) and the multipath hash, unless a parameter named seed is set (not 0)",
                  "  --out DIR  the run directory (default results/SCENARIO-TIME); refused when it cannot be created",
                  "             or written (read-only, not a directory, inside /proc or /sys)",
                  "  --cli      open Mininet's CLI once the fabric is up and again after the traffic",
+                 "  --live     show the busiest ports' queues, drops, ECN marks and the collective's iteration while",
+                 "             the run goes (needs queue sampling: sample_interval_ms > 0 where the scenario has it)",
                  "  --fault SPEC  a fault on the timeline, seconds from the workload's start (repeatable), e.g.",
                  "             'flap leaf1-spine1 at_s=1 down_s=0.2 up_s=0.3 count=3' or 'slow-port spine1:leaf2",
                  "             at_s=0 fraction=0.25'; kinds link-down, flap, slow-port, netem (docs/faults.md)",

@@ -249,6 +249,7 @@ class QueueSampler:
         self.mode = "thread" if backend == "pyroute2" else mode
         self._proc: subprocess.Popen | None = None
         self._rows_file: str | None = None
+        self._live = None  # testbed.liveview.LiveView while one shows this sampler's rounds
         self.fabric = fabric
         self.interval_s = float(interval_s)
         wanted = set(ports) if ports is not None else None
@@ -312,11 +313,16 @@ class QueueSampler:
         import tempfile
         from pathlib import Path
 
+        from testbed import liveview
+
         fd, self._rows_file = tempfile.mkstemp(prefix="tb-queues-", suffix=".tsv")
         os.close(fd)
         cfg = {"interval_s": self.interval_s, "rows_file": self._rows_file,
                "ports": [[node, ns, ifn, {str(m): lbl for m, lbl, *_ in self._labels[(node, ifn)].classes}]
                          for node, ns, ifn in self.ports]}
+        if liveview.enabled():  # the live view reads this sampler's latest round (testbed.liveview)
+            self._live = liveview.LiveView(f"busiest ports of {len(self.ports)}").start()
+            cfg["live_file"] = self._live.snapshot_path
         root = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self._proc = subprocess.Popen([sys.executable, "-m", "testbed.telemetry"], stdin=subprocess.PIPE,
@@ -327,12 +333,18 @@ class QueueSampler:
         if line.strip() != "ready":
             self._proc.kill()
             self._proc.wait()
+            if self._live is not None:
+                self._live.stop()
+                self._live = None
             raise RuntimeError(f"queue sampler process did not start: {line.strip() or 'no output'}")
 
     def _stop_process(self) -> None:
         import json
 
         proc, self._proc = self._proc, None
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
         try:
             proc.stdin.write("stop\n")
             proc.stdin.close()
@@ -466,6 +478,8 @@ def _child_main() -> int:
         print(f"error: {e}", flush=True)
         return 1
     print("ready", flush=True)
+    live_file = cfg.get("live_file")
+    live_due = 0.0
     rows = []
     ticks = 0
     t_first = t_last = next_t = time.monotonic()
@@ -473,6 +487,7 @@ def _child_main() -> int:
     stdin = sys.stdin.fileno()
     try:
         while True:
+            first = len(rows)
             for sock, items, _ in work.values():
                 t = time.monotonic()
                 per_if = sock.leaf_stats()
@@ -483,6 +498,11 @@ def _child_main() -> int:
                                      q.overlimits))
             ticks += 1
             t_last = time.monotonic()
+            if live_file and t_last >= live_due:  # this round, for the live view
+                from testbed.liveview import SNAPSHOT_EVERY_S, write_snapshot
+
+                write_snapshot(live_file, t_last, [(r[1], r[2], r[3], r[4], r[6], r[7], r[8]) for r in rows[first:]])
+                live_due = t_last + SNAPSHOT_EVERY_S
             next_t += interval
             delay = next_t - time.monotonic()
             if delay < 0:
