@@ -1,7 +1,7 @@
-"""The classroom labs that need the lab VM's kernel (RED/ECN step marking, DCTCP, the plug qdisc for PFC, rxe and netem): each
-lab's own runs, checked by its own statements, as `sudo testbed lab run N` does there (about 30 s each in the
-software-emulated VM). A lab whose check fails is run once more and the second check judged (one noisy run of an
-emulated CPU is not a broken lab)."""
+"""The classroom labs that need the lab VM's kernel (RED/ECN step marking, DCTCP, the plug qdisc for PFC, rxe
+and netem): each lab's own runs, checked by its own statements, as `sudo testbed lab run N` does there (30-60 s
+each in the software-emulated VM). A lab whose check fails is run once more and the second check judged (one noisy
+run of an emulated CPU is not a broken lab)."""
 
 from __future__ import annotations
 
