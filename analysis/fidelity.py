@@ -11,16 +11,19 @@ from __future__ import annotations
 import math
 
 __all__ = ["BACKLOG_MIN_BYTES", "BACKLOGGED_MIN_S", "CPU_BUSY_MAX", "PORT_RATE_MIN", "cpu_busy", "excluded_intervals",
-           "goodput_below", "port_rates", "port_shortfall", "reasons", "sampling_too_slow", "shaper_over_rate"]
+           "goodput_below", "machine_limited", "port_rates", "port_shortfall", "reasons", "sampling_too_slow",
+           "shaper_over_rate"]
 
 #: a port is judged over a sample interval when the backlog at its start could by itself keep the port sending for
 #: the whole interval (backlog >= rate x interval, and at least two full frames): it had something to send all
 #: the time, whatever arrived meanwhile, so it should have sent at its rate
 BACKLOG_MIN_BYTES = 3028
 #: a backlogged port that sent less than this fraction of its configured rate did not dequeue on time: the
-#: shaper's timer fired late or the CPU did not get to the port (HTB counts the same bytes the leaf queue does, so a
-#: port that keeps up measures 0.97-1.0; the margin covers the sampler's own timing jitter)
-PORT_RATE_MIN = 0.9
+#: shaper's timer fired late or the CPU did not get to the port. HTB counts the same bytes the leaf queue does, so a
+#: port that keeps up measures 0.98-1.05 (35 judged ports over 24 runs, host kernel and lab VM; host NICs once
+#: 0.91-0.94); the run that went 1.69x the alpha-beta bound had its slow hop at 0.65. A run with a port below this
+#: is reported unfaithful (fidelity_ok false, the port and its ratio in fidelity_reasons)
+PORT_RATE_MIN = 0.85
 #: ports backlogged for less than this in all are not judged: over a few 10 ms intervals the sampler's own timing
 #: (each namespace's dump takes a moment) moves the ratio by tens of percent
 BACKLOGGED_MIN_S = 1.0
@@ -47,6 +50,18 @@ def sampling_too_slow(achieved_s: float, asked_s: float, slack: float = 5.0) -> 
     """The queue sampler's achieved interval (NaN: too few samples) was more than ``slack`` times the one asked."""
     if math.isnan(achieved_s) or achieved_s > slack * asked_s:
         return f"queue sampling achieved {achieved_s * 1e3:.2f} ms, asked {asked_s * 1e3:.2f} ms"
+    return None
+
+
+def machine_limited(utilisation: float, drops: int, timeouts: int, port: str = "", limit: float = 0.5) -> str | None:
+    """Senders that outnumber a bottleneck kept it less than ``limit`` busy although nothing was lost (no drop, no
+    timeout to wait for): the machine could not generate or forward the load, so the run measured the CPU, not the
+    network. Normal runs keep it 0.99-1.0 busy (host kernel, 20 Mbit/s, 8 senders); at 10 Gbit/s on a 2-CPU
+    machine it was 0.14. A run that loses packets may leave the port idle legitimately (waiting for a timeout)."""
+    if drops == 0 and timeouts == 0 and utilisation < limit:
+        where = f"the bottleneck {port}" if port else "the bottleneck"
+        return (f"the senders kept {where} only {utilisation:.2f} busy and nothing was lost: this machine, not the "
+                "network, set the pace (use a lower rate)")
     return None
 
 

@@ -328,6 +328,30 @@ def _long_tables(run: Run, corr: pd.DataFrame | None, qstats, qdeltas, start: fl
     return b
 
 
+def _fidelity_blocks(run: Run) -> list[Block]:
+    """Did the emulation keep up: the run's verdict and reasons, and the ports judged while backlogged."""
+    from .fidelity import BACKLOGGED_MIN_S, PORT_RATE_MIN
+
+    s = run.summary or {}
+    out: list[Block] = []
+    if "fidelity_ok" in s:
+        out.append(Block("h2", "Fidelity"))
+        why = s.get("fidelity_reasons") or ""
+        why = "; ".join(why) if isinstance(why, list) else why
+        out.append(Block("alert", f"This run is not faithful: {why or 'see fidelity.csv'}") if s["fidelity_ok"] is False
+                   else Block("p", "The emulation kept up: every check passed (docs/analysis.md lists them)."))
+    path = run.path / "fidelity.csv"
+    if path.exists():
+        t = pd.read_csv(path)
+        t = t[t["backlogged_s"] >= BACKLOGGED_MIN_S].sort_values("ratio").head(10)
+        if len(t):
+            out.append(Block("table", t.reset_index(drop=True),
+                             f"ports backlogged for at least {BACKLOGGED_MIN_S:g} s: the rate they achieved meanwhile "
+                             f"against the configured one (below {PORT_RATE_MIN:g}: the shaper or the CPU did not "
+                             "keep up)"))
+    return out
+
+
 def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Block]:
     """The report as a list of :class:`Block`; PNGs are written into ``files_dir`` (``img`` blocks carry
     ``(absolute path, path relative to the report)``).
@@ -360,6 +384,7 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
     if notes:
         b.append(Block("h2", "Warnings"))
         b.append(Block("list", notes))
+    b += _fidelity_blocks(run)
 
     # -- what happened
     b.append(Block("h2", "What happened"))

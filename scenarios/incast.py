@@ -80,7 +80,9 @@ def experiment(p: dict, lab) -> dict:
     util = port.total("sent_bytes") * 8 / busy_s / 1e6 / p["host_rate_mbps"] if busy_s > 0 else 0.0
     reasons = fidelity.reasons(fidelity.cpu_busy(q["cpu_busy_fraction"]),
                                fidelity.sampling_too_slow(q["queue_sample_interval_s"], p["sample_interval_ms"] / 1e3),
-                               fidelity.shaper_over_rate(util))
+                               fidelity.shaper_over_rate(util),
+                               fidelity.machine_limited(util, drops, tm.get("tcp_timeouts", 0),
+                                                        ":".join(bottleneck)))
     got = q["queue_sample_interval_s"]
     return {
         "senders": n,

@@ -159,8 +159,8 @@ class Lab:
 
     def _judge_ports(self) -> None:
         """Every run that sampled queues measures whether its shapers kept up (analysis.fidelity.port_rates):
-        fidelity.csv, and port_rate_ratio_min / port_rate_shortfall in the summary. A measurement for now: it does
-        not change fidelity_ok until its thresholds are calibrated over repeated runs (docs/analysis.md)."""
+        fidelity.csv, port_rate_ratio_min / port_rate_shortfall in the summary, and a port that fell short while
+        backlogged makes the run unfaithful (fidelity_ok false, the port and its ratio first in fidelity_reasons)."""
         from analysis import fidelity
         from analysis.load import load_csv
 
@@ -173,7 +173,13 @@ class Lab:
         self.rundir.write_csv("fidelity.csv", list(table.columns), table.itertuples(index=False))
         judged = table[table["backlogged_s"] >= fidelity.BACKLOGGED_MIN_S]
         self.summary["port_rate_ratio_min"] = float(judged["ratio"].min()) if len(judged) else None
-        self.summary["port_rate_shortfall"] = fidelity.port_shortfall(table) or ""
+        short = fidelity.port_shortfall(table)
+        self.summary["port_rate_shortfall"] = short or ""
+        if short:
+            before = self.summary.get("fidelity_reasons") or ""
+            self.summary["fidelity_ok"] = False
+            self.summary["fidelity_reasons"] = ([short, *before] if isinstance(before, list)
+                                                else "; ".join(x for x in (short, before) if x))
 
     def _install_sigterm(self) -> None:
         main_pid = os.getpid()

@@ -93,6 +93,9 @@ def print_table(scenario: Scenario, summary: dict, out: Path) -> None:
             v = f"{v:.4g}"
         t.add_row(label, "-" if v is None else str(v))
     Console().print(t)
+    if summary.get("fidelity_ok") is False:
+        why = summary.get("fidelity_reasons") or "see fidelity.csv"
+        print(f"this run is not faithful: {why if isinstance(why, str) else '; '.join(why)}")
 
 
 def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool = False,

@@ -36,7 +36,7 @@ def test_a_port_is_judged_only_over_intervals_its_backlog_could_fill():
     assert t.loc["leaf1:h1", "backlogged_s"] == pytest.approx(2.0)
     assert t.loc["leaf1:h1", "achieved_mbps"] == pytest.approx(7.2) and t.loc["leaf1:h1", "ratio"] == pytest.approx(0.9)
     assert t.loc["spine1:leaf1", "backlogged_s"] == 0 and math.isnan(t.loc["spine1:leaf1", "ratio"])
-    assert fidelity.port_shortfall(t.reset_index()) is None  # 0.9 is not below 0.9
+    assert fidelity.port_shortfall(t.reset_index()) is None  # 0.9 is not below PORT_RATE_MIN (0.85)
     low = fidelity.port_rates(queues([(r[0], r[1], r[2], r[3], r[4], int(r[5] * 0.7)) for r in rows]), PORTS)
     assert fidelity.port_shortfall(low) == "leaf1:h1 carried 0.63 of its 8 Mbit/s while backlogged (2.00 s)"
 
