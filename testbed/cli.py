@@ -9,6 +9,7 @@
     testbed sweep SCENARIO ...   one run per value of one parameter, then a table and plots
     testbed cli [--set ...]      build a fabric and open Mininet's CLI on it (pingall, h1 ping h4, tc -s ...)
     testbed lab list|show|run|check   classroom labs: handouts, their runs, automatic checking
+    testbed audit [--set ...] [--scale 1,2,4]   scaling efficiency from N to 4N ranks, with a verdict
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
 A run that starts and then fails (an agent error, a data mismatch) ends with one line and exit status 1.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from testbed import __version__, classlabs, explore
+from testbed import __version__, audit, classlabs, explore
 from testbed.argparsing import OneLineErrorParser
 from testbed.errors import RunFailed, UsageError
 from testbed.params import SEED_HELP, parse_seed
@@ -215,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     explore.add_parser(sub)
     classlabs.add_parser(sub)
+    audit.add_parser(sub)
 
     r = sub.add_parser("run", help="run a scenario (see --list)", add_help=False,
                        description="Run SCENARIO: build its fabric, run its traffic, write a run directory, "
