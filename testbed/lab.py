@@ -106,8 +106,10 @@ class Lab:
             self.state.save()
             self.rundir = RunDir(self.out, self.name, self.params, self.seed)
             self.net = TestbedNet(self.topo, state=self.state, rxe=self.rxe, progress=self.progress, build=False)
+            t_build = time.monotonic()
             self.net.build()
             self.net.start()
+            self.rundir.manifest["fabric_build_s"] = round(time.monotonic() - t_build, 3)
             self.rundir.manifest["topology"] = self.net.fabric.describe()
             self.rundir.write_manifest()
             self.rundir.write_csv("ports.csv", ["node", "port", "peer", "tier", "rate_mbps"],
@@ -171,7 +173,8 @@ class Lab:
                                     fidelity.excluded_intervals(load_csv(path / "pfc.csv", "pfc"),
                                                                 load_csv(path / "events.csv", "events")))
         self.rundir.write_csv("fidelity.csv", list(table.columns), table.itertuples(index=False))
-        judged = table[table["backlogged_s"] >= fidelity.BACKLOGGED_MIN_S]
+        judged = table[(table["backlogged_s"] >= fidelity.BACKLOGGED_MIN_S)
+                       & ~table["tier"].isin(fidelity.UNJUDGED_TIERS)]
         self.summary["port_rate_ratio_min"] = float(judged["ratio"].min()) if len(judged) else None
         short = fidelity.port_shortfall(table)
         self.summary["port_rate_shortfall"] = short or ""

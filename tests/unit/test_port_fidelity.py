@@ -39,6 +39,11 @@ def test_a_port_is_judged_only_over_intervals_its_backlog_could_fill():
     assert fidelity.port_shortfall(t.reset_index()) is None  # 0.9 is not below PORT_RATE_MIN (0.85)
     low = fidelity.port_rates(queues([(r[0], r[1], r[2], r[3], r[4], int(r[5] * 0.7)) for r in rows]), PORTS)
     assert fidelity.port_shortfall(low) == "leaf1:h1 carried 0.63 of its 8 Mbit/s while backlogged (2.00 s)"
+    # a host NIC is listed with its ratio but not judged (its own sender's stack feeds it: see UNJUDGED_TIERS)
+    nic = fidelity.port_rates(queues([(r[0], r[1], r[2], r[3], r[4], int(r[5] * 0.7)) for r in rows]),
+                              PORTS.assign(tier=["host_nic", "spine"]))
+    assert nic.set_index("port").loc["leaf1:h1", "ratio"] == pytest.approx(0.63)
+    assert fidelity.port_shortfall(nic) is None
 
 
 def test_paused_and_slowed_times_are_not_held_against_a_port():
