@@ -1,5 +1,6 @@
-"""Every `testbed run` / `testbed sweep` / `testbed cli` command shown in the README and docs/ resolves and
-validates: a lab reader who copies one gets a run, not a usage error (pure parameter logic, nothing is built)."""
+"""Every `testbed run` / `sweep` / `cli` / `audit` / `lab` command shown in the README, docs/ and the classroom
+labs' handouts (code blocks and inline commands) resolves and validates: a reader who copies one gets a run, not a
+usage error (pure parameter logic, nothing is built)."""
 
 from __future__ import annotations
 
@@ -15,14 +16,22 @@ from testbed.scenario import get
 ROOT = Path(__file__).resolve().parents[2]
 
 
+COMMAND = re.compile(r"(sudo )?testbed (run|sweep) [a-z]|(sudo )?testbed (cli|audit)\b|(sudo )?testbed lab (show|run)")
+
+
 def _commands() -> list[tuple[str, str]]:
     out = []
-    for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
-        for block in re.findall(r"```sh\n(.*?)```", f.read_text(), re.S):
-            for line in block.replace("\\\n", " ").splitlines():
-                line = line.split(" #", 1)[0].strip()
-                if re.match(r"(sudo )?testbed (run|sweep) [a-z]|(sudo )?testbed cli\b", line) and "<" not in line:
-                    out.append((f"{f.name}: {line}", line))
+    handouts = sorted((ROOT / "labs").glob("*/README.md")) + [ROOT / "labs" / "README.md"]
+    for f in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *handouts]:
+        text = f.read_text()
+        lines = []
+        for block in re.findall(r"```sh\n(.*?)```", text, re.S):
+            lines += [ln.split(" #", 1)[0].strip() for ln in block.replace("\\\n", " ").splitlines()]
+        if f in handouts:  # the handouts quote commands inline too, sometimes wrapped over two lines
+            lines += [" ".join(c.split()) for c in re.findall(r"`((?:sudo )?testbed [^`]+)`", text)]
+        for line in lines:
+            if COMMAND.match(line) and "<" not in line and "N" not in line.split()[-1:]:
+                out.append((f"{f.parent.name}/{f.name}: {line}", line))
     return out
 
 
@@ -44,6 +53,18 @@ def test_documented_command_validates(line, tmp_path):
     line = line.replace("=examples/", f"={ROOT}/examples/")  # files the repository ships, wherever pytest runs
     argv = shlex.split(line)
     argv = argv[argv.index("testbed") + 1:]
+    if argv[0] == "lab":  # testbed lab show|run N: the lab exists and loads
+        from testbed import classlabs
+
+        classlabs.find(argv[2])
+        return
+    if argv[0] == "audit":  # testbed audit: its parser and the plan it would run
+        from testbed import audit
+        from testbed.cli import build_parser
+
+        args = build_parser().parse_args(argv)
+        audit.plan(get("collective"), args.set, audit.parse_scale(args.scale), args.scaling)
+        return
     if argv[0] == "cli":  # testbed cli: its parser and the topology it would build
         from testbed.cli import build_parser
         from testbed.explore import build_topology
@@ -66,6 +87,11 @@ def test_documented_command_validates(line, tmp_path):
         points = [[s if s != swept[0] else f"{k}={v}" for s in sets] for v in vals.split(",")]
     else:
         points = [sets]
+    faults = [rest[i + 1] for i, a in enumerate(rest) if a == "--fault"]
     for pt in points:
         params = resolve(scenario.params, pt)
         scenario.validate(params)
+        if faults:  # the timeline parses and fits the topology it would run on
+            from testbed.runner import parse_faults
+
+            parse_faults(scenario, params, 1, faults, None)
