@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 __all__ = ["BACKLOG_MIN_BYTES", "BACKLOGGED_MIN_S", "CPU_BUSY_MAX", "PORT_RATE_MIN", "UNJUDGED_TIERS", "cpu_busy",
-           "excluded_intervals", "goodput_below", "machine_limited", "port_rates", "port_shortfall", "reasons",
-           "sampling_too_slow", "shaper_over_rate"]
+           "excluded_intervals", "goodput_below", "judged_ports", "machine_limited", "port_rates", "port_shortfall",
+           "reasons", "sampling_too_slow", "shaper_over_rate"]
 
 #: a port is judged over a sample interval when the backlog at its start could by itself keep the port sending for
 #: the whole interval (backlog >= rate x interval, and at least two full frames): it had something to send all
@@ -134,14 +134,20 @@ def port_rates(queues, ports, exclude: list[tuple[str, float, float]] = ()):
 UNJUDGED_TIERS = ("host_nic",)
 
 
+def judged_ports(table, min_s: float = BACKLOGGED_MIN_S):
+    """The rows of a :func:`port_rates` table the verdict judges: backlogged for at least `min_s`, and not of a
+    tier in :data:`UNJUDGED_TIERS`."""
+    judged = table[table["backlogged_s"] >= min_s]
+    return judged[~judged["tier"].isin(UNJUDGED_TIERS)] if "tier" in judged.columns else judged
+
+
 def port_shortfall(table, min_ratio: float = PORT_RATE_MIN, min_s: float = BACKLOGGED_MIN_S) -> str | None:
     """The switch port that fell furthest below its rate while backlogged (judged over at least `min_s`), if any
     fell below `min_ratio` (host NICs are not judged: :data:`UNJUDGED_TIERS`)."""
     if table is None or not len(table):
         return None
-    judged = table[(table["backlogged_s"] >= min_s) & (table["ratio"] < min_ratio)]
-    if "tier" in judged.columns:
-        judged = judged[~judged["tier"].isin(UNJUDGED_TIERS)]
+    judged = judged_ports(table, min_s)
+    judged = judged[judged["ratio"] < min_ratio]
     if not len(judged):
         return None
     w = judged.sort_values("ratio").iloc[0]

@@ -173,8 +173,7 @@ class Lab:
                                     fidelity.excluded_intervals(load_csv(path / "pfc.csv", "pfc"),
                                                                 load_csv(path / "events.csv", "events")))
         self.rundir.write_csv("fidelity.csv", list(table.columns), table.itertuples(index=False))
-        judged = table[(table["backlogged_s"] >= fidelity.BACKLOGGED_MIN_S)
-                       & ~table["tier"].isin(fidelity.UNJUDGED_TIERS)]
+        judged = fidelity.judged_ports(table)
         self.summary["port_rate_ratio_min"] = float(judged["ratio"].min()) if len(judged) else None
         short = fidelity.port_shortfall(table)
         self.summary["port_rate_shortfall"] = short or ""

@@ -95,6 +95,7 @@ class BpfObject:
             raise BpfError(f"the kernel refused {path.name}: {os.strerror(err)} (the verifier's log is above; "
                            "needs CONFIG_BPF_SYSCALL and CAP_BPF)")
         self._obj = obj
+        self._map_fds: dict[str, int] = {}  # looked up once: the controller writes a map every poll
 
     def program_fd(self, name: str) -> int:
         prog = self._lib.bpf_object__find_program_by_name(self._obj, name.encode())
@@ -103,10 +104,12 @@ class BpfObject:
         return self._lib.bpf_program__fd(prog)
 
     def map_fd(self, name: str) -> int:
-        fd = self._lib.bpf_object__find_map_fd_by_name(self._obj, name.encode())
-        if fd < 0:
-            raise BpfError(f"no map {name} in the object")
-        return fd
+        if name not in self._map_fds:
+            fd = self._lib.bpf_object__find_map_fd_by_name(self._obj, name.encode())
+            if fd < 0:
+                raise BpfError(f"no map {name} in the object")
+            self._map_fds[name] = fd
+        return self._map_fds[name]
 
     def update(self, map_name: str, key: ctypes.Structure | ctypes._SimpleCData,
                value: ctypes.Structure | ctypes._SimpleCData) -> None:
