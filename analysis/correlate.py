@@ -22,10 +22,10 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .metrics import _union_length, nearest_rank, op_table, pause_intervals, percentiles
+from .metrics import _union_length, nearest_rank, op_table, pause_intervals, percentiles, step_times
 
 __all__ = ["OP_NETWORK_COLUMNS", "correlate_ops", "correlate_run", "explain_op", "explain_slowest",
-           "port_label"]
+           "explain_slowest_step", "port_label", "step_ops"]
 
 OP_NETWORK_COLUMNS = ["iteration", "op_index", "op", "collective", "start_s", "end_s", "cct_ms",
                       "peak_backlog_bytes", "peak_port", "drops", "drop_port", "drop_port_drops", "marks",
@@ -157,7 +157,8 @@ def _fmt_q(q: float) -> str:
 
 def explain_op(row: pd.Series | dict, prefix: str = "op") -> str:
     """One-line sentence for one row of :func:`correlate_ops`."""
-    head = f"{prefix} (iteration {int(row['iteration'])}, op {int(row['op_index'])}, {row['cct_ms']:.1f} ms)"
+    where = "" if row["op"] == "step" else f", op {int(row['op_index'])}"
+    head = f"{prefix} (iteration {int(row['iteration'])}{where}, {row['cct_ms']:.1f} ms)"
     parts = []
     faults = row.get("faults", "") if hasattr(row, "get") else ""
     if isinstance(faults, str) and faults:
@@ -196,3 +197,28 @@ def explain_slowest(run, q: float = 0.99, links: Iterable | None = None,
     if not pct.resolves(q):
         note += f": {label} is the max"
     return f"{explain_op(row, prefix=f'{label} op')} [{note}]"
+
+
+def step_ops(ops: pd.DataFrame) -> pd.DataFrame:
+    """Each training step of ops.csv as one op (``op = step``) spanning it, barrier to barrier as
+    :func:`analysis.metrics.step_times` defines it (from the previous step's end, or the job's origin, to the
+    slowest rank's end of this one): what :func:`correlate_ops` takes to join whole steps with the fabric."""
+    st = step_times(ops)
+    return pd.DataFrame({"iteration": st["iteration"].astype("int64"), "op": "step", "op_index": 0,
+                         "collective": "step", "rank": 0, "host": "", "start_s": st["end_s"] - st["step_s"],
+                         "end_s": st["end_s"], "bytes_sent": 0, "bytes_recv": 0, "wait_s": 0.0})
+
+
+def explain_slowest_step(run, q: float = 0.99, links: Iterable | None = None) -> str:
+    """:func:`explain_slowest` for whole steps (:func:`step_ops`): what the fabric did during the step at the q-th
+    step-time percentile, e.g. a program's slowest training step and the drops it met."""
+    end = run.time_window()[1]
+    t = correlate_ops(step_ops(run.ops), run.queues, run.pfc, links=links,
+                      run_end=None if (end is None or math.isnan(end)) else end, events=run.events)
+    label = _fmt_q(q)
+    if t.empty:
+        return f"{label} step: no steps in this run"
+    row = t[t["cct_ms"] == nearest_rank(t["cct_ms"], q)].iloc[0]
+    pct = percentiles(t["cct_ms"])
+    note = f"median {pct.p50:.1f} ms, n={pct.n} steps" + ("" if pct.resolves(q) else f": {label} is the max")
+    return f"{explain_op(row, prefix=f'{label} step')} [{note}]"

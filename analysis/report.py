@@ -361,7 +361,7 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
     then the long tables (the wire, the 10 slowest ops, queues, host counters, pauses), configuration and files.
     """
     from . import plots  # matplotlib only when a report is made
-    from .correlate import correlate_run, explain_slowest
+    from .correlate import correlate_run, explain_slowest, explain_slowest_step
 
     files_dir.mkdir(parents=True, exist_ok=True)
     b: list[Block] = []
@@ -407,6 +407,7 @@ def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Bl
     if ops_tab is not None:
         corr = correlate_run(run)
         b.append(Block("p", "The slowest op: " + explain_slowest(run, table=corr) + "."))
+        b.append(Block("p", "The slowest step: " + explain_slowest_step(run) + "."))
         p = plots.plot_rank_timeline(run.ops, files_dir / "timeline.png", faults=fiv)
         b.append(Block("img", (Path(p), f"{rel_dir}/{Path(p).name}"),
                        "Per-rank timeline: compute, communication and waiting for peers, one row per rank, "

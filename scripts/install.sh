@@ -38,6 +38,7 @@ packages=(
   iproute2 iputils-ping ethtool tcpdump iperf3 procps psmisc kmod e2fsprogs
   qemu-system-x86 busybox-static
   clang libbpf-dev
+  python3-torch python3-mpi4py openmpi-bin
   python3 python3-venv python3-pip
   ruby chromium curl ca-certificates xz-utils
 )

@@ -33,9 +33,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from testbed.errors import require_root
+
+if TYPE_CHECKING:
+    from testbed.program import Program
 from testbed.handles import Burst, Flows
 
 #: the first TCP port lab traffic listens on; every flows()/burst() call takes the next free ones
@@ -258,11 +261,13 @@ class Lab:
         return port
 
     def flows(self, pairs: Sequence[tuple], duration_s: float | None = None, cc: str | None = None,
-              src_ports: Sequence[int] | None = None, dscp: int = 0, ack_dscp: int | None = None) -> "Flows":
+              src_ports: Sequence[int] | None = None, dscp: int = 0, ack_dscp: int | None = None,
+              rate_mbps: float = 0.0) -> "Flows":
         """Start one long-lived bulk TCP flow per (src, dst) pair (names or host objects) and return at once with
         a :class:`Flows` handle. ``duration_s``: the flows stop by themselves then (else at ``stop()`` or when the
         lab ends); ``cc``: congestion control; ``src_ports``: each sender's source port (0: the kernel picks);
-        ``dscp``/``ack_dscp``: the DSCP of the data and of the receivers' ACKs (default: the data's).
+        ``dscp``/``ack_dscp``: the DSCP of the data and of the receivers' ACKs (default: the data's); ``rate_mbps``:
+        pace each sender's socket (SO_MAX_PACING_RATE; 0: as fast as TCP goes).
         ``flows.csv`` gets their rows when they stop."""
         from testbed.kernel import netns
         from traffic.background import BackgroundFlows
@@ -272,7 +277,8 @@ class Lab:
         sports = list(src_ports) if src_ports is not None else [0] * len(pairs)
         if len(sports) != len(pairs):
             raise ValueError(f"flows: {len(pairs)} pairs but {len(sports)} source ports")
-        records = [BackgroundFlow(a, b, dscp=dscp, src_port=sp, ack_dscp=ack_dscp) for (a, b), sp in zip(pairs, sports)]
+        records = [BackgroundFlow(a, b, dscp=dscp, rate_mbps=rate_mbps, src_port=sp, ack_dscp=ack_dscp)
+                   for (a, b), sp in zip(pairs, sports)]
         bg = BackgroundFlows(records, self.endpoints({h for p in pairs for h in p}), netns.entered, cc=cc,
                              base_port=self._ports(len(records)), cc_by_host=self.host_cc())
         handle = Flows(bg, self._record_flows)
@@ -322,6 +328,15 @@ class Lab:
             self.rundir.write_csv("rounds.csv", ROUNDS_COLUMNS, ((r, h, f"{s:.6f}", f"{e:.6f}", b)
                                                                  for r, h, s, e, b in self._round_rows))
         return Burst(rows)
+
+    def launch(self, cmd: str, hosts: Iterable | None = None, ranks: int | None = None, ranks_per_host: int = 1,
+               launcher: str = "torch", **kw) -> "Program":
+        """Start a real distributed program, one process per rank in its host's namespace, as torchrun
+        (``launcher="torch"``) or Open MPI's mpirun (``"mpi"``) starts it; ``.wait()`` for its end. See
+        :mod:`testbed.program` (timeout_s, env, warmup_steps, master_port, cwd)."""
+        from testbed.program import Program
+
+        return Program(self, cmd, hosts, ranks, ranks_per_host, launcher, **kw).start()
 
     # ---- faults ----
 

@@ -304,6 +304,9 @@ CROSS_INVALID = {
                    ["algorithm=bogus"], ["buckets=1K,,2K"], ["schedule_file=/nonexistent/s.json"],
                    ["schedule_file=/"], ["rdma_mtu=300"], ["transport=rdma", "rdma_mtu=4096"],
                    ["loss_percent=1", "loss_host=h99"], ["capture=h1:nosuch"], ["dtype=float64", "size=1004"]],
+    "program": [["ranks=9"], ["ranks=4", "hosts_per_leaf=1"], ["ranks=8", "ranks_per_host=1"], ["background=h1>h99"],
+                ["background=h1>h1"], ["background=h1"], ["cmd=   "], ["cc=dctcp"],
+                ["discipline=step", "k_bytes=300000"]],
 }
 
 
