@@ -170,7 +170,10 @@ class Program:
         return ["mpirun", "--allow-run-as-root", "--hostfile", str(self.dir / "hostfile"), "-np", str(self.ranks),
                 "--map-by", "slot", "--mca", "plm_rsh_agent", str(agent), "--mca", "plm_rsh_no_tree_spawn", "1",
                 "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", HOST_NET,
-                "--mca", "oob_tcp_if_include", HOST_NET, "--output-filename", str(self.dir / "mpi"),
+                "--mca", "oob_tcp_if_include", HOST_NET,
+                # every emulated host shares this machine's CPUs: a rank waiting for the network yields its CPU
+                # instead of spinning (Open MPI's oversubscribed mode), or it starves the other ranks and the shapers
+                "--mca", "mpi_yield_when_idle", "1", "--output-filename", str(self.dir / "mpi"),
                 *[a for e in dict.fromkeys(exports) for a in ("-x", e)], "--wdir", self.cwd,
                 "sh", "-c", self.cmd]
 
