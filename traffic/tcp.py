@@ -236,6 +236,7 @@ class TcpTransport(Transport):
                 held = np.empty(cur[1], dtype=np.uint8)
                 cur[2], cur[5] = memoryview(held), held
             c.paused = False
+            self._lowat(c)
             self._update_mask(c)
         return req
 
@@ -311,6 +312,7 @@ class TcpTransport(Transport):
                         # the sender, like a rendezvous) until a receive from this peer is posted
                         c.cur = [tag, nbytes, None, 0, None, None]
                         c.paused = True
+                        self._lowat(c)  # a small message waiting here must wake the socket once it is unpaused
                         return
                     else:  # another receive from this peer is waiting behind this message: hold it
                         held = np.empty(nbytes, dtype=np.uint8)
@@ -333,6 +335,9 @@ class TcpTransport(Transport):
                 return
             except ConnectionError as e:
                 raise TransportError(f"rank {self.rank}: receive from rank {c.peer}: {e}") from None
+        # out of budget with data still queued: the low-water mark must fit what comes next (it may still be the
+        # tail of the message just finished; a smaller next message would then never wake this socket up)
+        self._lowat(c)
 
     def _lowat(self, c: _Conn) -> None:
         """SO_RCVLOWAT = what the current message still needs (capped): one wake-up per ~128 KiB instead of one
