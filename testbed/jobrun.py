@@ -45,6 +45,11 @@ JOB_PARAMS = [
     P("dtype", str, "float32", "", "element type", choices=("float32", "float16", "float64", "int32", "int64")),
     P("placement", str, "packed", "", "rank -> host placement", choices=("packed", "spread", "random")),
     P("schedule_file", str, "", "", "a testbed-schedule JSON file to run instead of a generated schedule"),
+    P("trace_file", str, "", "", "a Chakra execution trace (.et) or ASTRA-sim text workload to run instead: its "
+      "collectives in order with its compute between them (docs/programs.md#traces); replaces collective, size"),
+    P("trace_bytes_scale", float, 1.0, "", "trace_file: every comm size times this (a 400 Gbit/s trace on a "
+      "20 Mbit/s fabric: 5e-5 keeps its ratios)", min=1e-9, max=1e6),
+    P("trace_compute_scale", float, 1.0, "", "trace_file: every compute time times this", min=0, max=1e6),
     P("compute_ms", float, 0.0, "ms", "compute phase per iteration", min=0, max=600_000),
     P("jitter", float, 0.0, "", "compute time uniform in [1-jitter, 1+jitter] x compute_ms", min=0, max=0.99),
     P("stragglers", str, "", "", "straggler ranks, comma list (e.g. 1,3)"),
@@ -334,6 +339,13 @@ class CollectiveJob:
             "fidelity_reasons": "; ".join(reasons),
             "transport": self.transport,
         }
+        seg_ops = pl.job.segments[0].ops
+        if any(len(o) > 2 for o in seg_ops):  # an imported trace: its step against the no-congestion prediction
+            comp = pl.job.compute_ms + sum(o[2] for o in seg_ops if len(o) > 2)
+            out["trace_compute_ms"] = comp
+            out["step_bound_ms"] = comp + sum(bound_of[o[0]] for o in seg_ops) * 1e3
+            out["step_vs_bound"] = (out["step_ms_p50"] / out["step_bound_ms"] if out.get("step_ms_p50")
+                                    and out["step_bound_ms"] > 0 else None)
         if self.transport == "rdma":
             out.update(self._rdma_summary())
         return out

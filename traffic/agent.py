@@ -301,7 +301,9 @@ def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: 
             c_s = float(it["compute_s"][rank])
             if c_s > 0:
                 sleep_until(time.monotonic() + c_s, chan)
-            for k, (name, key) in enumerate(it["ops"]):
+            for k, (name, key, *gap) in enumerate(it["ops"]):
+                if gap and gap[0] > 0:  # an imported trace's compute between the previous op and this one
+                    sleep_until(time.monotonic() + gap[0] / 1000.0, chan)
                 st = states[key]
                 before = t.conn_info() if record else {}
                 t0, t1, wait = run_op(t, st, deadline, chan, seq)

@@ -127,9 +127,10 @@ def parse_flows(text: str, dscp: int = 0, rate_mbps: float = 0.0) -> list[Backgr
 
 @dataclass(frozen=True)
 class Segment:
-    """``iterations`` iterations, each running the ops ``[(name, schedule key), ...]`` after its compute phase."""
+    """``iterations`` iterations, each running the ops ``[(name, schedule key), ...]`` after its compute phase; an op
+    may carry a third element, the compute (ms) between the previous op and it (an imported trace's compute gaps)."""
 
-    ops: tuple[tuple[str, str], ...]
+    ops: tuple[tuple, ...]
     iterations: int
 
 

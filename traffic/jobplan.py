@@ -6,7 +6,9 @@
 ``knobs`` is a mapping with the collective scenario's parameter names: ``collective``, ``algorithm``, ``size`` (a
 size or a comma list: a sweep, one segment per size), ``buckets`` (gradient buckets: one collective each per
 iteration, replaces ``size``), ``ranks``, ``iterations``, ``warmup``, ``chunks``, ``dtype``, ``placement``,
-``schedule_file`` (a testbed-schedule JSON file instead of a generated schedule), ``compute_ms``, ``jitter``,
+``schedule_file`` (a testbed-schedule JSON file instead of a generated schedule), ``trace_file`` (a Chakra or
+ASTRA-sim trace: its ops with their compute gaps, :mod:`traffic.traces`; sizes times ``trace_bytes_scale``, compute
+times ``trace_compute_scale``), ``compute_ms``, ``jitter``,
 ``stragglers``, ``straggler_factor``, ``straggler_prob``, ``background``, ``bg_dscp``, ``bg_rate_mbps``.
 
 Also here, pure arithmetic over what a run measured: :func:`payload_efficiency` (the alpha-beta bound's beta is per
@@ -98,6 +100,35 @@ def _generated(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, 
             dict(zip(names, sweep)))
 
 
+def _from_trace(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, dict, float]:
+    """The trace's ops as one segment ((name, schedule, compute_before_ms) per op; equal (collective, size) share a
+    schedule), their sizes, and the compute after its last op (it runs at the start of the next step)."""
+    from traffic.collectives import make_schedule
+    from traffic.schedule import DTYPES
+    from traffic.traces import TraceError, load_trace
+
+    try:
+        trace = load_trace(k["trace_file"])
+    except TraceError as e:
+        raise JobError(str(e) if str(e).startswith("trace_file") else f"trace_file: {e}") from None
+    if k.get("schedule_file") or k["buckets"].strip():
+        raise JobError("trace_file: the trace gives the ops; leave schedule_file and buckets unset")
+    item = DTYPES[k["dtype"]]
+    bscale, cscale = k.get("trace_bytes_scale", 1.0), k.get("trace_compute_scale", 1.0)
+    ops, sizes, seen = [], {}, {}
+    for o in trace.ops:
+        m = max(item, int(round(o.size_bytes * bscale / item)) * item)
+        key = f"{o.collective}-{m}"
+        if key not in schedules:
+            schedules[key] = make_schedule(o.collective, k["ranks"], m, chunks=k["chunks"], seed=seed,
+                                           dtype=k["dtype"])
+        seen[o.name] = seen.get(o.name, 0) + 1
+        name = o.name if seen[o.name] == 1 else f"{o.name}#{seen[o.name]}"
+        ops.append((name, key, round(o.compute_before_ms * cscale, 6)))
+        sizes[name] = m
+    return [jobm.Segment(tuple(ops), k["iterations"])], sizes, trace.compute_after_ms * cscale
+
+
 def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: int) -> JobPlan:
     """The job over the fabric's ``hosts`` ((host, leaf), in topology order); see the module docstring.
     :class:`JobError` with a one-line message on bad input (schedule and placement errors included)."""
@@ -105,7 +136,8 @@ def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: i
     names = [h for h, _ in hosts]
     schedules: dict[str, Schedule] = {}
     try:
-        if k["schedule_file"]:
+        extra_compute_ms = 0.0
+        if k["schedule_file"] and not k.get("trace_file"):
             segments, sizes, ranks = _from_file(k, len(names), schedules)
         else:
             ranks = k["ranks"]
@@ -113,13 +145,17 @@ def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: i
                 leaves = len({leaf for _, leaf in hosts})
                 raise JobError(f"ranks: {ranks} ranks but the fabric has only {len(names)} hosts "
                                f"({leaves} leaves x {len(names) // max(leaves, 1)} hosts)")
-            segments, sizes = _generated(k, seed, schedules)
+            if k.get("trace_file"):
+                segments, sizes, extra_compute_ms = _from_trace(k, seed, schedules)
+            else:
+                segments, sizes = _generated(k, seed, schedules)
         flows = tuple(jobm.parse_flows(k["background"], k["bg_dscp"], k["bg_rate_mbps"]))
         for f in flows:
             for h in (f.src, f.dst):
                 if h not in names:
                     raise JobError(f"background: unknown host {h!r} (hosts: {', '.join(names)})")
-        job = JobSpec(ranks=ranks, segments=tuple(segments), compute_ms=k["compute_ms"], jitter=k["jitter"],
+        job = JobSpec(ranks=ranks, segments=tuple(segments), compute_ms=k["compute_ms"] + extra_compute_ms,
+                      jitter=k["jitter"],
                       stragglers=tuple(jobm.parse_int_list(k["stragglers"], "stragglers")),
                       straggler_factor=k["straggler_factor"], straggler_prob=k["straggler_prob"],
                       warmup=k["warmup"], seed=seed, background=flows)
