@@ -96,6 +96,7 @@ class Program:
         self.token = uuid.uuid4().hex[:16]
         self.procs: dict[int, subprocess.Popen] = {}  # rank -> process (mpi: rank 0 -> mpirun)
         self._files: list = []
+        self._events_read = 0  # bytes of rank 0's event file read for step-triggered faults
         self.t_start = 0.0
 
     # ---- start ----
@@ -188,6 +189,7 @@ class Program:
         end_s: dict[int, float] = {}
         failed = None
         while len(status) < len(self.procs):
+            self._watch_steps()
             for rank, p in self.procs.items():
                 if rank not in status and p.poll() is not None:
                     status[rank], end_s[rank] = p.returncode, time.monotonic()
@@ -206,6 +208,27 @@ class Program:
             raise RunFailed(f"program: {self._who(running)} still running after timeout_s={self.timeout_s:g}; "
                             f"killed (output: {self.dir})")
         return result
+
+    def _watch_steps(self) -> None:
+        """Rank 0's new step_begin events start the faults scheduled at that step (``lab.at_iteration(k, ...)``: k is
+        the program's own step number), as a collective job's rank 0 reports its iterations."""
+        faults = getattr(self.lab, "faults", None)
+        if faults is None or not faults.by_iteration:
+            return
+        f = self.dir / "events" / "rank-0.jsonl"
+        try:
+            with open(f, "rb") as fh:
+                fh.seek(self._events_read)
+                chunk = fh.read()
+        except OSError:
+            return
+        done = chunk.rfind(b"\n") + 1  # whole lines only
+        self._events_read += done
+        from traffic.progevents import parse
+
+        for e in parse(chunk[:done].decode("utf-8", "replace").splitlines())[0]:
+            if e["event"] == "step_begin" and isinstance(e.get("step"), int):
+                faults.iteration(e["step"])
 
     def _who(self, ranks: list[int]) -> str:
         if self.launcher == "mpi":

@@ -60,3 +60,14 @@ def test_custom_topo_queue_counters(tmp_path):
     assert m["sent_packets"] > 500, m  # the flow went through s1's queued port
     assert m["drops"] > 0 and 0 < m["backlog_peak_bytes"] <= m["buffer_bytes"], m  # a 20 kB drop-tail buffer
     assert m["goodput_mbps"] < 10.5, m  # shaped at the queued link's 10 Mbit/s
+
+
+def test_a_real_ddp_job_slows_with_one_slow_host_link(tmp_path):
+    """examples/ddp_slow_link.py: 4 PyTorch DDP ranks over gloo; when rank 0 begins step 6 (its own step_begin event
+    starts the fault), rank 0's host link drops to a quarter of its rate both ways, and every rank's step slows."""
+    m = run_example("ddp_slow_link", tmp_path / "run", "--steps", "12", "--fault-at-step", "6", timeout_s=300)
+    # measured: 666 ms before, 2912 ms after at 1/4 (the ring's all-reduce crosses the slow link every step)
+    assert m["exit_status"] == [0] and m["steps_before"] >= 4 and m["steps_after"] >= 4, m
+    assert m["step_ms_after_p50"] > 2.5 * m["step_ms_before_p50"], m
+    events = (tmp_path / "run" / "events.csv").read_text()
+    assert "iteration_reached,leaf1:h1,iteration=6" in events and "port_slow,h1:eth0" in events, events
