@@ -133,3 +133,27 @@ def test_a_failing_program_ends_the_run_cleanly(tmp_path, case):
     man = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert man["complete"] is False
     nothing_left(before)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_program_run_stopped_by_a_signal_leaves_nothing(tmp_path, sig):
+    """SIGTERM (a job scheduler, `kill`) and SIGINT (Ctrl-C) in the middle of a program: its ranks, under the torch
+    launcher, are ended with the fabric; the manifest says complete: false."""
+    import signal
+
+    before = netns.list_ours()
+    out = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", "program", "--quiet", "--out", str(out),
+                          "--set", "cmd=sleep 60"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    deadline = time.monotonic() + 60
+    while not (out / "program" / "rank-3.stdout").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    assert subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True).returncode == 0  # the ranks run
+    p.send_signal(getattr(signal, sig))
+    _, err = p.communicate(timeout=60)
+    assert p.returncode != 0, err
+    assert json.loads((out / "manifest.json").read_text())["complete"] is False
+    assert subprocess.run(["pgrep", "-f", "^sleep 60$"], capture_output=True).returncode == 1
+    nothing_left(before)
