@@ -33,6 +33,8 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
     P("host_rate_mbps", float, 20.0, MBPS, "host link rate", min=0.1, max=100_000),
     P("fabric_rate_mbps", float, 20.0, MBPS, "leaf-spine link rate", min=0.1, max=100_000),
     P("delay_ms", float, 0.0, "ms", "one-way delay of every link", min=0, max=1000),
+    P("scaleup_rate_mbps", float, 200.0, MBPS, "gpus_per_host > 1: the scale-up domain's rate (NVLink-class: the "
+      "host's loopback, shaped; one rate for the server's whole intra-server traffic)", min=0.1, max=1_000_000),
     P("spines", int, 2, "", "spines", min=1, max=16),
     P("leaves", int, 2, "", "leaves", min=1, max=32),
     P("hosts_per_leaf", int, 2, "", "hosts per leaf", min=1, max=64),
@@ -201,6 +203,14 @@ def experiment(p: dict, lab) -> dict:
         nic = lab.net[p["loss_host"]].defaultIntf().name
         lab.net.fabric.add_loss(p["loss_host"], nic, p["loss_percent"])
         lab.progress(f"{p['loss_percent']:g}% random loss on packets arriving at {p['loss_host']}:{nic}")
+    if p["gpus_per_host"] > 1:
+        from testbed.kernel.qdisc import shape_loopback
+
+        for host in dict.fromkeys(job.plan.placement.hosts):
+            shape_loopback(lab.net.ns(host), p["scaleup_rate_mbps"], p["buffer_bytes"])
+        lab.rundir.manifest["scale_up"] = {"gpus_per_host": p["gpus_per_host"], "rate_mbps": p["scaleup_rate_mbps"]}
+        lab.progress(f"{p['gpus_per_host']} GPUs per host; scale-up domain (loopback) at {p['scaleup_rate_mbps']:g} "
+                     "Mbit/s")
     cap = start_capture(p["capture"], lab.net.fabric, lab.rundir.path, lab.on_teardown, lab.progress)
     pfc = None
     if p["pfc"] == "on":  # the controller forks now, before the agents and the sampler add threads
@@ -212,7 +222,10 @@ def experiment(p: dict, lab) -> dict:
     job.run()
     cap_stats = cap.stop() if cap else {}
     summary = {**job.summary(), **{k: p[k] for k in ("chunks", "placement", "compute_ms", "stragglers",
-                                                      "straggler_factor", "loss_percent")}, **fabric_summary(p, spec)}
+                                                      "straggler_factor", "loss_percent", "gpus_per_host")},
+               **fabric_summary(p, spec)}
+    if p["gpus_per_host"] > 1:
+        summary["scaleup_rate_mbps"] = p["scaleup_rate_mbps"]
     if pfc:
         summary.update(pfc="on", **pfc.finish())
     if cap:

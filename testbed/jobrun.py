@@ -38,7 +38,10 @@ JOB_PARAMS = [
     P("size", str, "1M", B, "per-rank message size, or a comma list (1K,64K,1M) for a sweep in one run"),
     P("buckets", str, "", B, "gradient buckets: comma list of sizes, one collective each per iteration "
       "(replaces size)"),
-    P("ranks", int, 4, "", "ranks (one per host)", min=2, max=1024),
+    P("ranks", int, 4, "", "ranks (gpus_per_host per host, packed)", min=2, max=1024),
+    P("gpus_per_host", int, 1, "", "ranks (GPUs) per host: a server's ranks are consecutive and talk over its "
+      "scale-up domain (the host's shaped loopback, scaleup_rate_mbps); algorithm=hierarchical uses it as NCCL's "
+      "first level", min=1, max=16),
     P("iterations", int, 5, "", "measured iterations (per size of a sweep)", min=1, max=100_000),
     P("warmup", int, 1, "", "unreported warm-up iterations before the measured ones", min=0, max=1000),
     P("chunks", int, 1, "", "pieces per transfer (pipelining)", min=1, max=4096),

@@ -83,6 +83,8 @@ def _generated(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, 
 
     coll = canonical_collective(k["collective"])
     opts = {"dtype": k["dtype"], **({"algorithm": k["algorithm"]} if k["algorithm"] else {})}
+    if k["algorithm"] == "hierarchical":  # NCCL's two-level all-reduce: the server is the first level
+        opts["local_size"] = k.get("gpus_per_host", 1)
 
     def sched(m: int) -> str:  # equal sizes share one schedule
         key = f"{coll}-{m}"
@@ -140,11 +142,12 @@ def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: i
         if k["schedule_file"] and not k.get("trace_file"):
             segments, sizes, ranks = _from_file(k, len(names), schedules)
         else:
-            ranks = k["ranks"]
-            if ranks > len(names):
+            ranks, per = k["ranks"], k.get("gpus_per_host", 1)
+            if ranks > len(names) * per:
                 leaves = len({leaf for _, leaf in hosts})
                 raise JobError(f"ranks: {ranks} ranks but the fabric has only {len(names)} hosts "
-                               f"({leaves} leaves x {len(names) // max(leaves, 1)} hosts)")
+                               f"({leaves} leaves x {len(names) // max(leaves, 1)} hosts)"
+                               + (f" of {per} GPUs" if per > 1 else ""))
             if k.get("trace_file"):
                 segments, sizes, extra_compute_ms = _from_trace(k, seed, schedules)
             else:
@@ -159,7 +162,7 @@ def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: i
                       stragglers=tuple(jobm.parse_int_list(k["stragglers"], "stragglers")),
                       straggler_factor=k["straggler_factor"], straggler_prob=k["straggler_prob"],
                       warmup=k["warmup"], seed=seed, background=flows)
-        placement = place(ranks, hosts, k["placement"], seed)
+        placement = place(ranks, hosts, k["placement"], seed, per_host=k.get("gpus_per_host", 1))
     except (ScheduleError, PlacementError) as e:
         raise JobError(str(e)) from None
     return JobPlan(schedules, job, placement, sizes, seed, ranks)

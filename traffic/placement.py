@@ -1,4 +1,5 @@
-"""Rank -> host placement: which host runs which rank of a collective (one rank per host).
+"""Rank -> host placement: which host runs which rank of a collective (one rank per host, or ``per_host`` ranks
+per server: a server's ranks are consecutive and packed on it, the policy then places servers).
 
 Input is the fabric's ordered list of ``(host, leaf)`` pairs.  Policies:
 
@@ -36,14 +37,17 @@ class Placement:
     leaves: tuple[str, ...]
     policy: str = "packed"
     seed: int = 0
+    per_host: int = 1  # ranks per server (GPUs per host); a server's ranks are consecutive
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hosts", tuple(self.hosts))
         object.__setattr__(self, "leaves", tuple(self.leaves))
         if len(self.hosts) != len(self.leaves):
             raise PlacementError(f"{len(self.hosts)} hosts but {len(self.leaves)} leaves")
-        if len(set(self.hosts)) != len(self.hosts):
-            raise PlacementError("a host is given more than one rank")
+        counts = {h: self.hosts.count(h) for h in set(self.hosts)}
+        if max(counts.values(), default=0) > self.per_host:
+            raise PlacementError("a host is given more than one rank" if self.per_host == 1 else
+                                 f"a host is given more than {self.per_host} ranks")
         if self.policy not in POLICIES:
             raise PlacementError(f"unknown placement policy {self.policy!r}; known: {', '.join(POLICIES)}")
 
@@ -68,6 +72,10 @@ class Placement:
 
     def ranks_on_leaf(self, leaf: str) -> tuple[int, ...]:
         return tuple(r for r, lf in enumerate(self.leaves) if lf == leaf)
+
+    def local_rank(self, rank: int) -> int:
+        """The rank's index among its server's ranks (0 .. per_host - 1)."""
+        return self.hosts[:rank].count(self.hosts[rank])
 
     def as_dict(self) -> dict[str, str]:
         """{rank as string: host} for manifests."""
@@ -102,12 +110,25 @@ def _hosts(hosts: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
     return out
 
 
-def place(ranks: int, hosts: Sequence[tuple[str, str]], policy: str = "packed", seed: int = 0) -> Placement:
-    """Place ``ranks`` ranks on distinct hosts from the ordered ``(host, leaf)`` list by ``policy``.
+def place(ranks: int, hosts: Sequence[tuple[str, str]], policy: str = "packed", seed: int = 0,
+          per_host: int = 1) -> Placement:
+    """Place ``ranks`` ranks on distinct hosts from the ordered ``(host, leaf)`` list by ``policy``; with
+    ``per_host`` > 1 the policy places ceil(ranks / per_host) servers and each server takes ``per_host``
+    consecutive ranks (the last one the rest).
 
-    Raises :class:`PlacementError` if there are more ranks than hosts, for an unknown policy, or for a
+    Raises :class:`PlacementError` if there are more ranks than host slots, for an unknown policy, or for a
     malformed host list.
     """
+    if isinstance(per_host, bool) or not isinstance(per_host, int) or per_host < 1:
+        raise PlacementError(f"per_host must be an integer >= 1, got {per_host!r}")
+    if per_host > 1 and isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 1:
+        need = -(-ranks // per_host)
+        if need > len(_hosts(hosts)):
+            raise PlacementError(f"{ranks} ranks at {per_host} per host need {need} hosts; there are {len(hosts)}")
+        servers = place(need, hosts, policy, seed)
+        chosen = [h for h in servers.hosts for _ in range(per_host)][:ranks]
+        leaf = dict(zip(servers.hosts, servers.leaves))
+        return Placement(tuple(chosen), tuple(leaf[h] for h in chosen), policy, seed, per_host)
     if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
         raise PlacementError(f"ranks must be an integer >= 1, got {ranks!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):

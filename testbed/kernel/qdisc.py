@@ -256,3 +256,16 @@ def root_stats(ns: str, ifname: str) -> dict:
                 return {"kind": m.get_attr("TCA_KIND"), "sent_bytes": int(b["bytes"]),
                         "sent_packets": int(b["packets"]), "drops": int(q["drops"])}
     return {}
+
+
+#: loopback's MTU in a fresh namespace: TCP between two processes of one host sends frames up to this size
+LOOPBACK_MTU = 65536
+
+
+def shape_loopback(ns: str, rate_mbps: float, buffer_bytes: int) -> None:
+    """A host's scale-up domain (NVLink-class, between the GPUs of one server): every byte that two processes of
+    the host namespace exchange crosses its loopback, whose egress gets the same HTB shaper as a fabric port, at
+    ``rate_mbps`` with a ``buffer_bytes`` drop-tail queue (its frames are up to 64 KiB). One shaper for the host:
+    the rate is the server's total intra-server bandwidth, both directions of every GPU pair sharing it."""
+    install_port_ns(ns, "lo", rate_mbps, [PortClass(0x10, LeafQueue("bfifo", max(buffer_bytes, 2 * LOOPBACK_MTU)))],
+                    0x10, mtu=LOOPBACK_MTU)

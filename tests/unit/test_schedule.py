@@ -297,7 +297,7 @@ def test_aliases_and_algorithm_listing():
     assert canonical_collective("All-Reduce") == "allreduce"
     assert canonical_collective("incast") == "gather"
     assert algorithms("allreduce")[0] == "ring"
-    assert set(algorithms("allreduce")) == {"ring", "tree", "double_tree", "halving_doubling"}
+    assert set(algorithms("allreduce")) == {"ring", "tree", "double_tree", "halving_doubling", "hierarchical"}
     s = make_schedule("incast", 4, 400)
     assert s.collective == "gather" and s.root == 0
     assert s.param("message_bytes") == 400 and s.message_bytes == 400

@@ -14,6 +14,7 @@ from ..schedule import DTYPES, Schedule, ScheduleError
 from .alltoall import moe_splits, pairwise_alltoall
 from .broadcast import ring_broadcast
 from .halving_doubling import halving_doubling_allreduce
+from .hierarchical import hierarchical_allreduce
 from .incast import direct_gather
 from .pipeline import pipeline_chain
 from .ring import ring_allgather, ring_allreduce, ring_reduce_scatter
@@ -39,6 +40,7 @@ GENERATORS: dict[tuple[str, str], Callable[..., Schedule]] = {
     ("allreduce", "tree"): tree_allreduce,
     ("allreduce", "double_tree"): double_tree_allreduce,
     ("allreduce", "halving_doubling"): halving_doubling_allreduce,
+    ("allreduce", "hierarchical"): hierarchical_allreduce,
     ("allgather", "ring"): ring_allgather,
     ("reducescatter", "ring"): ring_reduce_scatter,
     ("reduce", "tree"): tree_reduce,
