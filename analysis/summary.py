@@ -6,7 +6,8 @@ summary.json, so ``summary.json``, ``testbed report`` and ``testbed compare`` ag
 
 * :func:`collective_metrics` (ops.csv): ``cct_ms_p50/p95/p99/p999/max/mean`` + ``cct_samples`` over the
   *headline* ops (:func:`headline_ops`), ``ops_n`` (every op), ``step_ms_p50/p95/p99/max/mean`` + ``step_n``,
-  ``step_cv``, ``comm_wait_fraction``, ``nccl_size_bytes``, ``algbw_gbps``, ``busbw_gbps``;
+  ``step_cv``, ``comm_wait_fraction``, ``nccl_size_bytes``, ``algbw_gbps``, ``busbw_gbps``, and for a parallel
+  job ``comm_ms_<dim>`` / ``comm_fraction_<dim>`` per dimension (:mod:`analysis.dimensions`);
 * :func:`nccl_table` (ops.csv): one nccl-tests row per op name (sweep.csv);
 * :func:`round_metrics` (rounds.csv): ``rounds_n``, ``round_ms_p50/p95/p99/max``, ``round_goodput_mbps``;
 * :func:`queue_metrics` (queues.csv, every sampled port): ``drops``, ``marks``, ``loss_rate`` (the port with the
@@ -29,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import metrics as m
+from .dimensions import comm_by_dimension
 from .load import IncompleteRunWarning, Run, load_run
 
 __all__ = ["HEADLINE", "collective_metrics", "cpu_metrics", "data_metrics", "headline_ops", "load_quietly",
@@ -124,6 +126,7 @@ def collective_metrics(ops: pd.DataFrame) -> dict:
     out["step_n"] = step.n
     out["step_cv"] = m.cv(st["step_s"])
     out["comm_wait_fraction"] = m.comm_wait_fraction(ops)[0]
+    out.update(comm_by_dimension(ops))  # comm_ms_tp, comm_fraction_dp, ... (a parallel job's op names)
     rows = nccl_table(head)
     if len(rows):
         out["nccl_size_bytes"] = float(rows["size"].sum())

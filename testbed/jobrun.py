@@ -53,6 +53,24 @@ JOB_PARAMS = [
     P("trace_bytes_scale", float, 1.0, "", "trace_file: every comm size times this (a 400 Gbit/s trace on a "
       "20 Mbit/s fabric: 5e-5 keeps its ratios)", min=1e-9, max=1e6),
     P("trace_compute_scale", float, 1.0, "", "trace_file: every compute time times this", min=0, max=1e6),
+    P("tp", int, 1, "", "tensor-parallel size: with tp (or ep) > 1 the step's ops come from the parallel layout and "
+      "the model (traffic.parallelism): TP all-reduces per layer, EP all-to-alls, DP gradient buckets; dp = ranks / "
+      "tp", min=1, max=64),
+    P("ep", int, 1, "", "expert-parallel size (divides dp; needs experts > 0)", min=1, max=64),
+    P("rank_order", str, "tp-dp", "", "tp-dp: a TP group is consecutive ranks (inside a server with gpus_per_host = "
+      "tp); dp-tp: TP groups strided across servers and leaves", choices=("tp-dp", "dp-tp")),
+    P("model_params", int, 1_000_000, "", "model parameters (the DP gradient all-reduce moves params / tp elements)",
+      min=1, max=10**12),
+    P("model_layers", int, 2, "", "transformer layers", min=1, max=1000),
+    P("model_hidden", int, 256, "", "hidden size (a TP all-reduce moves tokens x hidden elements)", min=1,
+      max=1 << 20),
+    P("model_tokens", int, 64, "", "tokens per micro-batch per DP rank", min=1, max=1 << 24),
+    P("micro_batches", int, 2, "", "micro-batches per step", min=1, max=1000),
+    P("experts", int, 0, "", "MoE experts per layer (0: dense); with ep > 1 every layer all-to-alls its tokens",
+      min=0, max=4096),
+    P("topk", int, 1, "", "experts each token goes to", min=1, max=64),
+    P("moe_skew", float, 0.0, "", "MoE all-to-all skew: hot experts get more tokens (0: even)", min=0, max=10),
+    P("grad_bucket_bytes", int, 1 << 20, B, "DP gradient bucket size", min=4, max=1 << 34),
     P("compute_ms", float, 0.0, "ms", "compute phase per iteration", min=0, max=600_000),
     P("jitter", float, 0.0, "", "compute time uniform in [1-jitter, 1+jitter] x compute_ms", min=0, max=0.99),
     P("stragglers", str, "", "", "straggler ranks, comma list (e.g. 1,3)"),
@@ -255,14 +273,22 @@ class CollectiveJob:
         shaper also carries every packet's headers), written as sweep.csv and printed as nccl-tests does."""
         from analysis import summary as asum
         from traffic.job import format_nccl_table
-        from traffic.schedule import alpha_beta_bound_s
+        from traffic.schedule import ScheduleError, alpha_beta_bound_s
 
         pl, link = self.plan, self.lab.net.spec.host_link
         nrows = asum.nccl_table(run.ops).to_dict("records")
+        keys = {o[0]: o[1] for seg in pl.job.segments for o in seg.ops}
         for r in nrows:
             r["message_bytes"] = pl.sizes[r["op"]]
-            r["bound_us"] = alpha_beta_bound_s(r["collective"], pl.ranks, r["message_bytes"],
-                                               link.rate_mbps * 1e6 / 8 * efficiency, link.delay_ms * 1e-3 * 4) * 1e6
+            coll, n = r["collective"], pl.ranks
+            prm = dict(pl.schedules[keys[r["op"]]].params) if r["op"] in keys else {}
+            if coll == "custom" and "group_size" in prm:  # grouped (a parallel dimension): one group's bound
+                coll, n = str(prm["collective"]), int(prm["group_size"])
+            try:
+                r["bound_us"] = alpha_beta_bound_s(coll, n, r["message_bytes"], link.rate_mbps * 1e6 / 8 * efficiency,
+                                                   link.delay_ms * 1e-3 * 4) * 1e6
+            except ScheduleError:  # a custom schedule: no bound
+                r["bound_us"] = math.nan
             r["time_vs_bound"] = r["time_us"] / r["bound_us"] if r["bound_us"] > 0 else math.nan
         itemsize = pl.first.itemsize
         self.lab.rundir.write_csv("sweep.csv", SWEEP_COLUMNS, (

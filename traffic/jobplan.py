@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from traffic import job as jobm
 from traffic.job import JobError, JobSpec
+from traffic.parallelism import ParallelismError
 from traffic.placement import Placement, PlacementError, place
 from traffic.schedule import Schedule, ScheduleError, nccl_size_bytes
 
@@ -131,6 +132,45 @@ def _from_trace(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list,
     return [jobm.Segment(tuple(ops), k["iterations"])], sizes, trace.compute_after_ms * cscale
 
 
+def parallel_layout(k: Mapping[str, Any]):
+    """The job's Parallelism and Model from its knobs (tp, ep, rank_order, model_*, micro_batches, experts, topk,
+    moe_skew, grad_bucket_bytes), or None for a plain collective job (tp = ep = 1)."""
+    from traffic.parallelism import Model, Parallelism
+
+    if k.get("tp", 1) == 1 and k.get("ep", 1) == 1:
+        return None
+    if k["ranks"] % k["tp"]:
+        raise JobError(f"tp: ranks ({k['ranks']}) must be a multiple of tp ({k['tp']})")
+    par = Parallelism(tp=k["tp"], dp=k["ranks"] // k["tp"], ep=k["ep"], order=k["rank_order"])
+    model = Model(params=k["model_params"], layers=k["model_layers"], hidden=k["model_hidden"],
+                  tokens=k["model_tokens"], micro_batches=k["micro_batches"], experts=k["experts"], topk=k["topk"],
+                  bucket_bytes=k["grad_bucket_bytes"], skew=k["moe_skew"])
+    return par, model
+
+
+def _parallel(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, dict]:
+    """A parallel training step (traffic.parallelism): one op per grouped collective, sizes per op."""
+    from traffic.collectives import make_schedule
+    from traffic.collectives.grouped import grouped
+    from traffic.parallelism import step_ops
+    from traffic.schedule import DTYPES
+
+    if k.get("schedule_file") or k.get("trace_file") or k["buckets"].strip():
+        raise JobError("tp/ep: the parallel layout gives the ops; leave schedule_file, trace_file and buckets unset")
+    par, model = parallel_layout(k)
+    ops, sizes = [], {}
+    for o in step_ops(model, par, DTYPES[k["dtype"]]):
+        key = f"{o.dim}-{o.collective}-{o.size_bytes}"
+        if key not in schedules:
+            extra = {"skew": o.skew} if o.collective == "alltoall" and o.skew else {}
+            sub = make_schedule(o.collective, len(o.groups[0]), o.size_bytes, chunks=k["chunks"], seed=seed,
+                                dtype=k["dtype"], **extra)
+            schedules[key] = grouped(sub, [list(g) for g in o.groups], par.ranks)
+        ops.append((o.name, key))
+        sizes[o.name] = o.size_bytes
+    return [jobm.Segment(tuple(ops), k["iterations"])], sizes
+
+
 def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: int) -> JobPlan:
     """The job over the fabric's ``hosts`` ((host, leaf), in topology order); see the module docstring.
     :class:`JobError` with a one-line message on bad input (schedule and placement errors included)."""
@@ -148,7 +188,9 @@ def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: i
                 raise JobError(f"ranks: {ranks} ranks but the fabric has only {len(names)} hosts "
                                f"({leaves} leaves x {len(names) // max(leaves, 1)} hosts)"
                                + (f" of {per} GPUs" if per > 1 else ""))
-            if k.get("trace_file"):
+            if k.get("tp", 1) > 1 or k.get("ep", 1) > 1:
+                segments, sizes = _parallel(k, seed, schedules)
+            elif k.get("trace_file"):
                 segments, sizes, extra_compute_ms = _from_trace(k, seed, schedules)
             else:
                 segments, sizes = _generated(k, seed, schedules)
@@ -163,7 +205,7 @@ def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: i
                       straggler_factor=k["straggler_factor"], straggler_prob=k["straggler_prob"],
                       warmup=k["warmup"], seed=seed, background=flows)
         placement = place(ranks, hosts, k["placement"], seed, per_host=k.get("gpus_per_host", 1))
-    except (ScheduleError, PlacementError) as e:
+    except (ScheduleError, PlacementError, ParallelismError) as e:
         raise JobError(str(e)) from None
     return JobPlan(schedules, job, placement, sizes, seed, ranks)
 
