@@ -56,6 +56,8 @@ JOB_PARAMS = [
     P("tp", int, 1, "", "tensor-parallel size: with tp (or ep) > 1 the step's ops come from the parallel layout and "
       "the model (traffic.parallelism): TP all-reduces per layer, EP all-to-alls, DP gradient buckets; dp = ranks / "
       "tp", min=1, max=64),
+    P("pp", int, 1, "", "pipeline-parallel stages (divides model_layers): activations stage to stage per micro-batch; "
+      "dp = ranks / (tp x pp)", min=1, max=64),
     P("ep", int, 1, "", "expert-parallel size (divides dp; needs experts > 0)", min=1, max=64),
     P("rank_order", str, "tp-dp", "", "tp-dp: a TP group is consecutive ranks (inside a server with gpus_per_host = "
       "tp); dp-tp: TP groups strided across servers and leaves", choices=("tp-dp", "dp-tp")),

@@ -133,15 +133,16 @@ def _from_trace(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list,
 
 
 def parallel_layout(k: Mapping[str, Any]):
-    """The job's Parallelism and Model from its knobs (tp, ep, rank_order, model_*, micro_batches, experts, topk,
+    """The job's Parallelism and Model from its knobs (tp, pp, ep, rank_order, model_*, micro_batches, experts, topk,
     moe_skew, grad_bucket_bytes), or None for a plain collective job (tp = ep = 1)."""
     from traffic.parallelism import Model, Parallelism
 
-    if k.get("tp", 1) == 1 and k.get("ep", 1) == 1:
+    if k.get("tp", 1) == 1 and k.get("ep", 1) == 1 and k.get("pp", 1) == 1:
         return None
-    if k["ranks"] % k["tp"]:
-        raise JobError(f"tp: ranks ({k['ranks']}) must be a multiple of tp ({k['tp']})")
-    par = Parallelism(tp=k["tp"], dp=k["ranks"] // k["tp"], ep=k["ep"], order=k["rank_order"])
+    if k["ranks"] % (k["tp"] * k["pp"]):
+        raise JobError(f"tp, pp: ranks ({k['ranks']}) must be a multiple of tp x pp ({k['tp']} x {k['pp']})")
+    par = Parallelism(tp=k["tp"], dp=k["ranks"] // (k["tp"] * k["pp"]), ep=k["ep"], order=k["rank_order"],
+                      pp=k["pp"])
     model = Model(params=k["model_params"], layers=k["model_layers"], hidden=k["model_hidden"],
                   tokens=k["model_tokens"], micro_batches=k["micro_batches"], experts=k["experts"], topk=k["topk"],
                   bucket_bytes=k["grad_bucket_bytes"], skew=k["moe_skew"])
@@ -156,11 +157,11 @@ def _parallel(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, d
     from traffic.schedule import DTYPES
 
     if k.get("schedule_file") or k.get("trace_file") or k["buckets"].strip():
-        raise JobError("tp/ep: the parallel layout gives the ops; leave schedule_file, trace_file and buckets unset")
+        raise JobError("tp/pp/ep: the parallel layout gives the ops; leave schedule_file, trace_file and buckets unset")
     par, model = parallel_layout(k)
     ops, sizes = [], {}
     for o in step_ops(model, par, DTYPES[k["dtype"]]):
-        key = f"{o.dim}-{o.collective}-{o.size_bytes}"
+        key = f"{o.dim}-{o.collective}-{o.size_bytes}-{'-'.join(map(str, o.groups[0]))}"  # pp: fwd/bwd differ
         if key not in schedules:
             extra = {"skew": o.skew} if o.collective == "alltoall" and o.skew else {}
             sub = make_schedule(o.collective, len(o.groups[0]), o.size_bytes, chunks=k["chunks"], seed=seed,
@@ -188,7 +189,7 @@ def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: i
                 raise JobError(f"ranks: {ranks} ranks but the fabric has only {len(names)} hosts "
                                f"({leaves} leaves x {len(names) // max(leaves, 1)} hosts)"
                                + (f" of {per} GPUs" if per > 1 else ""))
-            if k.get("tp", 1) > 1 or k.get("ep", 1) > 1:
+            if parallel_layout(k) is not None:
                 segments, sizes = _parallel(k, seed, schedules)
             elif k.get("trace_file"):
                 segments, sizes, extra_compute_ms = _from_trace(k, seed, schedules)

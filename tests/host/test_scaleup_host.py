@@ -79,3 +79,11 @@ def test_an_expert_parallel_job_with_skew_runs_verified(tmp_path):
     print({k: s.get(k) for k in ("step_ms_p50", "comm_ms_ep", "comm_ms_dp", "comm_fraction_ep")})
     assert s["data_verified"] is True and s["comm_ms_ep"] > 0 and s["comm_ms_dp"] > 0, s
     assert "comm_ms_tp" not in s
+
+
+def test_a_pipeline_parallel_job_splits_its_communication_three_ways(tmp_path):
+    s = parallel(tmp_path, "pp", pp=2)  # 8 ranks = tp 2 x dp 2 x pp 2; a layer per stage
+    print({k: s.get(k) for k in ("step_ms_p50", "comm_ms_tp", "comm_ms_pp", "comm_ms_dp")})
+    assert s["data_verified"] is True and all(s[f"comm_ms_{d}"] > 0 for d in ("tp", "pp", "dp")), s
+    # per rank the three dimensions' ops are its whole communication, inside its steps
+    assert s["comm_fraction_tp"] + s["comm_fraction_pp"] + s["comm_fraction_dp"] <= 1.0 + 1e-9, s

@@ -54,7 +54,7 @@ def test_grouped_collectives_sum_within_each_group():
 KNOBS = {"collective": "allreduce", "algorithm": "", "size": "1M", "buckets": "", "ranks": 8, "iterations": 2,
          "warmup": 1, "chunks": 1, "dtype": "float32", "placement": "packed", "schedule_file": "", "trace_file": "",
          "compute_ms": 0.0, "jitter": 0.0, "stragglers": "", "straggler_factor": 1.0, "straggler_prob": 1.0,
-         "background": "", "bg_dscp": 0, "bg_rate_mbps": 0.0, "gpus_per_host": 2, "tp": 2, "ep": 1,
+         "background": "", "bg_dscp": 0, "bg_rate_mbps": 0.0, "gpus_per_host": 2, "tp": 2, "pp": 1, "ep": 1,
          "rank_order": "tp-dp", "model_params": 4000, "model_layers": 1, "model_hidden": 8, "model_tokens": 4,
          "micro_batches": 1, "experts": 0, "topk": 1, "moe_skew": 0.0, "grad_bucket_bytes": 1 << 20}
 HOSTS = [("h1", "leaf1"), ("h2", "leaf1"), ("h3", "leaf2"), ("h4", "leaf2")]
@@ -96,3 +96,20 @@ def test_comm_time_per_dimension_on_a_fixture():
     assert set(out) == {"comm_ms_tp", "comm_fraction_tp", "comm_ms_dp", "comm_fraction_dp"}
     assert comm_by_dimension(ops.assign(op="allreduce")) == {}
     assert dimension_of("tp.l0") == "tp" and dimension_of("tpx.l0") == "" and dimension_of("dp") == ""
+
+
+def test_pipeline_stages_pass_activations_both_ways():
+    p = Parallelism(tp=2, dp=2, pp=2)
+    assert p.ranks == 8 and groups(p, "pp") == [[0, 4], [2, 6], [1, 5], [3, 7]]
+    assert groups(p, "tp") == [[0, 1], [2, 3], [4, 5], [6, 7]]  # every stage has its own TP groups
+    ops = step_ops(Model(params=1000, layers=4, hidden=8, tokens=4, micro_batches=2), p)
+    pp = [o for o in ops if o.dim == "pp"]
+    assert [o.name for o in pp] == ["pp.mb0.fwd", "pp.mb0.bwd", "pp.mb1.fwd", "pp.mb1.bwd"]
+    assert pp[1].groups == tuple(tuple(reversed(g)) for g in pp[0].groups)  # gradients go back
+    assert sum(o.dim == "tp" for o in ops) == 2 * 2 * 4  # 2 layers per stage x 2 micro-batches x 4 all-reduces
+    assert [o.size_bytes for o in ops if o.dim == "dp"] == [1000]  # params / (tp x pp) = 250 elements
+    with pytest.raises(ParallelismError, match="layers .3. must be a multiple of pp .2."):
+        step_ops(Model(layers=3), p)
+    pl = plan_job({**KNOBS, "pp": 2, "model_layers": 2}, HOSTS, 1)
+    for s in pl.schedules.values():
+        s.validate()
