@@ -15,7 +15,7 @@ from testbed import classlabs, doctor
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")
 
 
-@pytest.mark.parametrize("ref", ["01", "02", "04", "06", "07", "08"])
+@pytest.mark.parametrize("ref", ["01", "02", "04", "06", "07", "08", "10", "11"])
 def test_a_host_lab_passes_its_own_check(tmp_path, ref, capsys):
     lab = classlabs.find(ref)
     missing = doctor.missing(classlabs.needs(lab))
