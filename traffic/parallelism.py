@@ -1,6 +1,6 @@
 """A training step's communication from its parallelism: tensor (TP), pipeline (PP), data (DP) and expert (EP)
-parallel sizes and a small model description, turned into the ops every rank runs per step (each a grouped collective: all groups of a
-dimension at once, traffic.collectives.grouped).
+parallel sizes and a small model description, turned into the ops every rank runs per step (each a grouped
+collective: all groups of a dimension at once, traffic.collectives.grouped).
 
     par = Parallelism(tp=2, dp=4, ep=1, order="tp-dp")
     ops = step_ops(Model(params=1_000_000, layers=2, hidden=256, tokens=64, micro_batches=2), par)
