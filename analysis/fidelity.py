@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["BACKLOG_MIN_BYTES", "BACKLOGGED_MIN_S", "CPU_BUSY_MAX", "PORT_RATE_MIN", "UNJUDGED_TIERS", "cpu_busy",
-           "excluded_intervals", "goodput_below", "judged_ports", "machine_limited", "port_rates", "port_shortfall",
-           "reasons", "sampling_too_slow", "shaper_over_rate"]
+__all__ = ["BACKLOG_MIN_BYTES", "BACKLOGGED_MIN_S", "CPU_BUSY_MAX", "PORT_RATE_MIN", "SAMPLER_GAP_MAX_S",
+           "UNJUDGED_TIERS", "cpu_busy", "excluded_intervals", "goodput_below", "judged_ports", "machine_limited",
+           "pfc_too_slow", "port_rates", "port_shortfall", "reasons", "sampler_stalled", "sampler_timing",
+           "sampling_too_slow", "shaper_over_rate"]
 
 #: a port is judged over a sample interval when the backlog at its start could by itself keep the port sending for
 #: the whole interval (backlog >= rate x interval, and at least two full frames): it had something to send all
@@ -51,6 +52,49 @@ def sampling_too_slow(achieved_s: float, asked_s: float, slack: float = 5.0) -> 
     if math.isnan(achieved_s) or achieved_s > slack * asked_s:
         return f"queue sampling achieved {achieved_s * 1e3:.2f} ms, asked {asked_s * 1e3:.2f} ms"
     return None
+
+
+#: a queue sampler that went longer than this without a round had stalled (the CPU did not run it): queue peaks,
+#: drops' timing and the port check's intervals in that time are unknown. Measured worst gaps: 15-85 ms in the
+#: software-emulated lab VM (4-8 hosts, 3-12 ms median interval), a few ms on the host kernel; 1 s is over 10x
+#: those and as long as the port check's whole judging window (BACKLOGGED_MIN_S)
+SAMPLER_GAP_MAX_S = 1.0
+
+
+def sampler_timing(queues) -> dict:
+    """How the queue sampler kept time, from queues.csv alone: per port, the gaps between its successive samples.
+    ``sampler_interval_ms`` (median gap over every port: the interval it achieved), ``sampler_gap_p99_ms`` and
+    ``sampler_gap_max_ms`` (its timer lateness: how late the worst rounds came). Empty without two samples."""
+    import numpy as np
+
+    if queues is None or not len(queues):
+        return {}
+    gaps = [np.diff(np.unique(g.to_numpy(dtype=float))) for _, g in queues.groupby(["node", "port"])["t_s"]]
+    gaps = np.concatenate(gaps) if gaps else np.array([])
+    if not len(gaps):
+        return {}
+    return {"sampler_interval_ms": float(np.median(gaps)) * 1e3,
+            "sampler_gap_p99_ms": float(np.percentile(gaps, 99)) * 1e3, "sampler_gap_max_ms": float(gaps.max()) * 1e3}
+
+
+def sampler_stalled(gap_max_ms: float | None, limit_s: float = SAMPLER_GAP_MAX_S) -> str | None:
+    """The queue sampler's worst gap between two rounds was longer than ``limit_s``."""
+    if gap_max_ms is not None and gap_max_ms > limit_s * 1e3:
+        return (f"the queue sampler stalled for {gap_max_ms:.0f} ms (limit {limit_s * 1e3:.0f} ms): the queues in "
+                "that time are unknown")
+    return None
+
+
+def pfc_too_slow(pfc: dict) -> str | None:
+    """PFC on, and the controller reacted so late that the feeders, at line rate, could send more after the XOFF
+    crossing than the headroom holds (``pfc_headroom_ok`` false in testbed.pfc's summary): where hardware reacts in
+    microseconds, this emulation's lossless class could drop, so its losses and pauses are the CPU's, not the
+    fabric's. A lab that shrinks the headroom on purpose sees the same line: the numbers say which it was."""
+    if not pfc.get("pfc_enabled") or pfc.get("pfc_headroom_ok", True) is not False:
+        return None
+    return (f"PFC reacted in up to {pfc.get('pfc_reaction_ms_max') or 0:.1f} ms: the feeders could send "
+            f"{pfc.get('pfc_headroom_needed_bytes', 0)} bytes meanwhile, more than the "
+            f"{pfc.get('pfc_headroom_bytes', 0)}-byte headroom")
 
 
 def machine_limited(utilisation: float, drops: int, timeouts: int, port: str = "", limit: float = 0.5) -> str | None:

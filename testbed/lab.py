@@ -117,7 +117,7 @@ class Lab:
             self.rundir.write_manifest()
             self.rundir.write_csv("ports.csv", ["node", "port", "peer", "tier", "rate_mbps"],
                                   ((p.node, p.ifname, p.peer, p.tier, p.rate_mbps) for p in self.net.fabric.port_plans))
-            self.on_teardown(self._judge_ports)  # registered first: runs last, when every raw file is written
+            self.on_teardown(self._judge_fidelity)  # registered first: runs last, when every raw file is written
             if self.net.fabric.balancing is not None:
                 self.on_teardown(self._record_balancing)
         except BaseException:
@@ -162,29 +162,37 @@ class Lab:
                                      self.net.fabric.balancing.stats())
         self.summary.update(balancing_metrics(load_csv(path, "balancing")))
 
-    def _judge_ports(self) -> None:
-        """Every run that sampled queues measures whether its shapers kept up (analysis.fidelity.port_rates):
-        fidelity.csv, port_rate_ratio_min / port_rate_shortfall in the summary, and a port that fell short while
-        backlogged makes the run unfaithful (fidelity_ok false, the port and its ratio first in fidelity_reasons)."""
+    def _judge_fidelity(self) -> None:
+        """Every run measures whether the machine kept up (analysis.fidelity), from its raw files: each shaped port's
+        achieved rate while backlogged (fidelity.csv, port_rate_ratio_min / port_rate_shortfall), the queue
+        sampler's achieved interval and worst gap (sampler_*_ms), and, with PFC on, whether the controller reacted
+        within what the headroom allows. A check that fires makes the run unfaithful (fidelity_ok false, its line
+        first in fidelity_reasons)."""
         from analysis import fidelity
         from analysis.load import load_csv
 
         path = self.rundir.path
-        if not (path / "queues.csv").exists():
-            return
-        table = fidelity.port_rates(load_csv(path / "queues.csv", "queues"), load_csv(path / "ports.csv", "ports"),
-                                    fidelity.excluded_intervals(load_csv(path / "pfc.csv", "pfc"),
-                                                                load_csv(path / "events.csv", "events")))
-        self.rundir.write_csv("fidelity.csv", list(table.columns), table.itertuples(index=False))
-        judged = fidelity.judged_ports(table)
-        self.summary["port_rate_ratio_min"] = float(judged["ratio"].min()) if len(judged) else None
-        short = fidelity.port_shortfall(table)
-        self.summary["port_rate_shortfall"] = short or ""
-        if short:
+        found: list[str | None] = []
+        if (path / "queues.csv").exists():
+            queues = load_csv(path / "queues.csv", "queues")
+            table = fidelity.port_rates(queues, load_csv(path / "ports.csv", "ports"),
+                                        fidelity.excluded_intervals(load_csv(path / "pfc.csv", "pfc"),
+                                                                    load_csv(path / "events.csv", "events")))
+            self.rundir.write_csv("fidelity.csv", list(table.columns), table.itertuples(index=False))
+            judged = fidelity.judged_ports(table)
+            self.summary["port_rate_ratio_min"] = float(judged["ratio"].min()) if len(judged) else None
+            short = fidelity.port_shortfall(table)
+            self.summary["port_rate_shortfall"] = short or ""
+            timing = fidelity.sampler_timing(queues)
+            self.summary.update(timing)
+            found += [short, fidelity.sampler_stalled(timing.get("sampler_gap_max_ms"))]
+        found.append(fidelity.pfc_too_slow(self.summary))
+        found = fidelity.reasons(*found)
+        if found:
             before = self.summary.get("fidelity_reasons") or ""
             self.summary["fidelity_ok"] = False
-            self.summary["fidelity_reasons"] = ([short, *before] if isinstance(before, list)
-                                                else "; ".join(x for x in (short, before) if x))
+            self.summary["fidelity_reasons"] = ([*found, *before] if isinstance(before, list)
+                                                else "; ".join(x for x in (*found, before) if x))
 
     def _install_sigterm(self) -> None:
         main_pid = os.getpid()

@@ -121,6 +121,11 @@ def test_pfc_makes_the_class_lossless_and_without_it_the_same_traffic_drops(loss
     assert s["host_nic_drops"] == 0, why
     assert s["lossless_class_drops"] <= 0.1 * d["lossless_class_drops"], (why, d["lossless_class_drops"])
     print("lossless drops with PFC:", why)
+    # the run judges its own PFC: reacting later than the headroom covers makes it unfaithful, and only then
+    reasons = str(s.get("fidelity_reasons") or "")
+    assert ("PFC reacted in up to" in reasons) == (s["pfc_headroom_ok"] is False), (why, reasons)
+    assert s["fidelity_ok"] is not False or reasons, s
+    assert "PFC reacted" not in str(d.get("fidelity_reasons") or ""), d
 
 
 def test_ecn_marking_below_xoff_reduces_pauses(lossless, lossless_ecn):

@@ -61,3 +61,25 @@ def test_paused_and_slowed_times_are_not_held_against_a_port():
                            {"t_s": 2.5, "kind": "pause_storm", "target": "leaf1:h2", "detail": ""},
                            {"t_s": 3.0, "kind": "port_restored", "target": "all", "detail": ""}])
     assert sorted(fidelity.excluded_intervals(None, events)) == [("leaf1:h1", 1.5, 3.0), ("leaf1:h2", 2.5, math.inf)]
+
+
+def test_sampler_timing_is_the_gaps_between_a_ports_successive_samples():
+    rows = [(t, "leaf1", "h1", c, 0, 0) for t in (0.0, 0.01, 0.02, 0.03, 1.53) for c in ("a", "b")]
+    rows += [(t, "spine1", "leaf1", "a", 0, 0) for t in (0.0, 0.01, 0.02)]
+    timing = fidelity.sampler_timing(queues(rows))
+    assert timing["sampler_interval_ms"] == pytest.approx(10.0)  # median of 10, 10, 10, 1500, 10, 10
+    assert timing["sampler_gap_max_ms"] == pytest.approx(1500.0)
+    assert fidelity.sampler_stalled(timing["sampler_gap_max_ms"]) == (
+        "the queue sampler stalled for 1500 ms (limit 1000 ms): the queues in that time are unknown")
+    assert fidelity.sampler_stalled(85.0) is None and fidelity.sampler_stalled(None) is None
+    assert fidelity.sampler_timing(queues([(0.0, "leaf1", "h1", "a", 0, 0)])) == {}
+
+
+def test_pfc_is_too_slow_only_when_its_reaction_needs_more_than_the_headroom():
+    base = {"pfc_enabled": True, "pfc_reaction_ms_max": 12.5, "pfc_headroom_bytes": 20_000}
+    assert fidelity.pfc_too_slow({**base, "pfc_headroom_ok": True, "pfc_headroom_needed_bytes": 18_000}) is None
+    line = fidelity.pfc_too_slow({**base, "pfc_headroom_ok": False, "pfc_headroom_needed_bytes": 34_278})
+    assert line == ("PFC reacted in up to 12.5 ms: the feeders could send 34278 bytes meanwhile, more than the "
+                    "20000-byte headroom")
+    assert fidelity.pfc_too_slow({**base, "pfc_enabled": False, "pfc_headroom_ok": False}) is None
+    assert fidelity.pfc_too_slow({}) is None
