@@ -77,6 +77,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "rdma": {"host": STR, "device": STR, "phase": STR, "counter": STR, "value": INT},
     "pfc": {"t_s": FLOAT, "node": STR, "port": STR, "prio": INT, "event": STR, "backlog_bytes": INT},
     "cpu": {"t_s": FLOAT, "busy_fraction": FLOAT},
+    "servers": {"server": STR, "namespace": STR, "nodes": STR, "udp_in_datagrams": INT,
+                "udp_rcvbuf_errors": INT, "udp_in_errors": INT},
     "events": {"t_s": FLOAT, "kind": STR, "target": STR, "detail": STR},
     "ports": {"node": STR, "port": STR, "peer": STR, "tier": STR, "rate_mbps": FLOAT},
     "balancing": {"node": STR, "flowlets": INT, "moved_packets": INT, "packets": INT},
@@ -246,6 +248,8 @@ class Run:
     ports: pd.DataFrame = field(default_factory=lambda: empty_frame("ports"))
     #: the flowlet balancer's counters per router (load_balancing flowlet or adaptive), read at the run's end
     balancing: pd.DataFrame = field(default_factory=lambda: empty_frame("balancing"))
+    #: a fabric split over servers (testbed.cluster): per server, its nodes and its tunnels' UDP counters
+    servers: pd.DataFrame = field(default_factory=lambda: empty_frame("servers"))
     #: file names (``"ops.csv"`` ...) that existed in the folder
     present: set[str] = field(default_factory=set)
     #: human-readable notes about anything unusual found while loading

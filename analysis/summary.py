@@ -223,6 +223,16 @@ def pfc_metrics(run: Run) -> dict:
             "pause_fraction_max": float(pf["fraction"].max()) if len(pf) else 0.0}
 
 
+def server_metrics(servers: pd.DataFrame) -> dict:
+    """A fabric split over servers (servers.csv): ``servers``, ``tunnel_datagrams`` (VXLAN frames the servers
+    received from each other) and ``tunnel_drops`` (frames a server's stack dropped on receipt: receive-buffer and
+    input errors)."""
+    if not len(servers):
+        return {}
+    return {"servers": int(len(servers)), "tunnel_datagrams": int(servers["udp_in_datagrams"].sum()),
+            "tunnel_drops": int(servers["udp_rcvbuf_errors"].sum() + servers["udp_in_errors"].sum())}
+
+
 def cpu_metrics(cpu: pd.DataFrame) -> dict:
     """``cpu_busy_mean``: mean of cpu.csv's busy_fraction samples."""
     return {"cpu_busy_mean": float(cpu["busy_fraction"].mean())} if len(cpu) else {}
@@ -242,6 +252,7 @@ def data_metrics(run: Run | str | Path, *, queue_stats: pd.DataFrame | None = No
     out.update(pfc_metrics(run))
     out.update(cpu_metrics(run.cpu))
     out.update(balancing_metrics(run.balancing))
+    out.update(server_metrics(run.servers))
     return out
 
 

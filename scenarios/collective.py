@@ -71,6 +71,8 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
     P("loss_host", str, "h1", "", "the host whose link gets loss_percent"),
     P("capture", str, "", "", "packet capture at one port, NODE:IFNAME (e.g. h1:eth0; empty: none): tcpdump -s 128 "
       "into capture-NODE-IFNAME.pcap, decoded into the wire_* summary numbers"),
+    P("servers", int, 1, "", "split the fabric over this many servers (namespaces on this machine joined by VXLAN "
+      "tunnels; a leaf with its hosts per server, spines spread: testbed.cluster, docs/scale.md)", min=1, max=16),
     P("topology_file", str, "", "", "a leaf-spine topology file (.toml/.yaml, docs/topologies.md; per-port "
       "overrides included) built instead of the fabric the parameters describe: it replaces "
       f"{', '.join(FILE_REPLACES)} (those must stay unset; its [tcp] congestion_control is the agents' cc; with "

@@ -39,7 +39,8 @@ from typing import Any, Callable
 import pyroute2.config
 
 from testbed.errors import UsageError
-from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray
+from testbed.cluster import place
+from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray, tunnel
 from testbed.loadbalance import FlowletBalancing
 from topologies.flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES, flowlet_plans
 from topologies.spray import shared_macs, spray_groups
@@ -180,7 +181,7 @@ def _sockets_in(ns: str) -> tuple[Any, socket.socket, socket.socket]:
 class Fabric:
     """Namespaces, links, routes and queues of one topology for one run (see the module docstring)."""
 
-    def __init__(self, topology, run_id: str, rxe: bool = False):
+    def __init__(self, topology, run_id: str, rxe: bool = False, servers: int = 1):
         if not _RUN_ID_RE.match(str(run_id)):
             raise UsageError(f"run id must be 1..12 characters [a-z0-9] (got {run_id!r})")
         self.topology = topology
@@ -190,6 +191,11 @@ class Fabric:
             if len(name) > MAX_NS_NAME:
                 raise UsageError(f"namespace name {name!r} is longer than {MAX_NS_NAME} characters")
         self.role = {n.name: n.role for n in topology.nodes}
+        # split over servers (testbed.cluster): their namespaces, and the links that become tunnels
+        self.placement = place(topology, servers)
+        self.server_ns = ({s: f"{PREFIX}-{self.run_id}-{s}" for s in self.placement.servers}
+                          if servers > 1 else {})
+        self.dcnet_ns = f"{PREFIX}-{self.run_id}-dcnet" if servers > 1 else ""
         # everything that can be wrong is checked here, before anything is created
         self.port_plans: list[PortPlan] = [plan_port(ep) for ep in topology.egress_ports()]
         self.impaired = [(l, side) for l in topology.links for side in ("a", "b")
@@ -251,6 +257,8 @@ class Fabric:
                 state.add("namespaces", name)
             netns.create(name, inside=self._pre_sysctls_here)
             self.created.append(name)
+        if self.server_ns:
+            self._servers(state)
         iprs: dict[str, Any] = {}
         nls: dict[str, socket.socket] = {}
         socks: dict[str, socket.socket] = {}
@@ -293,6 +301,26 @@ class Fabric:
             if p.exists():
                 p.write_text(val)
 
+    def _servers(self, state) -> None:
+        """The servers' namespaces and the datacentre network between them (testbed.kernel.tunnel)."""
+        for name in (self.dcnet_ns, *self.server_ns.values()):
+            if state is not None:
+                state.add("namespaces", name)
+            netns.create(name, inside=self._pre_sysctls_here)
+            self.created.append(name)
+        tunnel.build_underlay(self.dcnet_ns, list(self.server_ns.values()))
+
+    def _tunnels(self) -> None:
+        """Each link that crosses servers: a VXLAN pair (VNI = link number), one end from each server."""
+        addrs = self.topology.addresses
+        ip = {s: tunnel.underlay_ip(i) for i, s in enumerate(self.placement.servers, start=1)}
+        on = self.placement.server_of
+        for i in self.placement.crossing:
+            l = self.topology.links[i]
+            for node, port, far in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a)):
+                tunnel.add_vxlan_end(self.server_ns[on[node]], self._ns[node], port, i + 1, ip[on[node]],
+                                     ip[on[far]], self.macs.get((node, port), addrs[(node, port)].mac), l.spec.mtu)
+
     def _links(self, iprs, nls, socks) -> dict[str, dict[str, int]]:
         """veth pairs (one netlink batch per namespace of the a ends), then both ends up, offloads off and their
         indexes read (ioctls on a socket in each end's namespace). Returns node -> {ifname: ifindex}: kept, so no
@@ -300,8 +328,11 @@ class Fabric:
         addrs = self.topology.addresses
         batches = {n: batch.Batch(ipr, nls[n]) for n, ipr in iprs.items()}
         fds: dict[str, int] = {}
+        crossing = set(self.placement.crossing)
         try:
-            for l in self.topology.links:
+            for i, l in enumerate(self.topology.links):
+                if i in crossing:
+                    continue
                 if l.b not in fds:
                     fds[l.b] = os.open(netns.NETNS_DIR / self._ns[l.b], os.O_RDONLY)
                 mtu = l.spec.mtu
@@ -314,6 +345,7 @@ class Fabric:
         finally:
             for fd in fds.values():
                 os.close(fd)
+        self._tunnels()
         ifindex: dict[str, dict[str, int]] = {n: {} for n in iprs}
         for l in self.topology.links:
             for ifn, node in ((l.a_port, l.a), (l.b_port, l.b)):
@@ -497,6 +529,14 @@ class Fabric:
         d = dict(self.topology.describe())
         d["builder"] = {
             "namespaces": dict(self._ns),
+            "servers": ({"placer": "mininet.examples.cluster.SwitchBinPlacer (leaves with spines interleaved)",
+                         "nodes": {s: self.placement.nodes_on(s) for s in self.placement.servers},
+                         "namespaces": dict(self.server_ns), "datacentre_network": self.dcnet_ns,
+                         "tunnels": [f"{self.topology.links[i].a}:{self.topology.links[i].a_port} <-> "
+                                     f"{self.topology.links[i].b}:{self.topology.links[i].b_port} (VNI {i + 1})"
+                                     for i in self.placement.crossing],
+                         "how": "VXLAN over UDP 4789 between the servers' namespaces, underlay MTU "
+                                f"{tunnel.UNDERLAY_MTU}"} if self.server_ns else "one"),
             "offloads": "off on every fabric interface (TSO/GSO/GRO and every other segmentation or receive "
                         "aggregation feature the veth offers), so queues hold wire-sized packets",
             "ipv6": "disabled in every namespace",

@@ -51,10 +51,10 @@ class Lab:
     ``topo``: a Mininet ``Topo`` (``topologies.mininet_topo``'s or any user-written one); ``out``: the run directory
     (default ``results/<name>-<time>``); ``seed``: fixes the fabric's ECMP hash seed and every schedule drawn from
     :attr:`rng`; ``name``/``params``: what the manifest records as scenario and parameters; ``rxe``: a SoftRoCE device
-    on every host."""
+    on every host; ``servers``: split the fabric over that many servers joined by tunnels (testbed.cluster)."""
 
     def __init__(self, topo, out: str | Path | None = None, seed: int = 1, name: str = "lab",
-                 params: dict[str, Any] | None = None, rxe: bool = False, quiet: bool = False):
+                 params: dict[str, Any] | None = None, rxe: bool = False, quiet: bool = False, servers: int = 1):
         from testbed.errors import UsageError
         from testbed.params import SEED_HELP, SEED_MAX
         from testbed.rundir import check_out_dir, default_out
@@ -66,6 +66,12 @@ class Lab:
         self.name = name
         self.params = dict(params or {})
         self.rxe = rxe
+        self.servers = servers
+        if servers != 1:  # the split is checked before anything exists (testbed.cluster)
+            from testbed.cluster import place
+            from topologies.mininet_topo import spec_from_topo
+
+            place(spec_from_topo(topo), servers)
         self.quiet = quiet
         self.out = check_out_dir(out) if out is not None else default_out(name)
         if rxe:  # before anything exists: SoftRoCE across namespaces is a kernel capability (the lab VM has it)
@@ -108,7 +114,8 @@ class Lab:
             self.state = RunState()
             self.state.save()
             self.rundir = RunDir(self.out, self.name, self.params, self.seed)
-            self.net = TestbedNet(self.topo, state=self.state, rxe=self.rxe, progress=self.progress, build=False)
+            self.net = TestbedNet(self.topo, state=self.state, rxe=self.rxe, progress=self.progress, build=False,
+                                  servers=self.servers)
             t_build = time.monotonic()
             self.net.build()
             self.net.start()
@@ -120,6 +127,8 @@ class Lab:
             self.on_teardown(self._judge_fidelity)  # registered first: runs last, when every raw file is written
             if self.net.fabric.balancing is not None:
                 self.on_teardown(self._record_balancing)
+            if self.net.fabric.server_ns:
+                self.on_teardown(self._record_servers)
         except BaseException:
             self._close()
             raise
@@ -161,6 +170,15 @@ class Lab:
         path = self.rundir.write_csv("balancing.csv", ["node", "flowlets", "moved_packets", "packets"],
                                      self.net.fabric.balancing.stats())
         self.summary.update(balancing_metrics(load_csv(path, "balancing")))
+
+    def _record_servers(self) -> None:
+        """A fabric split over servers: what each server's tunnels carried (servers.csv, testbed.cluster)."""
+        from analysis.load import load_csv
+        from analysis.summary import server_metrics
+        from testbed.cluster import SERVER_COLUMNS, server_rows
+
+        path = self.rundir.write_csv("servers.csv", SERVER_COLUMNS, server_rows(self.net.fabric))
+        self.summary.update(server_metrics(load_csv(path, "servers")))
 
     def _judge_fidelity(self) -> None:
         """Every run measures whether the machine kept up (analysis.fidelity), from its raw files: each shaped port's

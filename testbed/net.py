@@ -102,12 +102,14 @@ class TestbedNet(Mininet):
     __test__ = False  # not a pytest class
 
     def __init__(self, topo, state: RunState | None = None, rxe: bool = False,
-                 progress: Callable[[str], None] | None = None, build: bool = True, **params: Any):
+                 progress: Callable[[str], None] | None = None, build: bool = True, servers: int = 1,
+                 **params: Any):
         skip_mininet_fixlimits()
         self.spec = spec_from_topo(topo)
         self._own_state = state is None
         self.state = state if state is not None else RunState()
-        self.fabric = Fabric(self.spec, self.state.run_id, rxe=rxe)  # validates the plan; creates nothing
+        # validates the plan (and its split over `servers`, testbed.cluster); creates nothing
+        self.fabric = Fabric(self.spec, self.state.run_id, rxe=rxe, servers=servers)
         self._progress = progress
         params.update(host=TestbedHost, switch=TestbedRouter, link=TestbedLink, intf=TestbedIntf, controller=None,
                       autoSetMacs=False, inNamespace=False, ipBase="198.18.0.0/15")
@@ -130,6 +132,7 @@ class TestbedNet(Mininet):
             spec = self.spec
             for n in spec.nodes:
                 params = {"namespace": self.fabric.ns(n.name), "role": n.role,
+                          "server": self.fabric.placement.server_of[n.name] if self.fabric.server_ns else "localhost",
                           "addresses": {ifn: itf for (node, ifn), itf in spec.addresses.items() if node == n.name}}
                 if n.is_host:
                     self.addHost(n.name, **params)

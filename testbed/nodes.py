@@ -25,11 +25,12 @@ class NamedNamespaceNode(Node):
     """A Mininet node whose shell and processes run in an existing named namespace (``namespace``)."""
 
     def __init__(self, name: str, namespace: str = "", role: str = "host", addresses: dict | None = None,
-                 **params: Any):
+                 server: str = "localhost", **params: Any):
         if not namespace:
             raise ValueError(f"{name}: a testbed node needs its named namespace")
         self.namespace = namespace
         self.role = role
+        self.server = server  # as on Mininet's cluster edition's RemoteNode: the server it is placed on
         self.addresses = dict(addresses or {})  # ifname -> topologies.Interface (the address plan)
         params.pop("listenPort", None)
         params["inNamespace"] = False

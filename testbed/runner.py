@@ -148,7 +148,7 @@ def _run_on_lab(scenario: Scenario, params: dict, seed: int, out: Path, quiet: b
     from testbed.lab import Lab
 
     with Lab(scenario.topology(params, seed), out=out, seed=seed, name=scenario.name, params=params,
-             rxe=scenario.rxe_for(params), quiet=quiet) as lab:
+             rxe=scenario.rxe_for(params), quiet=quiet, servers=params.get("servers", 1)) as lab:
         for f in faults:
             lab.at(f.at_s, f)
         if cli:

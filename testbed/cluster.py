@@ -1,0 +1,94 @@
+"""A fabric split across servers, on Mininet's cluster edition's placement: which node runs on which machine, and
+which links become tunnels between machines.
+
+    lab = Lab(LeafSpineTopo(spines=2, leaves=2, hosts_per_leaf=2), servers=2)      # or TestbedNet(..., servers=2)
+
+``servers=N`` places the fabric on N servers with ``mininet.examples.cluster.SwitchBinPlacer`` (switches in even
+bins over the servers, every host with the switch it hangs from). Switches are handed to it leaf by leaf with the
+spines spread between them, so a leaf and its hosts share a server, each server holds a share of the spines, and
+only leaf-spine links cross servers: the split a real cluster of emulation servers would use (host links, the
+busiest, stay inside a machine). The servers are namespaces on this machine joined by a datacentre network
+(testbed.kernel.tunnel); the crossing links are VXLAN tunnels whose ends carry the ports' planned names, MACs,
+shapers and queues, so everything above (routes, queues, telemetry, agents) is the same as on one server.
+
+What is not built: servers that are other machines. Everything here runs the builder in one process on one kernel;
+a real second server needs the builder's share run there (Mininet's cluster edition does it over ssh) and its
+telemetry collected back. docs/scale.md says what that would take.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from testbed.errors import UsageError
+
+#: most servers one fabric is split into here (each is a namespace and an underlay address)
+MAX_SERVERS = 16
+
+
+def server_name(index: int) -> str:
+    """Server ``index`` (1-based): ``server-1``, ``server-2`` ... (a '-' keeps it apart from every node name)."""
+    return f"server-{index}"
+
+
+def _switch_order(topology) -> list[str]:
+    """Switches for the bin placer: leaves with spines interleaved (leaf1, spine1, leaf2, spine2, ...), so every bin
+    takes whole leaves and its share of the spines; other switches (a dumbbell's, a fat tree's) in topology order."""
+    routers = [n for n in topology.nodes if n.role != "host"]
+    leaves = [n.name for n in routers if n.name.startswith("leaf")]
+    spines = [n.name for n in routers if n.name.startswith("spine")]
+    if not leaves or not spines or len(leaves) + len(spines) != len(routers):
+        return [n.name for n in routers]
+    out = []
+    for i in range(max(len(leaves), len(spines))):
+        out += leaves[i:i + 1] + spines[i:i + 1]
+    return out
+
+
+@dataclass(frozen=True)
+class Placement:
+    """node -> server, and the links whose ends sit on different servers (as indexes into topology.links)."""
+
+    servers: tuple[str, ...]
+    server_of: dict[str, str]
+    crossing: tuple[int, ...]
+
+    def nodes_on(self, server: str) -> list[str]:
+        return [n for n, s in self.server_of.items() if s == server]
+
+
+def place(topology, servers: int) -> Placement:
+    """Split ``topology`` over ``servers`` servers with Mininet's SwitchBinPlacer (see the module docstring).
+    Raises UsageError on a count that cannot be placed (before anything is created)."""
+    if not isinstance(servers, int) or isinstance(servers, bool) or not 1 <= servers <= MAX_SERVERS:
+        raise UsageError(f"servers must be an integer 1..{MAX_SERVERS} (got {servers!r})")
+    names = tuple(server_name(i) for i in range(1, servers + 1))
+    switches = _switch_order(topology)
+    if servers > 1 and len(switches) < servers:
+        raise UsageError(f"servers={servers}: the fabric has only {len(switches)} switches to spread over them")
+    from mininet.examples.cluster import SwitchBinPlacer
+
+    hosts = [n.name for n in topology.nodes if n.role == "host"]
+    placer = SwitchBinPlacer(servers=list(names), nodes=hosts + switches, hosts=hosts, switches=switches,
+                             links=[(l.a, l.b) for l in topology.links])
+    server_of = {n.name: placer.place(n.name) for n in topology.nodes}
+    crossing = tuple(i for i, l in enumerate(topology.links) if server_of[l.a] != server_of[l.b])
+    return Placement(names, server_of, crossing)
+
+
+SERVER_COLUMNS = ["server", "namespace", "nodes", "udp_in_datagrams", "udp_rcvbuf_errors", "udp_in_errors"]
+
+
+def server_rows(fabric) -> list[tuple]:
+    """One row per server (servers.csv): its namespace, its nodes, and what its tunnels carried so far (the UDP
+    counters of its network stack: every VXLAN frame that reaches a server is one InDatagram; receive-buffer and
+    input errors are frames the server dropped before they reached the fabric. The kernel's VXLAN transmit path
+    does not count OutDatagrams, so a server's sends are its peers' receipts)."""
+    from testbed.kernel import tunnel
+
+    rows = []
+    for s, ns in fabric.server_ns.items():
+        udp = tunnel.udp_datagrams(ns)
+        rows.append((s, ns, " ".join(fabric.placement.nodes_on(s)), udp.get("InDatagrams", 0),
+                     udp.get("RcvbufErrors", 0), udp.get("InErrors", 0)))
+    return rows
