@@ -62,26 +62,28 @@ class MemLow:
         self._t.join()
 
 
-def params(name: str, hosts: int, rate: float) -> dict:
+def params(name: str, hosts: int, rate: float, opts: argparse.Namespace) -> dict:
     sc = get(name)
     p = {x.name: x.default for x in sc.params}
     leaves = max(1, hosts // HOSTS_PER_LEAF)
     shape = dict(spines=2, leaves=leaves, hosts_per_leaf=min(hosts, HOSTS_PER_LEAF), host_rate_mbps=rate,
                  fabric_rate_mbps=rate * HOSTS_PER_LEAF / 2)
     if name == "collective":
-        p.update(collective="allreduce", size="1M", iterations=3, warmup=1, ranks=hosts, sample_interval_ms=10,
-                 **shape)
+        p.update(collective="allreduce", size="1M", iterations=3, warmup=1, ranks=hosts,
+                 sample_interval_ms=opts.sample_ms or 10, mtu=opts.mtu, servers=opts.servers, **shape)
     else:
         p.update(topology="leafspine", senders=min(8, hosts - 1), block_bytes=32_000, rounds=10, **shape)
+        if opts.sample_ms:
+            p.update(sample_interval_ms=opts.sample_ms)
     sc.validate(p)
     return p
 
 
-def one(name: str, hosts: int, rate: float, out: Path) -> dict:
+def one(name: str, hosts: int, rate: float, out: Path, opts: argparse.Namespace) -> dict:
     before = mem_available_kb()
     t0 = time.monotonic()
     with MemLow() as mem:
-        s = run_scenario(get(name), params(name, hosts, rate), 1, out / f"{name}-{hosts}", quiet=True)
+        s = run_scenario(get(name), params(name, hosts, rate, opts), 1, out / f"{name}-{hosts}", quiet=True)
     wall = time.monotonic() - t0
     manifest = json.loads((out / f"{name}-{hosts}" / "manifest.json").read_text())
     build_s = manifest.get("fabric_build_s")
@@ -100,6 +102,11 @@ def main() -> int:
     ap.add_argument("--hosts", default="8,16,32,64", help="sizes to try, ascending (default 8,16,32,64)")
     ap.add_argument("--rate-mbps", type=float, default=10.0, help="host link rate (default 10)")
     ap.add_argument("--out", default="results/capacity", help="run directories (default results/capacity)")
+    ap.add_argument("--mtu", type=int, default=1500, help="the collective's link MTU (default 1500; 9000: jumbo)")
+    ap.add_argument("--servers", type=int, default=1,
+                    help="split the collective's fabric over this many servers joined by VXLAN tunnels (default 1)")
+    ap.add_argument("--sample-ms", type=float, default=0,
+                    help="queue sampling interval of both workloads (default: 10 ms collective, 1 ms incast)")
     args = ap.parse_args()
     require_root("the capacity benchmark")
     sizes = [int(x) for x in args.hosts.split(",")]
@@ -107,7 +114,7 @@ def main() -> int:
     rows = []
     largest = None
     for n in sizes:
-        got = [one(w, n, args.rate_mbps, out) for w in ("collective", "incast")]
+        got = [one(w, n, args.rate_mbps, out, args) for w in ("collective", "incast")]
         rows += got
         for r in got:
             print(json.dumps(r), flush=True)

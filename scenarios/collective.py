@@ -26,13 +26,15 @@ from topologies.mininet_topo import SpecTopo
 P, MBPS, B = Param, "Mbit/s", "bytes"
 #: the parameters a topology_file replaces (its shape, links, queues, per-port overrides, classes, load balancing
 #: and [tcp]): they must keep their defaults when it is given
-FILE_REPLACES = ("spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "fabric_rate_mbps", "delay_ms",
+FILE_REPLACES = ("spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "fabric_rate_mbps", "delay_ms", "mtu",
                  "buffer_bytes", "discipline", "k_bytes", "ecn", "load_balancing", "flowlet_gap_ms", "isolation",
                  "pfc_xoff_bytes", "pfc_xon_bytes", "pfc_headroom_bytes", "cc", "rto_min_ms")
 PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute, stragglers, background, transport
     P("host_rate_mbps", float, 20.0, MBPS, "host link rate", min=0.1, max=100_000),
     P("fabric_rate_mbps", float, 20.0, MBPS, "leaf-spine link rate", min=0.1, max=100_000),
     P("delay_ms", float, 0.0, "ms", "one-way delay of every link", min=0, max=1000),
+    P("mtu", int, 1500, B, "MTU of every link (AI fabrics often run jumbo frames, 4096-9000: fewer packets per byte, "
+      "which also costs this machine less CPU per byte; docs/scale.md)", min=576, max=9000),
     P("scaleup_rate_mbps", float, 200.0, MBPS, "gpus_per_host > 1: the scale-up domain's rate (NVLink-class: the "
       "host's loopback, shaped; one rate for the server's whole intra-server traffic)", min=0.1, max=1_000_000),
     P("spines", int, 2, "", "spines", min=1, max=16),
@@ -154,8 +156,8 @@ def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
                 xoff_bytes=p["pfc_xoff_bytes"], xon_bytes=p["pfc_xon_bytes"],
                 headroom_bytes=p["pfc_headroom_bytes"] or max(0, p["buffer_bytes"] - p["pfc_xoff_bytes"])))
         return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
-                             host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"]),
-                             fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"]),
+                             host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"], mtu=p["mtu"]),
+                             fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"], mtu=p["mtu"]),
                              host_queue=nic, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, seed=seed % 256,
                              load_balancing=p["load_balancing"], flowlet_gap_ms=p["flowlet_gap_ms"],
                              tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"],

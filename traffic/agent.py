@@ -13,7 +13,7 @@ Data plane: a traffic.transport.Transport (kernel TCP: traffic.tcp). For each it
 (traffic.job): sleep the compute time, then walk this rank's DAG of every op: a step starts when its deps are
 complete; its local copy/reduce ops run on real numpy buffers, then its sends and receives are posted at once
 (receives with ``reduce`` land in a staging buffer and are summed in on arrival). After each op the output is
-compared with ``expected_outputs`` of inputs generated from (seed, op) by ``random_inputs`` -- after every warm-up
+compared with ``expected_output`` of inputs generated from (seed, op) by ``random_inputs`` -- after every warm-up
 op and, once the job is over, the last execution of every op (never between measured ops: comparing megabytes
 there would delay this rank's next op and show up as network time) -- a mismatch makes ``verified`` false and the
 exit status 1. Exit status 3: any other failure (the message is on stderr and in the
@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from traffic import schedule_json
-from traffic.schedule import Schedule, random_inputs, simulate
+from traffic.schedule import Schedule, expected_output, random_input
 from traffic.transport import Transport, TransportError
 
 EXIT_MISMATCH = 1
@@ -106,16 +106,10 @@ class OpState:
         prog = schedule.programs[rank]
         dt = np.dtype(schedule.dtype)
         self.isz = dt.itemsize
-        inputs = random_inputs(schedule, seed=seed)
-        self.bufs = {name: (inputs[rank].copy() if name == "input" else np.zeros(size, dtype=dt))
+        self.bufs = {name: (random_input(schedule, seed, rank) if name == "input" else np.zeros(size, dtype=dt))
                      for name, size in prog.buffers}
         self.u8 = {name: a.view(np.uint8) for name, a in self.bufs.items()}
-        self.expected = None
-        if verify:
-            if schedule.collective == "custom":
-                self.expected = simulate(schedule, inputs)[rank]
-            else:
-                self.expected = schedule.expected_outputs(inputs)[rank]
+        self.expected = expected_output(schedule, seed, rank) if verify else None
         self.steps = prog.steps
         self.children: list[list[int]] = [[] for _ in self.steps]
         for i, st in enumerate(self.steps):
@@ -235,11 +229,12 @@ def sleep_until(t_end: float, chan: Channel | None) -> None:
             chan.check()
 
 
-def load_job(path: Path) -> tuple[dict, dict[str, Schedule]]:
+def load_job(path: Path, rank: int | None = None) -> tuple[dict, dict[str, Schedule]]:
+    """The job and its schedules (``rank``: only what that rank runs, see traffic.schedule_json.from_dict)."""
     job = json.loads(path.read_text())
     if job.get("format") != "testbed-collective-job":
         raise AgentError(f"{path}: not a testbed-collective-job file")
-    scheds = {k: schedule_json.load(path.parent / f) for k, f in job["schedules"].items()}
+    scheds = {k: schedule_json.load(path.parent / f, for_rank=rank) for k, f in job["schedules"].items()}
     return job, scheds
 
 
@@ -354,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--control", required=True, help="the controller's AF_UNIX socket (path)")
     a = ap.parse_args(argv)
     try:
-        job, scheds = load_job(Path(a.job))
+        job, scheds = load_job(Path(a.job), a.rank)
     except Exception as e:  # noqa: BLE001 - one line, then the controller sees the exit status
         print(f"traffic.agent: rank {a.rank}: cannot load the job: {e}", file=sys.stderr)
         return EXIT_ERROR

@@ -176,8 +176,13 @@ def _step_from(v: object, path: str) -> Step:
         raise _fail(path, str(e)) from None
 
 
-def from_dict(d: object) -> Schedule:
-    """Build and validate a schedule from its JSON dict; raise :class:`ScheduleError` naming the bad field."""
+def from_dict(d: object, for_rank: int | None = None) -> Schedule:
+    """Build and validate a schedule from its JSON dict; raise :class:`ScheduleError` naming the bad field.
+
+    ``for_rank``: what one agent needs of a schedule its controller already validated: that rank's program in full,
+    every other rank's buffers without steps, no whole-schedule validation (a custom schedule, whose expected
+    result is simulated from every program, is still built whole). At 64 ranks this is 30 ms instead of 0.6 s of
+    CPU per agent: building every rank's program in every agent is quadratic in the ranks."""
     top = _obj(
         d,
         "schedule",
@@ -224,7 +229,9 @@ def from_dict(d: object) -> Schedule:
         if not isinstance(bufs, dict):
             raise _fail(f"{path}.buffers", f"must be an object, got {_tname(bufs)}")
         buffers = tuple((k, _int(v, f"{path}.buffers.{k}")) for k, v in bufs.items())
-        steps = tuple(_step_from(sv, f"{path}.steps[{i}]") for i, sv in enumerate(_list(po["steps"], f"{path}.steps")))
+        whole = for_rank is None or rank == for_rank or collective == "custom"
+        steps = (tuple(_step_from(sv, f"{path}.steps[{i}]") for i, sv in enumerate(_list(po["steps"], f"{path}.steps")))
+                 if whole else ())
         try:
             programs.append(RankProgram(rank, buffers, steps))
         except ScheduleError as e:
@@ -243,31 +250,33 @@ def from_dict(d: object) -> Schedule:
         )
     except ScheduleError as e:
         raise _fail("schedule", str(e)) from None
+    if for_rank is not None:
+        return schedule
     try:
         return schedule.validate()
     except ScheduleError as e:
         raise _fail("schedule", str(e)) from None
 
 
-def loads(text: str | bytes) -> Schedule:
-    """Parse and validate a schedule from JSON text."""
+def loads(text: str | bytes, for_rank: int | None = None) -> Schedule:
+    """Parse and validate a schedule from JSON text (``for_rank``: see :func:`from_dict`)."""
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:
         raise ScheduleError(f"invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except (UnicodeDecodeError, TypeError) as e:
         raise ScheduleError(f"invalid JSON: {e}") from None
-    return from_dict(d)
+    return from_dict(d, for_rank)
 
 
-def load(path: str | os.PathLike[str]) -> Schedule:
-    """Read, parse and validate a schedule file; errors name the file."""
+def load(path: str | os.PathLike[str], for_rank: int | None = None) -> Schedule:
+    """Read, parse and validate a schedule file (``for_rank``: see :func:`from_dict`); errors name the file."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise ScheduleError(f"{os.fspath(path)}: cannot read: {e.strerror}") from None
     try:
-        return loads(data)
+        return loads(data, for_rank)
     except ScheduleError as e:
         raise ScheduleError(f"{os.fspath(path)}: {e}") from None

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traffic.collectives import GENERATORS, make_schedule, moe_splits, nccl_btree, nccl_double_tree
-from traffic.schedule import ScheduleError, random_inputs, split_evenly
+from traffic.schedule import ScheduleError, expected_output, random_inputs, split_evenly
 
 ALL = sorted(GENERATORS)
 ROOTED = {"broadcast", "reduce", "gather"}
@@ -22,6 +22,9 @@ def _check(s, seed=0):
     for r, (g, w) in enumerate(zip(got, want)):
         assert g.dtype == np.dtype(s.dtype)
         assert np.array_equal(g, w), f"rank {r} of {s.collective}/{s.algorithm}"
+        # what an agent computes for itself, one input at a time, is the same result
+        mine = expected_output(s, seed, r)
+        assert mine.dtype == w.dtype and np.array_equal(mine, w), f"expected_output, rank {r} of {s.collective}"
 
 
 @pytest.mark.parametrize("collective,algorithm", ALL)

@@ -131,3 +131,14 @@ def test_load_missing_file_names_it(tmp_path):
     bad.write_text("{")
     with pytest.raises(ScheduleError, match=r"bad.json: invalid JSON"):
         load(bad)
+
+
+@pytest.mark.parametrize("collective", ["allreduce", "alltoall"])
+def test_an_agent_loads_only_its_own_program(collective):
+    s = make_schedule(collective, 8, 8 * 4 * 16, chunks=2)
+    text = dumps(s)
+    mine = loads(text, for_rank=3)
+    assert mine.programs[3] == s.programs[3]
+    assert all(p.steps == () and p.buffers == s.programs[r].buffers for r, p in enumerate(mine.programs) if r != 3)
+    assert mine.bytes_sent(3) == s.bytes_sent(3) and mine.bytes_received(3) == s.bytes_received(3)
+    assert (mine.collective, mine.count, mine.ranks, mine.dtype) == (s.collective, s.count, s.ranks, s.dtype)
