@@ -234,7 +234,9 @@ def load_job(path: Path, rank: int | None = None) -> tuple[dict, dict[str, Sched
     job = json.loads(path.read_text())
     if job.get("format") != "testbed-collective-job":
         raise AgentError(f"{path}: not a testbed-collective-job file")
-    scheds = {k: schedule_json.load(path.parent / f, for_rank=rank) for k, f in job["schedules"].items()}
+    own = job.get("rank_schedules", {}) if rank is not None else {}
+    scheds = {k: schedule_json.load(path.parent / (own[k].format(rank=rank) if k in own else f), for_rank=rank)
+              for k, f in job["schedules"].items()}
     return job, scheds
 
 

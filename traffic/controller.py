@@ -149,12 +149,14 @@ class Controller:
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        files = {}
+        files, per_rank = {}, {}
         for key, s in self.schedules.items():
             fn = f"schedule-{key}.json"
             schedule_json.dump(s, self.workdir / fn)
             files[key] = fn
-        job = dict(self.job, schedules=files, format="testbed-collective-job", version=1)
+            if s.collective != "custom":  # an agent checks a custom schedule by simulating all of it
+                per_rank[key] = "ranks/" + schedule_json.dump_for_ranks(s, self.workdir / "ranks", f"schedule-{key}")
+        job = dict(self.job, schedules=files, rank_schedules=per_rank, format="testbed-collective-job", version=1)
         (self.workdir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
         self._bind()
         env = dict(os.environ)
@@ -309,9 +311,11 @@ class Controller:
                 (self.workdir / SOCK_NAME).unlink() if self._sock_dir is None else os.unlink(self.sock_path)
             except OSError:
                 pass
-        if self._sock_dir is not None:
-            import shutil
+        import shutil
 
+        # the agents' per-rank schedule files are read once, at start; the whole schedule stays in the run
+        shutil.rmtree(self.workdir / "ranks", ignore_errors=True)
+        if self._sock_dir is not None:
             shutil.rmtree(self._sock_dir, ignore_errors=True)
             self._sock_dir = None
         if self._dirfd is not None:

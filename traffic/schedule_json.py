@@ -79,6 +79,22 @@ def dump(schedule: Schedule, path: str | os.PathLike[str]) -> None:
         f.write(dumps(schedule))
 
 
+def dump_for_ranks(schedule: Schedule, folder: str | os.PathLike[str], stem: str) -> str:
+    """One file per rank, ``<stem>.rank<r>.json`` in ``folder``: the whole schedule's header, rank r's program, and
+    every other rank's buffers without steps (what :func:`load` with ``for_rank=r`` builds). An agent then reads
+    1/N of the schedule instead of all of it: at 128 ranks the whole file is 8 MB of JSON that every agent would
+    parse. Returns the file name pattern, with ``{rank}`` in it."""
+    d = to_dict(schedule)
+    progs = d.pop("programs")
+    os.makedirs(folder, exist_ok=True)
+    pattern = stem + ".rank{rank}.json"
+    for r in range(schedule.ranks):
+        own = [p if i == r else {"rank": i, "buffers": p["buffers"], "steps": []} for i, p in enumerate(progs)]
+        with open(os.path.join(folder, pattern.format(rank=r)), "w", encoding="utf-8") as f:
+            json.dump({**d, "programs": own}, f)
+    return pattern
+
+
 # ---------------------------------------------------------------------------------------------- loading
 
 

@@ -142,3 +142,15 @@ def test_an_agent_loads_only_its_own_program(collective):
     assert all(p.steps == () and p.buffers == s.programs[r].buffers for r, p in enumerate(mine.programs) if r != 3)
     assert mine.bytes_sent(3) == s.bytes_sent(3) and mine.bytes_received(3) == s.bytes_received(3)
     assert (mine.collective, mine.count, mine.ranks, mine.dtype) == (s.collective, s.count, s.ranks, s.dtype)
+
+
+def test_per_rank_files_hold_what_one_agent_loads(tmp_path):
+    from traffic.schedule_json import dump_for_ranks
+
+    s = make_schedule("allreduce", 6, 6 * 4 * 8)
+    pattern = dump_for_ranks(s, tmp_path, "schedule-a")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"schedule-a.rank{r}.json" for r in range(6)]
+    for r in range(6):
+        mine = load(tmp_path / pattern.format(rank=r), for_rank=r)
+        assert mine.programs[r] == s.programs[r] and mine.bytes_sent(r) == s.bytes_sent(r)
+    assert (tmp_path / "schedule-a.rank2.json").stat().st_size < 0.5 * len(dumps(s))
