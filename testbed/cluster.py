@@ -76,6 +76,34 @@ def place(topology, servers: int) -> Placement:
     return Placement(names, server_of, crossing)
 
 
+def build_servers(fabric, state) -> None:
+    """The servers' namespaces (recorded in ``state`` as they are made, so `testbed clean` finds them) and the
+    datacentre network between them (testbed.kernel.tunnel)."""
+    from testbed.kernel import netns, tunnel
+
+    for name in (fabric.dcnet_ns, *fabric.server_ns.values()):
+        if state is not None:
+            state.add("namespaces", name)
+        netns.create(name, inside=fabric._pre_sysctls_here)
+        fabric.created.append(name)
+    tunnel.build_underlay(fabric.dcnet_ns, list(fabric.server_ns.values()))
+
+
+def build_tunnels(fabric) -> None:
+    """Each link that crosses servers: a VXLAN pair (VNI = link number), one end made by each server and moved into
+    its node under the port's planned name and MAC."""
+    from testbed.kernel import tunnel
+
+    addrs = fabric.topology.addresses
+    ip = {s: tunnel.underlay_ip(i) for i, s in enumerate(fabric.placement.servers, start=1)}
+    on = fabric.placement.server_of
+    for i in fabric.placement.crossing:
+        l = fabric.topology.links[i]
+        for node, port, far in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a)):
+            tunnel.add_vxlan_end(fabric.server_ns[on[node]], fabric.ns(node), port, i + 1, ip[on[node]],
+                                 ip[on[far]], fabric.macs.get((node, port), addrs[(node, port)].mac), l.spec.mtu)
+
+
 SERVER_COLUMNS = ["server", "namespace", "nodes", "udp_in_datagrams", "udp_rcvbuf_errors", "udp_in_errors"]
 
 

@@ -39,8 +39,8 @@ from typing import Any, Callable
 import pyroute2.config
 
 from testbed.errors import UsageError
-from testbed.cluster import place
-from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray, tunnel
+from testbed.cluster import build_servers, build_tunnels, place
+from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray
 from testbed.loadbalance import FlowletBalancing
 from topologies.flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES, flowlet_plans
 from topologies.spray import shared_macs, spray_groups
@@ -258,7 +258,7 @@ class Fabric:
             netns.create(name, inside=self._pre_sysctls_here)
             self.created.append(name)
         if self.server_ns:
-            self._servers(state)
+            build_servers(self, state)
         iprs: dict[str, Any] = {}
         nls: dict[str, socket.socket] = {}
         socks: dict[str, socket.socket] = {}
@@ -301,26 +301,6 @@ class Fabric:
             if p.exists():
                 p.write_text(val)
 
-    def _servers(self, state) -> None:
-        """The servers' namespaces and the datacentre network between them (testbed.kernel.tunnel)."""
-        for name in (self.dcnet_ns, *self.server_ns.values()):
-            if state is not None:
-                state.add("namespaces", name)
-            netns.create(name, inside=self._pre_sysctls_here)
-            self.created.append(name)
-        tunnel.build_underlay(self.dcnet_ns, list(self.server_ns.values()))
-
-    def _tunnels(self) -> None:
-        """Each link that crosses servers: a VXLAN pair (VNI = link number), one end from each server."""
-        addrs = self.topology.addresses
-        ip = {s: tunnel.underlay_ip(i) for i, s in enumerate(self.placement.servers, start=1)}
-        on = self.placement.server_of
-        for i in self.placement.crossing:
-            l = self.topology.links[i]
-            for node, port, far in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a)):
-                tunnel.add_vxlan_end(self.server_ns[on[node]], self._ns[node], port, i + 1, ip[on[node]],
-                                     ip[on[far]], self.macs.get((node, port), addrs[(node, port)].mac), l.spec.mtu)
-
     def _links(self, iprs, nls, socks) -> dict[str, dict[str, int]]:
         """veth pairs (one netlink batch per namespace of the a ends), then both ends up, offloads off and their
         indexes read (ioctls on a socket in each end's namespace). Returns node -> {ifname: ifindex}: kept, so no
@@ -345,7 +325,7 @@ class Fabric:
         finally:
             for fd in fds.values():
                 os.close(fd)
-        self._tunnels()
+        build_tunnels(self)
         ifindex: dict[str, dict[str, int]] = {n: {} for n in iprs}
         for l in self.topology.links:
             for ifn, node in ((l.a_port, l.a), (l.b_port, l.b)):
@@ -535,8 +515,8 @@ class Fabric:
                          "tunnels": [f"{self.topology.links[i].a}:{self.topology.links[i].a_port} <-> "
                                      f"{self.topology.links[i].b}:{self.topology.links[i].b_port} (VNI {i + 1})"
                                      for i in self.placement.crossing],
-                         "how": "VXLAN over UDP 4789 between the servers' namespaces, underlay MTU "
-                                f"{tunnel.UNDERLAY_MTU}"} if self.server_ns else "one"),
+                         "how": "VXLAN over UDP 4789 between the servers' namespaces, underlay MTU 9000"}
+                        if self.server_ns else "one"),
             "offloads": "off on every fabric interface (TSO/GSO/GRO and every other segmentation or receive "
                         "aggregation feature the veth offers), so queues hold wire-sized packets",
             "ipv6": "disabled in every namespace",

@@ -181,36 +181,10 @@ class Lab:
         self.summary.update(server_metrics(load_csv(path, "servers")))
 
     def _judge_fidelity(self) -> None:
-        """Every run measures whether the machine kept up (analysis.fidelity), from its raw files: each shaped port's
-        achieved rate while backlogged (fidelity.csv, port_rate_ratio_min / port_rate_shortfall), the queue
-        sampler's achieved interval and worst gap (sampler_*_ms), and, with PFC on, whether the controller reacted
-        within what the headroom allows. A check that fires makes the run unfaithful (fidelity_ok false, its line
-        first in fidelity_reasons)."""
-        from analysis import fidelity
-        from analysis.load import load_csv
+        """Did the machine keep up? testbed.verdict.judge_run on the raw files, into the summary."""
+        from testbed.verdict import judge_run
 
-        path = self.rundir.path
-        found: list[str | None] = []
-        if (path / "queues.csv").exists():
-            queues = load_csv(path / "queues.csv", "queues")
-            table = fidelity.port_rates(queues, load_csv(path / "ports.csv", "ports"),
-                                        fidelity.excluded_intervals(load_csv(path / "pfc.csv", "pfc"),
-                                                                    load_csv(path / "events.csv", "events")))
-            self.rundir.write_csv("fidelity.csv", list(table.columns), table.itertuples(index=False))
-            judged = fidelity.judged_ports(table)
-            self.summary["port_rate_ratio_min"] = float(judged["ratio"].min()) if len(judged) else None
-            short = fidelity.port_shortfall(table)
-            self.summary["port_rate_shortfall"] = short or ""
-            timing = fidelity.sampler_timing(queues)
-            self.summary.update(timing)
-            found += [short, fidelity.sampler_stalled(timing.get("sampler_gap_max_ms"))]
-        found.append(fidelity.pfc_too_slow(self.summary))
-        found = fidelity.reasons(*found)
-        if found:
-            before = self.summary.get("fidelity_reasons") or ""
-            self.summary["fidelity_ok"] = False
-            self.summary["fidelity_reasons"] = ([*found, *before] if isinstance(before, list)
-                                                else "; ".join(x for x in (*found, before) if x))
+        judge_run(self.rundir, self.summary)
 
     def _install_sigterm(self) -> None:
         main_pid = os.getpid()
