@@ -327,7 +327,11 @@ class CollectiveJob:
 
         switch_drops = pdelta("drops", True)
         q = self.queue_stats
-        reasons = fidelity.reasons(fidelity.cpu_busy(q.get("cpu_busy_fraction")))  # agents and switching lag?
+        # agents and switching lag? judged on the CPU while the ops ran, the whole run's figure without samples then
+        busy_ops = (fidelity.busy_during(run.cpu, float(run.ops["start_s"].min()), float(run.ops["end_s"].max()))
+                    if len(run.ops) else None)
+        reasons = fidelity.reasons(fidelity.cpu_busy(q.get("cpu_busy_fraction")) if busy_ops is None
+                                   else fidelity.cpu_busy(busy_ops, during="while the ops ran"))
         mism = [m for r in res.per_rank.values() for m in r.get("mismatches", [])]
         out = {
             "collective": str(head["collective"].iloc[0]),
@@ -366,6 +370,7 @@ class CollectiveJob:
                                          if q and q["queue_sample_interval_s"] == q["queue_sample_interval_s"]
                                          else None),
             "cpu_busy_fraction": q.get("cpu_busy_fraction"),
+            "cpu_busy_ops_fraction": busy_ops,
             "fidelity_ok": not reasons,
             "fidelity_reasons": "; ".join(reasons),
             "transport": self.transport,

@@ -83,3 +83,12 @@ def test_pfc_is_too_slow_only_when_its_reaction_needs_more_than_the_headroom():
                     "20000-byte headroom")
     assert fidelity.pfc_too_slow({**base, "pfc_enabled": False, "pfc_headroom_ok": False}) is None
     assert fidelity.pfc_too_slow({}) is None
+
+
+def test_the_cpu_is_judged_while_the_workload_ran():
+    cpu = pd.DataFrame({"t_s": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "busy_fraction": [0.2, 0.3, 0.99, 0.97, 1.0, 0.1]})
+    assert fidelity.busy_during(cpu, 0.25, 0.5) == pytest.approx((0.99 + 0.97 + 1.0) / 3)
+    assert fidelity.busy_during(cpu, 0.61, 0.9) is None and fidelity.busy_during(cpu.iloc[:0], 0, 1) is None
+    assert fidelity.cpu_busy(0.987, during="while the ops ran") == (
+        "CPU 99% busy while the ops ran: the emulation may not have kept up")
+    assert fidelity.cpu_busy(0.6) is None
