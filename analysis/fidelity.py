@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 __all__ = ["BACKLOG_MIN_BYTES", "BACKLOGGED_MIN_S", "CPU_BUSY_MAX", "PORT_RATE_MIN", "SAMPLER_GAP_MAX_S",
-           "UNJUDGED_TIERS", "busy_during", "cpu_busy", "excluded_intervals", "goodput_below", "judged_ports", "machine_limited",
-           "pfc_too_slow", "port_rates", "port_shortfall", "reasons", "sampler_stalled", "sampler_timing",
-           "sampling_too_slow", "shaper_over_rate"]
+           "UNJUDGED_TIERS", "busy_during", "cpu_busy", "excluded_intervals", "goodput_below", "judged_ports",
+           "machine_limited", "pfc_too_slow", "port_rates", "port_shortfall", "reasons", "sampler_stalled",
+           "sampler_timing", "sampling_too_slow", "shaper_over_rate"]
 
 #: a port is judged over a sample interval when the backlog at its start could by itself keep the port sending for
 #: the whole interval (backlog >= rate x interval, and at least two full frames): it had something to send all
