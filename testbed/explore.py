@@ -4,6 +4,7 @@
     sudo testbed cli --set leaves=4 --set buffer_bytes=64K
     sudo testbed cli --topology my-fabric.toml         # any topology file (docs/topologies.md)
     sudo testbed cli --script commands.txt             # run CLI commands from a file instead of a terminal
+    sudo testbed cli --servers 2                       # the fabric split over 2 servers (VXLAN tunnels)
 
 Inside, Mininet's commands work (``pingall``, ``h1 ping -c1 h4``, ``leaf1 tc -s qdisc show dev h1``, ``iperf h1 h4``,
 ``dump``, ``net``, ``links``, ``py net['h1'].IP()``); ``exit`` or Ctrl-D tears the fabric down. Parameters are
@@ -39,6 +40,9 @@ def add_parser(sub) -> None:
                    help="a leaf-spine parameter: " + ", ".join(p.name for p in PARAMS))
     c.add_argument("--topology", metavar="FILE", help="a topology file (.toml/.yaml) instead of --set")
     c.add_argument("--script", metavar="FILE", help="run these CLI commands, then tear down")
+    c.add_argument("--servers", type=int, default=1, metavar="N",
+                   help="split the fabric over N servers joined by VXLAN tunnels (Mininet's cluster placement; "
+                        "docs/scale.md)")
     c.add_argument("--out", default=None, metavar="DIR", help="run directory (default results/cli-TIME)")
     c.add_argument("--vm", default="auto", choices=["auto", "always", "never"],
                    help="build it in the lab VM: auto (when this kernel lacks something), always, never")
@@ -70,12 +74,17 @@ def main(args: argparse.Namespace) -> int:
     from testbed.rundir import check_out_dir, default_out
 
     spec = build_topology(args)
+    if args.servers != 1:
+        from testbed.cluster import place
+
+        place(spec, args.servers)  # a split the fabric cannot take: one line, before anything exists
     if args.script and not Path(args.script).is_file():
         raise UsageError(f"--script: no such file: {args.script}")
     out = check_out_dir(args.out) if args.out else default_out("cli")
     require_root("testbed cli")
     if runner.use_vm(args.vm, fabric_needs(spec), labvm.in_vm()):
-        argv = ["cli", *sum((["--set", s] for s in args.set), []), "--vm", "never", "--out", str(out)]
+        argv = ["cli", *sum((["--set", s] for s in args.set), []), "--vm", "never", "--out", str(out),
+                "--servers", str(args.servers)]
         if args.script:
             argv += ["--script", str(Path(args.script).resolve())]
         if args.topology:
@@ -85,18 +94,23 @@ def main(args: argparse.Namespace) -> int:
         labvm.vm_kernel()
         return labvm.run(["env", "PYTHONUNBUFFERED=1", sys.executable, "-m", "testbed.cli", *argv],
                          labvm.VmOptions(interactive=not args.script))
-    return explore(spec, out, args.script)
+    return explore(spec, out, args.script, args.servers)
 
 
-def explore(spec, out: Path, script: str | None = None) -> int:
+def explore(spec, out: Path, script: str | None = None, servers: int = 1) -> int:
     from testbed.lab import Lab
     from testbed.net import TestbedCLI
     from topologies.mininet_topo import SpecTopo
 
-    with Lab(SpecTopo(spec), out=out, name="cli", params={"topology": spec.describe()}) as lab:
+    with Lab(SpecTopo(spec), out=out, name="cli", params={"topology": spec.describe(), "servers": servers},
+             servers=servers) as lab:
         hosts = [h.name for h in lab.hosts]
         print(f"*** {len(hosts)} hosts ({' '.join(hosts[:8])}{' ...' if len(hosts) > 8 else ''}), "
               f"{len(lab.net.switches)} switches; run directory {lab.path}", flush=True)
+        if servers > 1:
+            pl = lab.net.fabric.placement
+            print("*** servers: " + "; ".join(f"{s}: {' '.join(pl.nodes_on(s))}" for s in pl.servers)
+                  + f"; {len(pl.crossing)} links tunnelled", flush=True)
         if script:
             TestbedCLI(lab.net, script=script)
         else:
