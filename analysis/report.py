@@ -330,7 +330,7 @@ def _long_tables(run: Run, corr: pd.DataFrame | None, qstats, qdeltas, start: fl
 
 def _fidelity_blocks(run: Run) -> list[Block]:
     """Did the emulation keep up: the run's verdict and reasons, and the ports judged while backlogged."""
-    from .fidelity import BACKLOGGED_MIN_S, PORT_RATE_MIN, SAMPLER_GAP_MAX_S
+    from .fidelity import BACKLOGGED_MIN_S, PORT_RATE_MIN, SAMPLER_GAP_MAX_S, SAMPLER_LATE_MAX_MS
 
     s = run.summary or {}
     out: list[Block] = []
@@ -342,10 +342,12 @@ def _fidelity_blocks(run: Run) -> list[Block]:
                    else Block("p", "The emulation kept up: every check passed (docs/analysis.md lists them)."))
     timing = [f"{label} {s[k]:.1f} ms" for k, label in (("sampler_interval_ms", "median interval"),
                                                         ("sampler_gap_p99_ms", "p99 gap"),
-                                                        ("sampler_gap_max_ms", "worst gap")) if s.get(k) is not None]
+                                                        ("sampler_gap_max_ms", "worst gap"),
+                                                        ("sampler_late_ms_p99", "p99 lateness"))
+              if s.get(k) is not None]
     if timing:
         out.append(Block("p", f"Queue sampler: {', '.join(timing)} (a worst gap over {SAMPLER_GAP_MAX_S * 1e3:.0f} ms "
-                              "is a stall)."))
+                              f"is a stall; a p99 lateness over {SAMPLER_LATE_MAX_MS:.0f} ms, late timers)."))
     if s.get("pfc_enabled") and s.get("pfc_reaction_ms_max") is not None:
         out.append(Block("p", f"PFC reaction: up to {s['pfc_reaction_ms_max']:.1f} ms; the headroom needed for it "
                               f"{s.get('pfc_headroom_needed_bytes')} bytes of {s.get('pfc_headroom_bytes')}."))

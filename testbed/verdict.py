@@ -34,7 +34,8 @@ def judge_run(rundir, summary: dict) -> None:
         summary["port_rate_shortfall"] = short or ""
         timing = fidelity.sampler_timing(queues)
         summary.update(timing)
-        found += [short, fidelity.sampler_stalled(timing.get("sampler_gap_max_ms"))]
+        stalled = fidelity.sampler_stalled(timing.get("sampler_gap_max_ms"))
+        found += [short, stalled or fidelity.timers_late(timing.get("sampler_late_ms_p99"))]
     found.append(fidelity.pfc_too_slow(summary))
     found = fidelity.reasons(*found)
     if found:

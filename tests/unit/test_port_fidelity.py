@@ -72,6 +72,11 @@ def test_sampler_timing_is_the_gaps_between_a_ports_successive_samples():
     assert fidelity.sampler_stalled(timing["sampler_gap_max_ms"]) == (
         "the queue sampler stalled for 1500 ms (limit 1000 ms): the queues in that time are unknown")
     assert fidelity.sampler_stalled(85.0) is None and fidelity.sampler_stalled(None) is None
+    # p99 of the six gaps interpolates between 10 and 1500 ms; lateness is how far past the median (10 ms) it is
+    assert timing["sampler_late_ms_p99"] == pytest.approx(10 + 0.95 * 1490 - 10)
+    assert fidelity.timers_late(54.0) == ("timers fired late: the queue sampler's 1% latest rounds came 54 ms after "
+                                          "its usual interval (limit 40 ms), and the agents' wake-ups with them")
+    assert fidelity.timers_late(17.0) is None and fidelity.timers_late(None) is None
     assert fidelity.sampler_timing(queues([(0.0, "leaf1", "h1", "a", 0, 0)])) == {}
 
 
