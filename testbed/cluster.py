@@ -35,8 +35,8 @@ def _switch_order(topology) -> list[str]:
     """Switches for the bin placer: leaves with spines interleaved (leaf1, spine1, leaf2, spine2, ...), so every bin
     takes whole leaves and its share of the spines; other switches (a dumbbell's, a fat tree's) in topology order."""
     routers = [n for n in topology.nodes if n.role != "host"]
-    leaves = [n.name for n in routers if n.name.startswith("leaf")]
-    spines = [n.name for n in routers if n.name.startswith("spine")]
+    leaves = [n.name for n in routers if n.role == "leaf"]
+    spines = [n.name for n in routers if n.role == "spine"]
     if not leaves or not spines or len(leaves) + len(spines) != len(routers):
         return [n.name for n in routers]
     out = []
