@@ -235,8 +235,11 @@ def load_job(path: Path, rank: int | None = None) -> tuple[dict, dict[str, Sched
     if job.get("format") != "testbed-collective-job":
         raise AgentError(f"{path}: not a testbed-collective-job file")
     own = job.get("rank_schedules", {}) if rank is not None else {}
-    scheds = {k: schedule_json.load(path.parent / (own[k].format(rank=rank) if k in own else f), for_rank=rank)
-              for k, f in job["schedules"].items()}
+    scheds = {}
+    for k, f in job["schedules"].items():
+        mine = path.parent / own[k].format(rank=rank) if k in own else None
+        # the per-rank files go when the controller stops; an agent started later reads the whole schedule
+        scheds[k] = schedule_json.load(mine if mine is not None and mine.exists() else path.parent / f, for_rank=rank)
     return job, scheds
 
 

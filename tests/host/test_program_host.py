@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 
 from testbed.kernel import netns
+from testbed.errors import RunFailed
 from testbed.runner import run_scenario
 from testbed.scenario import get
 
@@ -85,9 +86,19 @@ def test_ddp_step_tail_grows_with_a_small_buffer_under_background_traffic(tmp_pa
 
 def test_an_mpi_allreduce_runs_across_four_hosts_under_mpirun(tmp_path):
     before = netns.list_ours()
-    s = program(tmp_path, "mpi", cmd=MPI, launcher="mpi")
+    name = "mpi"
+    try:
+        s = program(tmp_path, name, cmd=MPI, launcher="mpi", timeout_s=60.0)
+    except RunFailed as e:
+        # once in a fresh-clone CI run mpirun hung before any rank started (its daemons silent, no output, 300 s),
+        # against 15 clean launches of 5 s here: a launch that started no rank is tried once more, and said so
+        if "mpirun still running" not in str(e) or (tmp_path / name / "program" / "mpi").exists():
+            raise
+        print(f"mpirun started no rank ({e}); launching again")
+        name = "mpi-again"
+        s = program(tmp_path, name, cmd=MPI, launcher="mpi", timeout_s=60.0)
     print(s)
-    run = tmp_path / "mpi"
+    run = tmp_path / name
     out = (run / "program" / "mpi" / "1" / "rank.0" / "stdout").read_text()
     assert "data verified: True" in out and "Open MPI" in out, out
     assert (run / "program" / "hostfile").read_text().count("slots=1") == 4
