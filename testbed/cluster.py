@@ -63,8 +63,10 @@ def place(topology, servers: int) -> Placement:
     if not isinstance(servers, int) or isinstance(servers, bool) or not 1 <= servers <= MAX_SERVERS:
         raise UsageError(f"servers must be an integer 1..{MAX_SERVERS} (got {servers!r})")
     names = tuple(server_name(i) for i in range(1, servers + 1))
+    if servers == 1:  # the usual case: everything on one server, nothing to place
+        return Placement(names, {n.name: names[0] for n in topology.nodes}, ())
     switches = _switch_order(topology)
-    if servers > 1 and len(switches) < servers:
+    if len(switches) < servers:
         raise UsageError(f"servers={servers}: the fabric has only {len(switches)} switches to spread over them")
     from mininet.examples.cluster import SwitchBinPlacer
 

@@ -149,16 +149,6 @@ def rps_mask(cpus: int | None = None) -> str:
     return ",".join(groups)
 
 
-def ipr_in(ns: str):
-    """An IPRoute whose netlink socket lives in namespace `ns`, opened from this thread while it is inside `ns`.
-    Unlike IPRoute(netns=ns) (testbed.kernel.netns.ipr) it forks no child per socket, which costs a lot in the
-    software-emulated lab VM when a fabric has dozens of ports."""
-    from pyroute2 import IPRoute
-
-    with netns.entered(ns):
-        return IPRoute()
-
-
 def _sockets_in(ns: str) -> tuple[Any, socket.socket, socket.socket]:
     """(IPRoute, netlink socket for a Batch, AF_INET datagram socket for ioctls), all opened in namespace `ns` with
     one namespace switch."""

@@ -222,7 +222,7 @@ class PfcController:
                 q.ifindex = idx_of[q.port]
             if not self.enabled:
                 continue
-            from testbed.fabric import ipr_in
+            from testbed.kernel.netns import ipr_in
 
             ipr = ipr_in(ns)
             ps = PlugSocket(ns)

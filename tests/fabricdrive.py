@@ -44,7 +44,7 @@ def built(topo):
 
 @contextlib.contextmanager
 def fab_ipr(fab: Fabric, node: str):
-    from testbed.fabric import ipr_in
+    from testbed.kernel.netns import ipr_in
 
     ipr = ipr_in(fab.ns(node))
     try:

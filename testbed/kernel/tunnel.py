@@ -29,15 +29,6 @@ DCNET_BRIDGE = "dcnet"
 SERVER_NIC = "eth0"
 
 
-def _ipr_in(ns: str):
-    """An IPRoute whose socket lives in namespace ``ns``, opened in-process (IPRoute(netns=...) forks a helper per
-    socket: a fabric with dozens of tunnels spent most of its set-up there)."""
-    from pyroute2 import IPRoute
-
-    with netns.entered(ns):
-        return IPRoute()
-
-
 def underlay_ip(index: int) -> str:
     """Server ``index`` (1-based)'s address on the datacentre network."""
     if not 1 <= index <= 254:
@@ -48,7 +39,7 @@ def underlay_ip(index: int) -> str:
 def build_underlay(dcnet_ns: str, servers: list[str]) -> None:
     """The datacentre network: a bridge in ``dcnet_ns`` and one veth from each server namespace to it (``eth0`` in
     the server, with address :func:`underlay_ip`, MTU :data:`UNDERLAY_MTU`). The namespaces exist already."""
-    with _ipr_in(dcnet_ns) as ipr:
+    with netns.ipr_in(dcnet_ns) as ipr:
         ipr.link("add", ifname=DCNET_BRIDGE, kind="bridge", mtu=UNDERLAY_MTU)
         br = ipr.link_lookup(ifname=DCNET_BRIDGE)[0]
         for i, server_ns in enumerate(servers, start=1):
@@ -63,7 +54,7 @@ def build_underlay(dcnet_ns: str, servers: list[str]) -> None:
             ipr.link("set", index=idx, master=br, state="up")
         ipr.link("set", index=br, state="up")
     for i, server_ns in enumerate(servers, start=1):
-        with _ipr_in(server_ns) as ipr:
+        with netns.ipr_in(server_ns) as ipr:
             idx = ipr.link_lookup(ifname=SERVER_NIC)[0]
             ipr.addr("add", index=idx, address=underlay_ip(i), prefixlen=UNDERLAY_PREFIXLEN)
             ipr.link("set", index=idx, state="up")
@@ -77,7 +68,7 @@ def add_vxlan_end(server_ns: str, node_ns: str, ifname: str, vni: int, local_ip:
     tmp = f"vx{vni}"
     fd = os.open(netns.NETNS_DIR / node_ns, os.O_RDONLY)
     try:
-        with _ipr_in(server_ns) as ipr:
+        with netns.ipr_in(server_ns) as ipr:
             ipr.link("add", ifname=tmp, kind="vxlan", vxlan_id=vni, vxlan_local=local_ip, vxlan_group=remote_ip,
                      vxlan_port=VXLAN_PORT, vxlan_learning=0, address=mac, mtu=mtu)
             ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=fd, ifname=ifname)
