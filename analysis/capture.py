@@ -28,7 +28,7 @@ ECN: every IPv4/IPv6 packet's ECN field is read; ``11`` is **CE** (marked by a q
 
 PFC: 802.1Qbb MAC control frames (EtherType 0x8808, opcode 0x0101; dissected with scapy's
 ``scapy.contrib.mac_control``) are counted per priority: an enabled priority with a pause time > 0 is an **XOFF**,
-with pause time 0 an **XON** (testbed.pfc's controller sends them when ``pause_frames`` is on).
+with pause time 0 an **XON** (testbed.pfc.controller's controller sends them when ``pause_frames`` is on).
 
 :func:`decode` reads a file, :func:`decode_packets` any iterable of scapy packets; :meth:`Capture.summary` gives
 the ``wire_*`` numbers a run puts in summary.json. ``python -m analysis.capture FILE.pcap`` prints them.

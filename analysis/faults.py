@@ -1,4 +1,4 @@
-"""Faults from a run's ``events.csv`` (written by the fault timeline, testbed.faults): when each was in effect,
+"""Faults from a run's ``events.csv`` (written by the fault timeline, testbed.faults.timeline): when each was in effect,
 how fast routing reacted, and the numbers the summary carries.
 
 Interval of a fault = from its start event to the matching end event on the same target (a link that never came

@@ -118,7 +118,8 @@ def timers_late(late_ms_p99: float | None, limit_ms: float = SAMPLER_LATE_MAX_MS
 
 def pfc_too_slow(pfc: dict) -> str | None:
     """PFC on, and the controller reacted so late that the feeders, at line rate, could send more after the XOFF
-    crossing than the headroom holds (``pfc_headroom_ok`` false in testbed.pfc's summary): where hardware reacts in
+    crossing than the headroom holds (``pfc_headroom_ok`` false in testbed.pfc.controller's summary): where hardware
+    reacts in
     microseconds, this emulation's lossless class could drop, so its losses and pauses are the CPU's, not the
     fabric's. A lab that shrinks the headroom on purpose sees the same line: the numbers say which it was."""
     if not pfc.get("pfc_enabled") or pfc.get("pfc_headroom_ok", True) is not False:

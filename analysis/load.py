@@ -242,13 +242,13 @@ class Run:
     rdma: pd.DataFrame
     pfc: pd.DataFrame
     cpu: pd.DataFrame
-    #: the fault timeline's changes and routing's reactions (testbed.faults), empty without faults
+    #: the fault timeline's changes and routing's reactions (testbed.faults.timeline), empty without faults
     events: pd.DataFrame = field(default_factory=lambda: empty_frame("events"))
     #: every shaped egress port as built: its peer, tier and configured rate
     ports: pd.DataFrame = field(default_factory=lambda: empty_frame("ports"))
     #: the flowlet balancer's counters per router (load_balancing flowlet or adaptive), read at the run's end
     balancing: pd.DataFrame = field(default_factory=lambda: empty_frame("balancing"))
-    #: a fabric split over servers (testbed.cluster): per server, its nodes and its tunnels' UDP counters
+    #: a fabric split over servers (testbed.network.cluster): per server, its nodes and its tunnels' UDP counters
     servers: pd.DataFrame = field(default_factory=lambda: empty_frame("servers"))
     #: file names (``"ops.csv"`` ...) that existed in the folder
     present: set[str] = field(default_factory=set)

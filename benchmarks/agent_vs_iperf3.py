@@ -5,7 +5,7 @@
 
 Two paths, built in this run and torn down afterwards:
 
-* shaped:   h1 -> leaf1 -> h2 of a 1-leaf testbed.fabric (HTB at --rate-mbps on every egress, droptail queues,
+* shaped:   h1 -> leaf1 -> h2 of a 1-leaf testbed.network.fabric (HTB at --rate-mbps on every egress, droptail queues,
             offloads off);
 * unshaped: a bare veth pair between two namespaces (no qdisc beyond the default, offloads as the kernel sets).
 
@@ -94,7 +94,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3, help="alternate iperf3 and agents this many times per path")
     a = ap.parse_args()
     require_root("benchmarks/agent_vs_iperf3.py")
-    from testbed.fabric import Fabric
+    from testbed.network.fabric import Fabric
     from topologies import HostTcpSpec, LeafSpineSpec, LinkSpec
     from traffic.job import parse_size
 

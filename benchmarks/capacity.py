@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from testbed.errors import require_root  # noqa: E402
-from testbed.runner import run_scenario  # noqa: E402
+from testbed.commands.runner import run_scenario  # noqa: E402
 from testbed.scenario import get  # noqa: E402
 
 HOSTS_PER_LEAF = 8

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Benchmark: fabric set-up + tear-down time of the testbed (its netlink builder alone, and the Mininet network
-built on it, testbed.net.TestbedNet) vs Mininet's stock TCLink: same topology, same run, same kernel.
+built on it, testbed.network.net.TestbedNet) vs Mininet's stock TCLink: same topology, same run, same kernel.
 
     sudo .venv/bin/python benchmarks/fabric_setup_vs_mininet.py [--spines 2 --leaves 4 --hosts-per-leaf 4]
                                                                 [--repeats 3]
@@ -18,7 +18,7 @@ slowest total, and each testbed build's total as a fraction of stock Mininet's.
 
 Stock Mininet raises host sysctls in ``Mininet.init()`` (``fixLimits``: socket buffer maxima, TCP buffer ranges,
 neighbour thresholds, pty max) and never restores them; the benchmark records them first (so ``testbed clean``
-restores them after a kill) and puts them back afterwards (testbed.hostguard).
+restores them after a kill) and puts them back afterwards (testbed.kernel.hostguard).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def testbed_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[float, float, int]:
-    from testbed.fabric import Fabric
-    from testbed.state import RunState
+    from testbed.network.fabric import Fabric
+    from testbed.kernel.state import RunState
     from topologies import LeafSpineSpec, LinkSpec
 
     spec = LeafSpineSpec(spines=spines, leaves=leaves, hosts_per_leaf=hpl, host_link=LinkSpec(rate_mbps=rate),
@@ -54,8 +54,8 @@ def testbed_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[floa
 
 
 def testbed_mininet_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[float, float, int]:
-    """The Mininet network built on the testbed (testbed.net.TestbedNet): net.start() then net.stop()."""
-    from testbed.net import TestbedNet
+    """The Mininet network built on the testbed (testbed.network.net.TestbedNet): net.start() then net.stop()."""
+    from testbed.network.net import TestbedNet
     from topologies.mininet_topo import LeafSpineTopo
 
     topo = LeafSpineTopo(spines=spines, leaves=leaves, hosts_per_leaf=hpl, host_rate_mbps=rate,
@@ -72,8 +72,8 @@ def testbed_mininet_build(spines: int, leaves: int, hpl: int, rate: float) -> tu
 
 def mininet_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[float, float, int]:
     """Stock Mininet; the host sysctls its init changes are restored afterwards (and recorded for testbed clean)."""
-    from testbed.hostguard import preserved_sysctls
-    from testbed.state import RunState
+    from testbed.kernel.hostguard import preserved_sysctls
+    from testbed.kernel.state import RunState
 
     state = RunState()
     try:
@@ -150,7 +150,7 @@ def main() -> int:
     names = [n for n in BUILDERS if not a.only or n in a.only]
     if "testbed-mininet" in names:
         try:
-            import testbed.net  # noqa: F401
+            import testbed.network.net  # noqa: F401
         except ImportError as e:  # the Mininet front door is not in this checkout
             print(f"(testbed Mininet build skipped: {e})")
             names.remove("testbed-mininet")

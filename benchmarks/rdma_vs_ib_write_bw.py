@@ -4,7 +4,8 @@
     sudo .venv/bin/testbed vm -- .venv/bin/python benchmarks/rdma_vs_ib_write_bw.py [--rate-mbps 1000] [--size 1M]
 
 Needs root and a kernel whose rxe works across namespaces (the lab VM). One path, built in this run and torn down
-afterwards: h1 -> leaf1 -> h2 of a 1-leaf testbed.fabric with an rxe device on each host's NIC (HTB at --rate-mbps
+afterwards: h1 -> leaf1 -> h2 of a 1-leaf testbed.network.fabric with an rxe device on each host's NIC (HTB at
+--rate-mbps
 on every egress; the default 1000 Mbit/s is above what rxe moves under software emulation, so the shaper is not
 the limit). On it, alternately --repeats times:
 
@@ -105,9 +106,9 @@ def main() -> int:
     ap.add_argument("--json", action="store_true", help="also print the result as one JSON line")
     a = ap.parse_args()
     require_root("benchmarks/rdma_vs_ib_write_bw.py")
-    from testbed import doctor
+    from testbed.kernel import doctor
     from testbed.errors import CapabilityMissing
-    from testbed.fabric import Fabric
+    from testbed.network.fabric import Fabric
     from topologies import LeafSpineSpec, LinkSpec
     from traffic.job import parse_size
     from traffic.rdma import find_device

@@ -10,14 +10,14 @@ size sweep, or gradient buckets) as per-rank DAGs with real buffers over kernel 
 every result is checked. The fabric comes from the parameters or from a topology file (topology_file, per-port
 overrides included: docs/topologies.md). Optional: background bulk flows, the collective in a lossless class that
 PFC pauses hop by hop, random loss at one host's NIC, a packet capture. Prints an nccl-tests table; the summary is
-analysis' over the files the run wrote (testbed.jobrun lists them). Same as
+analysis' over the files the run wrote (testbed.workloads.collective lists them). Same as
 `sudo .venv/bin/python scenarios/collective.py --set ...`.
 """
 
 import sys
 
 from testbed.errors import RunFailed, UsageError
-from testbed.jobrun import JOB_PARAMS, CollectiveJob, job_plan
+from testbed.workloads.collective import JOB_PARAMS, CollectiveJob, job_plan
 from testbed.params import Param
 from testbed.scenario import Scenario
 from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError, load_topology
@@ -52,7 +52,7 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
       min=0.01, max=10_000),
     P("dscp", int, 0, "", "DSCP of the collective's traffic (pfc=on with 0: 26, the lossless class)", min=0, max=63),
     P("pfc", str, "off", "", "off, or on: the collective's DSCP is a lossless class (802.1p priority 3) that PFC "
-      "pauses hop by hop (testbed.pfc, with 802.1Qbb frames on the wire); background flows stay lossy",
+      "pauses hop by hop (testbed.pfc.controller, with 802.1Qbb frames on the wire); background flows stay lossy",
       choices=("off", "on")),
     P("pfc_xoff_bytes", int, 32_000, B, "PFC XOFF threshold of the lossless class (pfc=on)", min=1, max=1 << 30),
     P("pfc_xon_bytes", int, 16_000, B, "PFC XON threshold (pfc=on)", min=0, max=1 << 30),
@@ -74,7 +74,8 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
     P("capture", str, "", "", "packet capture at one port, NODE:IFNAME (e.g. h1:eth0; empty: none): tcpdump -s 128 "
       "into capture-NODE-IFNAME.pcap, decoded into the wire_* summary numbers"),
     P("servers", int, 1, "", "split the fabric over this many servers (namespaces on this machine joined by VXLAN "
-      "tunnels; a leaf with its hosts per server, spines spread: testbed.cluster, docs/scale.md)", min=1, max=16),
+      "tunnels; a leaf with its hosts per server, spines spread: testbed.network.cluster, docs/scale.md)", min=1,
+      max=16),
     P("topology_file", str, "", "", "a leaf-spine topology file (.toml/.yaml, docs/topologies.md; per-port "
       "overrides included) built instead of the fabric the parameters describe: it replaces "
       f"{', '.join(FILE_REPLACES)} (those must stay unset; its [tcp] congestion_control is the agents' cc; with "
@@ -135,7 +136,7 @@ def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
     """``topology_file``'s fabric (:func:`file_leaf_spine`), or one from the parameters: ``discipline`` on every
     switch port, drop-tail host NICs; with pfc=on two classes of equal weight on every port (weighted round robin,
     as ETS shares a port): ``bulk`` (lossy: background flows, anything unmarked) and ``collective`` (lossless)."""
-    from testbed.bottleneck import bottleneck_queue, check_marking
+    from testbed.workloads.bottleneck import bottleneck_queue, check_marking
 
     if p["topology_file"]:
         return file_leaf_spine(p)
@@ -177,7 +178,7 @@ def fabric_summary(p: dict, spec: LeafSpineSpec) -> dict:
 
 
 def validate(p: dict) -> None:
-    from testbed.capture import parse_spec
+    from testbed.measure.capture import parse_spec
 
     spec = leaf_spine(p, p["seed"] or 1)
     job_plan(p, spec, p["seed"] or 1)
@@ -196,8 +197,8 @@ def needs_for(p: dict) -> tuple:
 
 
 def experiment(p: dict, lab) -> dict:
-    from testbed.capture import start_capture, wire_summary
-    from testbed.pfcrun import start_pfc
+    from testbed.measure.capture import start_capture, wire_summary
+    from testbed.pfc.run import start_pfc
 
     spec = lab.net.spec  # the parameters' fabric or topology_file's: its [tcp] congestion control is the agents'
     job = CollectiveJob(lab, job_plan(p, spec, p["seed"] or lab.seed), p["transport"], spec.tcp.congestion_control,

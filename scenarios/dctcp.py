@@ -17,7 +17,7 @@ so slow start does not count.
 
 import sys
 
-from testbed.bottleneck import build_spec
+from testbed.workloads.bottleneck import build_spec
 from testbed.errors import UsageError
 from testbed.params import Param
 from testbed.scenario import Scenario

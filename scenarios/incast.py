@@ -8,14 +8,15 @@
     sudo testbed run incast [--set senders=8 --set buffer_bytes=64K]     (or: sudo .venv/bin/python scenarios/incast.py)
 
 The bottleneck is the receiver's downlink port: it gets `buffer_bytes` and the chosen discipline (droptail, RED
-with min = k_bytes, or DCTCP-style step marking at K = k_bytes; testbed.bottleneck); every other port keeps the
+with min = k_bytes, or DCTCP-style step marking at K = k_bytes; testbed.workloads.bottleneck); every other port keeps
+the
 default queue. One persistent connection per sender; a round starts when every sender passes a barrier and ends
 when the receiver holds all N blocks (traffic.incast). rounds.csv has one row per (round, sender).
 """
 
 import sys
 
-from testbed.bottleneck import bottleneck_needs, build_spec
+from testbed.workloads.bottleneck import bottleneck_needs, build_spec
 from testbed.params import Param
 from testbed.scenario import Scenario
 from topologies.mininet_topo import SpecTopo

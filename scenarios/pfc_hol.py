@@ -2,7 +2,7 @@
 """pfc-hol: PFC head-of-line blocking. An incast into one receiver in a lossless class, plus a victim flow that
 shares the incast's upstream links but goes to an idle receiver.
 
-    leaf-spine, 1 spine, 2 leaves (testbed.lossless_incast):
+    leaf-spine, 1 spine, 2 leaves (testbed.workloads.lossless_incast):
 
         h(senders) on leaf2 --\\                                     /--> h1  (incast receiver: the congested port)
                                leaf2 ==[fabric]==> spine1 ==> leaf1
@@ -14,24 +14,25 @@ Every flow is kernel TCP with DSCP 26 (class ``rdma``, strict priority 1, 802.1p
 (class ``bulk``, priority 0, lossy). mode:
 
 * ``lossy``: no PFC; the incast overflows leaf1 -> h1 and drops.
-* ``lossless``: ``rdma`` is lossless: testbed.pfc pauses every port feeding a switch whose ``rdma`` egress queue is
+* ``lossless``: ``rdma`` is lossless: testbed.pfc.controller pauses every port feeding a switch whose ``rdma`` egress
+queue is
   above XOFF, until it drains to XON. leaf1 -> h1 fills -> spine1 -> leaf1 paused -> spine1's queue fills ->
   leaf2 -> spine1 paused -> the victim, which only shares those links, is stuck behind the incast.
 * ``lossless_ecn``: the same plus DCTCP-style marking at K = k_bytes (< XOFF) on every switch queue and DCTCP on
   the hosts: the senders back off before XOFF, fewer pauses.
 
 summary.json: incast goodput, loss and retransmits, victim goodput and its max-min fair share, PFC pause counts,
-paused time, reaction time (testbed.pfcrun), lossless drops (switch ports; host NICs separately), wire_* numbers.
+paused time, reaction time (testbed.pfc.run), lossless drops (switch ports; host NICs separately), wire_* numbers.
 """
 
 import sys
 import time
 
 from analysis.metrics import maxmin_share
-from testbed.capture import parse_spec, start_capture, wire_summary
-from testbed.lossless_incast import DSCP_LOSSLESS, PCP, build_spec, effective
+from testbed.measure.capture import parse_spec, start_capture, wire_summary
+from testbed.workloads.lossless_incast import DSCP_LOSSLESS, PCP, build_spec, effective
 from testbed.params import Param
-from testbed.pfcrun import start_pfc
+from testbed.pfc.run import start_pfc
 from testbed.scenario import Scenario
 from topologies.mininet_topo import SpecTopo
 

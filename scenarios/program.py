@@ -61,7 +61,7 @@ PARAMS = [
 
 
 def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
-    from testbed.bottleneck import bottleneck_queue, check_marking
+    from testbed.workloads.bottleneck import bottleneck_queue, check_marking
 
     if p["cc"] == "dctcp" and not p["ecn"]:
         raise UsageError("cc=dctcp needs ecn=true")
@@ -94,7 +94,7 @@ def background(p: dict, hosts: list[str]) -> list[tuple[str, str]]:
 
 
 def validate(p: dict) -> None:
-    from testbed.program import placement
+    from testbed.workloads.program import placement
 
     if not p["cmd"].strip():
         raise UsageError("cmd: set the program to run, e.g. --set cmd='python3 examples/programs/ddp_train.py'")

@@ -20,23 +20,30 @@ from __future__ import annotations
 import argparse
 import sys
 
-from testbed import __version__, audit, classlabs, explore
-from testbed.argparsing import OneLineErrorParser
+from testbed import __version__
+
+from testbed.commands import audit
+
+from testbed.commands import labs as classlabs
+
+from testbed.commands import explore
+from testbed.commands.argparsing import OneLineErrorParser
 from testbed.errors import RunFailed, UsageError
 from testbed.params import SEED_HELP, parse_seed
 
 
-_Parser = OneLineErrorParser  # one-line usage errors, exit status 2 (also used by the runner: testbed/argparsing.py)
+# one-line usage errors, exit status 2 (also used by the runner: testbed/commands/argparsing.py)
+_Parser = OneLineErrorParser
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from testbed import doctor
+    from testbed.kernel import doctor
 
     return doctor.main(as_json=args.json, only=args.only)
 
 
 def _cmd_vm(args: argparse.Namespace) -> int:
-    from testbed import labvm
+    from testbed.vm import labvm
 
     argv = list(args.command)
     if argv and argv[0] == "--":
@@ -47,13 +54,13 @@ def _cmd_vm(args: argparse.Namespace) -> int:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
-    from testbed import clean
+    from testbed.commands import clean
 
     return clean.main(dry_run=args.dry_run)
 
 
 def _cmd_run(args: argparse.Namespace, extra: list[str]) -> int:
-    from testbed import runner
+    from testbed.commands import runner
 
     return runner.main(args, extra)
 
@@ -136,7 +143,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from testbed import sweep
+    from testbed.commands import sweep
 
     return sweep.main(args)
 

@@ -14,7 +14,7 @@
 
 A :class:`Lab` is one run: it checks the output folder and root before creating anything (one line, exit status 2
 from the CLI), records what it creates in the run's state (so ``testbed clean`` finds a killed run's leftovers),
-builds the network as a :class:`~testbed.net.TestbedNet` (``lab.net`` is the Mininet object: ``lab.net['h1']``,
+builds the network as a :class:`~testbed.network.net.TestbedNet` (``lab.net`` is the Mininet object: ``lab.net['h1']``,
 ``pingAll``, ``iperf``), writes ``manifest.json`` (resolved parameters, seed, topology, kernel, versions), and tears
 down on success, failure, Ctrl-C and SIGTERM. The manifest says ``complete: true`` only when the block ended
 normally.
@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 from testbed.errors import require_root
 
 if TYPE_CHECKING:
-    from testbed.program import Program
-from testbed.handles import Burst, Flows
+    from testbed.workloads.program import Program
+from testbed.workloads.handles import Burst, Flows
 
 #: the first TCP port lab traffic listens on; every flows()/burst() call takes the next free ones
 FIRST_PORT = 5300
@@ -51,7 +51,7 @@ class Lab:
     ``topo``: a Mininet ``Topo`` (``topologies.mininet_topo``'s or any user-written one); ``out``: the run directory
     (default ``results/<name>-<time>``); ``seed``: fixes the fabric's ECMP hash seed and every schedule drawn from
     :attr:`rng`; ``name``/``params``: what the manifest records as scenario and parameters; ``rxe``: a SoftRoCE device
-    on every host; ``servers``: split the fabric over that many servers joined by tunnels (testbed.cluster)."""
+    on every host; ``servers``: split the fabric over that many servers joined by tunnels (testbed.network.cluster)."""
 
     def __init__(self, topo, out: str | Path | None = None, seed: int = 1, name: str = "lab",
                  params: dict[str, Any] | None = None, rxe: bool = False, quiet: bool = False, servers: int = 1):
@@ -67,15 +67,15 @@ class Lab:
         self.params = dict(params or {})
         self.rxe = rxe
         self.servers = servers
-        if servers != 1:  # the split is checked before anything exists (testbed.cluster)
-            from testbed.cluster import place
+        if servers != 1:  # the split is checked before anything exists (testbed.network.cluster)
+            from testbed.network.cluster import place
             from topologies.mininet_topo import spec_from_topo
 
             place(spec_from_topo(topo), servers)
         self.quiet = quiet
         self.out = check_out_dir(out) if out is not None else default_out(name)
         if rxe:  # before anything exists: SoftRoCE across namespaces is a kernel capability (the lab VM has it)
-            from testbed import doctor
+            from testbed.kernel import doctor
             from testbed.errors import CapabilityMissing
 
             if doctor.missing(["rxe:netns"]):
@@ -104,9 +104,9 @@ class Lab:
     # ---- lifetime ----
 
     def __enter__(self) -> "Lab":
-        from testbed.net import TestbedNet
+        from testbed.network.net import TestbedNet
         from testbed.rundir import RunDir
-        from testbed.state import RunState
+        from testbed.kernel.state import RunState
 
         require_root(f"a lab ({self.name})")
         self._install_sigterm()
@@ -172,17 +172,17 @@ class Lab:
         self.summary.update(balancing_metrics(load_csv(path, "balancing")))
 
     def _record_servers(self) -> None:
-        """A fabric split over servers: what each server's tunnels carried (servers.csv, testbed.cluster)."""
+        """A fabric split over servers: what each server's tunnels carried (servers.csv, testbed.network.cluster)."""
         from analysis.load import load_csv
         from analysis.summary import server_metrics
-        from testbed.cluster import SERVER_COLUMNS, server_rows
+        from testbed.network.cluster import SERVER_COLUMNS, server_rows
 
         path = self.rundir.write_csv("servers.csv", SERVER_COLUMNS, server_rows(self.net.fabric))
         self.summary.update(server_metrics(load_csv(path, "servers")))
 
     def _judge_fidelity(self) -> None:
-        """Did the machine keep up? testbed.verdict.judge_run on the raw files, into the summary."""
-        from testbed.verdict import judge_run
+        """Did the machine keep up? testbed.measure.verdict.judge_run on the raw files, into the summary."""
+        from testbed.measure.verdict import judge_run
 
         judge_run(self.rundir, self.summary)
 
@@ -220,7 +220,7 @@ class Lab:
         """Sample the backlog, drops and marks of ``ports`` ((node, ifname); default: every shaped port) every
         ``every_ms`` until the lab ends; ``queues.csv`` (and ``cpu.csv``) are written then, or at
         ``sampler.stop(lab.rundir)`` if the experiment reads them first. Returns the sampler."""
-        from testbed.telemetry import QueueSampler
+        from testbed.measure.telemetry import QueueSampler
 
         sampler = QueueSampler(self.net.fabric, interval_s=every_ms / 1000.0, ports=ports).start()
         self.on_teardown(lambda: sampler.stop(self.rundir))
@@ -228,14 +228,14 @@ class Lab:
 
     def port_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         """Sent/dropped/marked totals of every shaped port now (one netlink dump per namespace)."""
-        from testbed.telemetry import port_totals
+        from testbed.measure.telemetry import port_totals
 
         return port_totals(self.ports())
 
     def port_deltas(self, ports: Iterable[tuple[str, str]] | None = None):
         """The counters of ``ports`` ((node, ifname); default: every shaped port) now; ``.stop()`` reads them again
-        and returns what the traffic in between added. Returns the :class:`testbed.portrecord.PortCounters`."""
-        from testbed.portrecord import PortCounters
+        and returns what the traffic in between added. Returns the :class:`testbed.measure.portrecord.PortCounters`."""
+        from testbed.measure.portrecord import PortCounters
 
         wanted = set(ports) if ports is not None else None
         return PortCounters(p for p in self.ports() if wanted is None or (p[0], p[2]) in wanted)
@@ -244,8 +244,8 @@ class Lab:
 
     def tcp_counters(self, hosts: Iterable | None = None):
         """The hosts' (default: all) kernel TCP counters now; ``.stop()`` reads them again and writes tcp.csv (also
-        done at teardown). Returns the :class:`testbed.tcprecord.TcpCounters`."""
-        from testbed.tcprecord import TcpCounters
+        done at teardown). Returns the :class:`testbed.measure.tcprecord.TcpCounters`."""
+        from testbed.measure.tcprecord import TcpCounters
 
         names = [_name(h) for h in (hosts if hosts is not None else self.net.hosts)]
         rec = TcpCounters({h: self.net.ns(h) for h in names})
@@ -333,22 +333,22 @@ class Lab:
                launcher: str = "torch", **kw) -> "Program":
         """Start a real distributed program, one process per rank in its host's namespace, as torchrun
         (``launcher="torch"``) or Open MPI's mpirun (``"mpi"``) starts it; ``.wait()`` for its end. See
-        :mod:`testbed.program` (timeout_s, env, warmup_steps, master_port, cwd)."""
-        from testbed.program import Program
+        :mod:`testbed.workloads.program` (timeout_s, env, warmup_steps, master_port, cwd)."""
+        from testbed.workloads.program import Program
 
         return Program(self, cmd, hosts, ranks, ranks_per_host, launcher, **kw).start()
 
     # ---- faults ----
 
     def at(self, at_s: float, fault) -> Any:
-        """Schedule a fault ``at_s`` seconds after the workload starts: a :class:`testbed.faultplan.Fault` or its
+        """Schedule a fault ``at_s`` seconds after the workload starts: a :class:`testbed.faults.plan.Fault` or its
         text, e.g. ``lab.at(2.0, "link-down leaf1-spine1 for_s=0.5 detect_ms=300")`` or ``lab.at(1.0,
-        "slow-port spine1:leaf2 fraction=0.25")`` (kinds and parameters: testbed.faultplan). Checked against the
+        "slow-port spine1:leaf2 fraction=0.25")`` (kinds and parameters: testbed.faults.plan). Checked against the
         topology at once (UsageError, one line). The workload starts with the first :meth:`flows`, :meth:`burst`
         or collective job, or when the script calls :meth:`start_workload`. Each change, and routing's reaction,
         is written to ``events.csv``; the fabric is put back as built when the lab ends."""
         if self.faults is None:
-            from testbed.faults import FaultTimeline
+            from testbed.faults.timeline import FaultTimeline
 
             self.faults = FaultTimeline(self.net.fabric, self.progress)
             self.on_teardown(self._close_faults)
@@ -361,7 +361,7 @@ class Lab:
         """Schedule a fault ``after_s`` seconds after a collective job begins its measured iteration ``iteration``
         (0 = the first), e.g. ``lab.at_iteration(3, "link-down leaf1-spine1 for_s=0.3")``: the job's rank 0
         reports each iteration's start as it begins it. Otherwise as :meth:`at`."""
-        from testbed import faultplan
+        from testbed.faults import plan as faultplan
 
         f = faultplan.parse(fault) if isinstance(fault, str) else fault
         return self.at(after_s, faultplan.make(f.kind, f.target, **{**dict(f.params), "at_iteration": iteration}))
@@ -383,7 +383,7 @@ class Lab:
         last ``dead_link_frames`` event) and add analysis' fault numbers to the summary."""
         from analysis.faults import fault_summary
         from analysis.load import load_csv
-        from testbed.faults import EVENT_COLUMNS
+        from testbed.faults.timeline import EVENT_COLUMNS
 
         events = self.faults.close()
         lost = self.faults.lost_frames()
@@ -397,7 +397,7 @@ class Lab:
 
     def cli(self) -> None:
         """Mininet's CLI on the live fabric (``exit`` or Ctrl-D returns to the script; samplers keep running)."""
-        from testbed.net import TestbedCLI
+        from testbed.network.net import TestbedCLI
 
         TestbedCLI(self.net)
 

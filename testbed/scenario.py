@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from testbed.needs import fabric_needs
+from testbed.vm.needs import fabric_needs
 from testbed.params import SEED_HELP, Param
 from topologies.mininet_topo import spec_from_topo
 
@@ -39,7 +39,7 @@ class RunContext:
     """What a not-yet-rewritten scenario's ``run`` receives: run directory, state, seed, progress, teardown."""
 
     rundir: Any  # testbed.rundir.RunDir
-    state: Any  # testbed.state.RunState
+    state: Any  # testbed.kernel.state.RunState
     seed: int
     progress: Callable[[str], None]
     cleanups: list[Callable[[], None]] = field(default_factory=list)
@@ -68,7 +68,7 @@ class Scenario:
 
     def needs_of(self, params: dict) -> list[str]:
         """Doctor capabilities a run with these (resolved, valid) parameters needs: ``needs``, ``needs_for``'s, and
-        for a Lab API scenario what its fabric needs (testbed.needs.fabric_needs: every port's queue discipline,
+        for a Lab API scenario what its fabric needs (testbed.vm.needs.fabric_needs: every port's queue discipline,
         DSCP classes, impairments, spraying, the hosts' congestion control and ECN)."""
         out = list(self.needs)
         more = list(self.needs_for(params) if self.needs_for else ())

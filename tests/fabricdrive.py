@@ -9,10 +9,10 @@ import socket
 import threading
 import time
 
-from testbed.fabric import Fabric
+from testbed.network.fabric import Fabric
 from testbed.kernel import netns, qdisc
-from testbed.state import RunState
-from testbed.telemetry import RawQdiscDump
+from testbed.kernel.state import RunState
+from testbed.measure.telemetry import RawQdiscDump
 from topologies import DumbbellSpec, LinkSpec, QueueSpec
 
 

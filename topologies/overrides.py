@@ -10,7 +10,7 @@ or, in a topology file (topologies/load.py)::
     rate_mbps = 5
     queue = { discipline = "droptail", buffer_bytes = 30000 }
 
-``port`` names an egress as ``NODE:IFNAME`` (one of ``Topology.egress_ports()``: the names testbed.faultplan
+``port`` names an egress as ``NODE:IFNAME`` (one of ``Topology.egress_ports()``: the names testbed.faults.plan
 accepts). ``rate_mbps`` shapes that direction only: the link's other direction keeps the link rate, and delay,
 jitter, loss and MTU stay the link's. ``queue`` replaces the tier queue on that one port: the classless queue, or
 the queue of every class that has no queue of its own (a class's own queue is kept). Checks, each a

@@ -1,5 +1,5 @@
 """A link that stops carrying frames, and routes that change while a fabric runs (the kernel side of
-testbed.faults).
+testbed.faults.timeline).
 
 A dead link: on the receiving end of each direction, a u32 filter on the port's ingress (prio 1, before any
 impairment filter) redirects every frame to ``tbdead``, an IFB in that namespace whose only qdisc is a bfifo of
@@ -7,7 +7,7 @@ one byte, so every frame redirected to it is dropped and counted there. Both end
 carrier, as in a gray failure or before loss of signal is noticed: the sender's port keeps draining its queue into
 the dead link at line rate (what was queued or in flight is lost, as on a cut fibre) and nothing in the kernel's
 routing reacts. What routing does once the failure is detected (a BFD session timing out) is a separate step,
-:func:`apply_routes`, that testbed.faults schedules after the detection delay.
+:func:`apply_routes`, that testbed.faults.timeline schedules after the detection delay.
 
 Why not ``ip link set down``: the kernel would react at once (the local end's routes flushed, static routes not
 restored on up), which is neither the fabric's detection delay nor its recovery.
@@ -21,7 +21,7 @@ from typing import Any
 from testbed.kernel import qdisc
 
 BLACKHOLE_IFNAME = "tbdead"
-CUT_PRIO = 1  # before the impairment filters (testbed.fabric uses prio 10 for those)
+CUT_PRIO = 1  # before the impairment filters (testbed.network.fabric uses prio 10 for those)
 RTNH_F_ONLINK = 4
 RTAX_LOCK_RTO_MIN = 1 << 13  # RTAX_LOCK bit of RTAX_RTO_MIN (include/uapi/linux/rtnetlink.h)
 

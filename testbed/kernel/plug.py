@@ -1,6 +1,7 @@
 """The plug qdisc over raw netlink: add one (released), block it (TCQ_PLUG_BUFFER: the class stops dequeuing at
 once, arriving packets queue behind), release it (TCQ_PLUG_RELEASE_INDEFINITE), delete it. This is how the PFC
-emulation (testbed.pfc) pauses and resumes an egress class. Each change is one RTM_NEWQDISC on a NETLINK_ROUTE
+emulation (testbed.pfc.controller) pauses and resumes an egress class. Each change is one RTM_NEWQDISC on a
+NETLINK_ROUTE
 socket kept open in the port's namespace and waits for the kernel's acknowledgement: a pause applied is a pause the
 kernel holds. (pyroute2 has no plug encoder, and the controller's per-message cost matters: it runs every poll.)
 """

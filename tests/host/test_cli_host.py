@@ -54,7 +54,8 @@ def test_bad_parameter_creates_nothing():
 # launcher on PATH covers that case, tests/host/test_quick_start.py).
 AS_NOBODY = """
 import os, sys
-import testbed.cli, testbed.doctor, testbed.clean, testbed.runner, testbed.labvm, testbed.scenario
+import testbed.cli, testbed.kernel.doctor, testbed.commands.clean, testbed.commands.runner
+import testbed.vm.labvm, testbed.scenario
 testbed.scenario.all_scenarios()
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 sys.exit(testbed.cli.main(sys.argv[1:]))
@@ -153,7 +154,7 @@ def fake_run_dir(path):
 
 
 def test_bad_out_is_one_line_and_creates_nothing(tmp_path, monkeypatch):
-    state = tmp_path / "state"  # a run's state file would appear here (testbed.state): none may
+    state = tmp_path / "state"  # a run's state file would appear here (testbed.kernel.state): none may
     monkeypatch.setenv("TESTBED_STATE_DIR", str(state))
     afile = tmp_path / "afile"
     afile.write_text("a regular file\n")

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from testbed.kernel import netns
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")

@@ -12,11 +12,11 @@ import pytest
 
 from analysis.correlate import correlate_run, explain_slowest
 from analysis.load import load_run
-from testbed import faultplan
+from testbed.faults import plan as faultplan
 from testbed.errors import UsageError
 from testbed.kernel import netns
 from testbed.lab import Lab
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 from topologies.mininet_topo import LeafSpineTopo
 

@@ -13,10 +13,10 @@ import pytest
 
 from analysis.correlate import correlate_run
 from analysis.load import load_run
-from testbed import faultplan
+from testbed.faults import plan as faultplan
 from testbed.kernel import cgroup, netns
 from testbed.lab import Lab
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 from topologies.mininet_topo import LeafSpineTopo
 

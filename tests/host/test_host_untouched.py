@@ -50,8 +50,8 @@ def test_setup_benchmark_restores_what_stock_mininet_changes():
 def test_guard_restores_a_changed_sysctl_and_records_it(tmp_path, monkeypatch):
     """preserved_sysctls puts back a value changed inside it and records the old one for testbed clean."""
     monkeypatch.setenv("TESTBED_STATE_DIR", str(tmp_path))
-    from testbed import hostguard
-    from testbed.state import RunState
+    from testbed.kernel import hostguard
+    from testbed.kernel.state import RunState
 
     key = "net.core.netdev_max_backlog"
     old = hostguard.snapshot([key])[key]

@@ -6,8 +6,8 @@ On the real CPU (the host kernel has HTB and bfifo, all a drop-tail incast needs
 p99 251-461 ms (200 ms) vs 94-99 ms (5 ms), p50 234-240 vs 55-66 ms, with 56-93 timeouts per run either way.
 """
 
-from testbed import doctor
-from testbed.runner import run_scenario
+from testbed.kernel import doctor
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 INCAST = get("incast")

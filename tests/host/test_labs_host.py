@@ -10,7 +10,9 @@ import shutil
 
 import pytest
 
-from testbed import classlabs, doctor
+from testbed.commands import labs as classlabs
+
+from testbed.kernel import doctor
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")
 

@@ -16,8 +16,8 @@ import os
 import pytest
 
 from analysis.load import load_run
-from testbed import faultplan
-from testbed.runner import run_scenario
+from testbed.faults import plan as faultplan
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")

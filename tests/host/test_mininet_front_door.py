@@ -15,8 +15,8 @@ import pytest
 from mininet.topo import Topo
 from mininet.util import dumpNodeConnections
 
-from testbed.hostguard import MININET_FIXLIMITS_SYSCTLS, snapshot
-from testbed.net import TestbedNet
+from testbed.kernel.hostguard import MININET_FIXLIMITS_SYSCTLS, snapshot
+from testbed.network.net import TestbedNet
 from topologies import QueueSpec
 from topologies.mininet_topo import LeafSpineTopo
 

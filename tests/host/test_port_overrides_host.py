@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from testbed import doctor
+from testbed.kernel import doctor
 from testbed.kernel import netns, qdisc
 from tests.fabricdrive import built, bulk
 from topologies import load_topology

@@ -18,7 +18,7 @@ import pytest
 
 from testbed.kernel import netns
 from testbed.errors import RunFailed
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")

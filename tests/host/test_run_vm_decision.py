@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from testbed import doctor
+from testbed.kernel import doctor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
@@ -26,7 +26,7 @@ def test_rdma_with_vm_never(tmp_path):
         assert len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert f"missing capability: {', '.join(lacking)}" in r.stderr and "--vm auto" in r.stderr
     else:  # rxe works here: --vm never is not refused for it (checked by the decision, without a run)
-        from testbed.runner import use_vm
+        from testbed.commands.runner import use_vm
         from testbed.scenario import get
 
         c = get("collective")
@@ -57,6 +57,6 @@ def test_sweep_takes_every_points_needs(tmp_path):
         assert "rxe:netns" in r.stderr
         assert not out.exists()
     else:  # everything is here (the Vagrant box): the sweep stays on this kernel
-        from testbed.runner import use_vm
+        from testbed.commands.runner import use_vm
 
         assert use_vm("never", ["rxe:netns", "pyverbs"], in_vm=False) is False

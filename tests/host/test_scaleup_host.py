@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")

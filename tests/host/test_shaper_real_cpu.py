@@ -5,7 +5,7 @@ Counted in bytes as the shaper counts them (HTB root sent_bytes, Ethernet header
 import pytest
 
 from tests.fabricdrive import shaped_path_ratio
-from testbed import doctor
+from testbed.kernel import doctor
 
 
 @pytest.mark.parametrize("rate", [10.0, 100.0])

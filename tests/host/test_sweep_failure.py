@@ -1,7 +1,7 @@
 """A sweep with one failing point completes every point, records the failed one (complete false, its error) in
 sweep.csv, in the printed table and in its progress line, and the command exits non-zero at the end.
 
-The scenario is a fake (testbed.runner.Scenario whose run raises RunFailed for one value): this is sweep logic,
+The scenario is a fake (testbed.commands.runner.Scenario whose run raises RunFailed for one value): this is sweep logic,
 not network behaviour. Everything else is real and runs as root on this host: run_scenario's run state, run
 directories and teardown, the sweep's outputs, and the CLI's exit status.
 """
@@ -14,7 +14,11 @@ import os
 import pandas as pd
 import pytest
 
-from testbed import cli, runner, sweep
+from testbed import cli
+
+from testbed.commands import runner
+
+from testbed.commands import sweep
 from testbed import scenario as scenarios
 from testbed.errors import RunFailed
 from testbed.params import Param
@@ -42,7 +46,7 @@ FAKE = runner.Scenario(name="fake-sweep", summary="a scenario that fails at rate
 
 @pytest.fixture
 def state_dir(tmp_path, monkeypatch):
-    from testbed import state
+    from testbed.kernel import state
 
     d = tmp_path / "state"
     monkeypatch.setattr(state, "STATE_DIR", d)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from testbed.kernel import netns
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 from tests.chakra_fixture import small_chakra
 

@@ -13,7 +13,7 @@ NEEDED = ["qdisc:htb", "qdisc:bfifo", "qdisc:red+ecn", "qdisc:netem", "qdisc:pri
 
 
 def pytest_sessionstart(session):
-    from testbed import doctor
+    from testbed.kernel import doctor
 
     missing = doctor.missing(NEEDED)
     if missing:

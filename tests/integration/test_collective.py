@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 COLL = get("collective")

@@ -4,7 +4,7 @@ step marking at K, same buffer."""
 
 from __future__ import annotations
 
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 COLL = get("collective")
@@ -45,7 +45,7 @@ def test_a_slow_spine_is_an_ecmp_hot_spot_and_spraying_pays_the_slow_path_on_eve
     Adaptive flowlet balancing, same slow spine, 2 runs in the lab VM: p99 438-461 ms against ECMP's 651-703 and
     spraying's 866-910, with 63-65 retransmissions against spraying's 595-693."""
     from analysis.load import load_run
-    from testbed import faultplan
+    from testbed.faults import plan as faultplan
 
     slow = [faultplan.parse(f"slow-port {leaf}:spine1 at_s=0 fraction=0.25") for leaf in ("leaf1", "leaf2")]
     kw = dict(collective="alltoall", size="128K", iterations=6, spines=2, leaves=2, hosts_per_leaf=3, ranks=6,

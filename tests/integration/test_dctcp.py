@@ -1,6 +1,6 @@
 """DCTCP with step marking at K keeps the bottleneck's queue near K; CUBIC over drop-tail fills the buffer."""
 
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 DCTCP = get("dctcp")

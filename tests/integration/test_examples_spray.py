@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 
 
 def test_spraying_restores_the_colliding_pair(tmp_path):
-    from testbed import doctor
+    from testbed.kernel import doctor
 
     missing = doctor.missing(["qdisc:clsact", "cls:basic+meta", "act:skbedit", "act:mirred"])
     assert not missing, f"spraying needs {missing}"

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from testbed.fabric import Fabric, tcp_connect_ok
+from testbed.network.fabric import Fabric, tcp_connect_ok
 from testbed.kernel import counters, netns, qdisc, spray
-from testbed.state import RunState
-from testbed.telemetry import QueueSampler, RawQdiscDump
+from testbed.kernel.state import RunState
+from testbed.measure.telemetry import QueueSampler, RawQdiscDump
 from tests.fabricdrive import built, bulk, fab_ipr, shaped_path_ratio
 from topologies import ClassSpec, DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec
 

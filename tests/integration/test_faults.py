@@ -1,5 +1,5 @@
 """Faults that need the lab VM's kernel: netem switched on and off on a live link (the fault timeline,
-testbed.faults), read back from the kernel and from TCP's own counters."""
+testbed.faults.timeline), read back from the kernel and from TCP's own counters."""
 
 from __future__ import annotations
 
@@ -94,8 +94,8 @@ def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(
     the PFC watchdog on, the port is released after 100 ms (and paused again 200 ms later): the ring keeps going."""
     import csv
 
-    from testbed import faultplan
-    from testbed.runner import run_scenario
+    from testbed.faults import plan as faultplan
+    from testbed.commands.runner import run_scenario
     from testbed.scenario import get
 
     coll = get("collective")

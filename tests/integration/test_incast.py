@@ -12,7 +12,7 @@ from __future__ import annotations
 import csv
 import json
 
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 INCAST = get("incast")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import classlabs, doctor
+from testbed.commands import labs as classlabs
+
+from testbed.kernel import doctor
 
 
 @pytest.mark.parametrize("ref", ["03", "05", "09"])

@@ -5,7 +5,7 @@ queue visible from the leaf's own shell, and nothing left after net.stop()."""
 import os
 import re
 
-from testbed.net import TestbedNet
+from testbed.network.net import TestbedNet
 from topologies import QueueSpec
 from topologies.mininet_topo import LeafSpineTopo
 

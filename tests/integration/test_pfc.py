@@ -17,7 +17,7 @@ import json
 
 import pytest
 
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 PFC = get("pfc-hol")

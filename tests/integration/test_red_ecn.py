@@ -1,7 +1,7 @@
 """Two namespaces joined through an HTB-shaped switch port with a RED/ECN leaf: kernel TCP with ECN, asserted on
 the qdisc's own counters and the receiver's CE counter."""
 
-from testbed.runner import run_scenario
+from testbed.commands.runner import run_scenario
 from testbed.scenario import get
 
 SMOKE = get("smoke")

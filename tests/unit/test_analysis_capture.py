@@ -175,7 +175,7 @@ def test_find_captures_and_cli(tmp_path, capsys):
 
 
 def test_pfc_frames_are_counted_per_priority(tmp_path):
-    from testbed.pfcframe import pfc_frame
+    from testbed.pfc.frame import pfc_frame
 
     xoff, xon = pfc_frame("02:00:00:00:00:01", 3, 0xFFFF), pfc_frame("02:00:00:00:00:01", 3, 0)
     other = pfc_frame("02:00:00:00:00:01", 5, 100)

@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from testbed import audit
+from testbed.commands import audit
 from testbed.errors import UsageError
 from testbed.scenario import get
 

@@ -10,7 +10,7 @@ import pytest
 
 from analysis.grading import (DIFFERENT, FAIL, MISSING, NO_VALUE, PASS, Expect, WantedRun, exit_status, grade,
                               match_runs)
-from testbed import classlabs
+from testbed.commands import labs as classlabs
 from testbed.errors import UsageError
 
 

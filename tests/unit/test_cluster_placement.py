@@ -1,11 +1,12 @@
-"""Splitting a fabric over servers (testbed.cluster.place, on Mininet's SwitchBinPlacer): a leaf and its hosts share
+"""Splitting a fabric over servers (testbed.network.cluster.place, on Mininet's SwitchBinPlacer): a leaf and its hosts
+share
 a server, spines are spread, only leaf-spine links cross, and a split that cannot be made is refused. Pure logic."""
 
 from __future__ import annotations
 
 import pytest
 
-from testbed.cluster import place
+from testbed.network.cluster import place
 from testbed.errors import UsageError
 from topologies.mininet_topo import LeafSpineTopo, spec_from_topo
 

@@ -54,12 +54,12 @@ def test_documented_command_validates(line, tmp_path):
     argv = shlex.split(line)
     argv = argv[argv.index("testbed") + 1:]
     if argv[0] == "lab":  # testbed lab show|run N: the lab exists and loads
-        from testbed import classlabs
+        from testbed.commands import labs as classlabs
 
         classlabs.find(argv[2])
         return
     if argv[0] == "audit":  # testbed audit: its parser and the plan it would run
-        from testbed import audit
+        from testbed.commands import audit
         from testbed.cli import build_parser
 
         args = build_parser().parse_args(argv)
@@ -67,7 +67,7 @@ def test_documented_command_validates(line, tmp_path):
         return
     if argv[0] == "cli":  # testbed cli: its parser and the topology it would build
         from testbed.cli import build_parser
-        from testbed.explore import build_topology
+        from testbed.commands.explore import build_topology
 
         args = build_parser().parse_args(argv)
         if args.topology and not Path(args.topology).exists():
@@ -92,6 +92,6 @@ def test_documented_command_validates(line, tmp_path):
         params = resolve(scenario.params, pt)
         scenario.validate(params)
         if faults:  # the timeline parses and fits the topology it would run on
-            from testbed.runner import parse_faults
+            from testbed.commands.runner import parse_faults
 
             parse_faults(scenario, params, 1, faults, None)

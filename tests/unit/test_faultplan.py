@@ -1,4 +1,4 @@
-"""Fault specs (testbed.faultplan), routes without a link (topologies.routing), fault intervals (analysis.faults):
+"""Fault specs (testbed.faults.plan), routes without a link (topologies.routing), fault intervals (analysis.faults):
 pure logic."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis.faults import describe, fault_intervals, fault_summary, overlapping, reaction_ms
-from testbed import faultplan
+from testbed.faults import plan as faultplan
 from testbed.errors import UsageError
 from topologies import LeafSpineSpec, LinkSpec
 from topologies.routing import compute_routes, route_diff

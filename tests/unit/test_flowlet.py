@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from testbed.kernel.flowlet import ps_per_byte
-from testbed.needs import fabric_needs
+from testbed.vm.needs import fabric_needs
 from topologies.flowlet import drain_delay_us, flowlet_plans, path_congestion
 from topologies.leafspine import LeafSpineSpec
 from topologies.spec import LinkSpec, SpecError

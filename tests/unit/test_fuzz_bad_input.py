@@ -63,7 +63,7 @@ def _another_runs(name: str) -> bool:
     file names a pid other than ours. CI runs the unit layer alone, where this never applies."""
     import json
 
-    from testbed.state import STATE_DIR
+    from testbed.kernel.state import STATE_DIR
 
     parts = name.split("-")
     if len(parts) < 3 or parts[0] != "tb":
@@ -98,15 +98,16 @@ def guarded(monkeypatch):
     import pyroute2.netns
 
     import testbed.kernel.netns
-    import testbed.labvm
-    import testbed.runner
+    import testbed.vm.labvm
+    import testbed.commands.runner
 
     monkeypatch.setattr(testbed.kernel.netns, "create", _forbidden("testbed.kernel.netns.create"))
     monkeypatch.setattr(pyroute2.netns, "create", _forbidden("pyroute2.netns.create"))
     # belt and braces (raising=False: a renamed function must not break the suite; the euid below still stops it)
-    monkeypatch.setattr(testbed.runner, "run_scenario", _forbidden("testbed.runner.run_scenario"), raising=False)
-    monkeypatch.setattr(testbed.runner, "use_vm", _forbidden("testbed.runner.use_vm"), raising=False)
-    monkeypatch.setattr(testbed.labvm, "run", _forbidden("testbed.labvm.run"), raising=False)
+    monkeypatch.setattr(testbed.commands.runner, "run_scenario", _forbidden("testbed.commands.runner.run_scenario"),
+                        raising=False)
+    monkeypatch.setattr(testbed.commands.runner, "use_vm", _forbidden("testbed.commands.runner.use_vm"), raising=False)
+    monkeypatch.setattr(testbed.vm.labvm, "run", _forbidden("testbed.vm.labvm.run"), raising=False)
     monkeypatch.setattr(os, "geteuid", lambda: 4242)
 
 

@@ -8,10 +8,10 @@ import sys
 import pytest
 
 from testbed.errors import UsageError
-from testbed.fabric import Fabric, leaf_queue, plan_port
+from testbed.network.fabric import Fabric, leaf_queue, plan_port
 from testbed.params import resolve
 from testbed.scenario import get
-from testbed.bottleneck import build_spec
+from testbed.workloads.bottleneck import build_spec
 from topologies import ClassSpec, LeafSpineSpec, LinkSpec, QueueSpec
 
 PARAMS = get("incast").params

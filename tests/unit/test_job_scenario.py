@@ -20,8 +20,8 @@ def params(**kw):
 
 
 def plan(p):
-    """The job the scenario would run (testbed.jobrun.job_plan over the scenario's fabric)."""
-    from testbed.jobrun import job_plan
+    """The job the scenario would run (testbed.workloads.collective.job_plan over the scenario's fabric)."""
+    from testbed.workloads.collective import job_plan
 
     return job_plan(p, SC.topology(p, 1).spec, p["seed"] or 1)
 

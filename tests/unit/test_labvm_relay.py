@@ -5,7 +5,7 @@ import os
 import threading
 import time
 
-from testbed.labvm import _appended, relay
+from testbed.vm.labvm import _appended, relay
 
 
 def test_relay_passes_lines_in_order_and_eot_becomes_eof(tmp_path):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from testbed import liveview
+from testbed.measure import liveview
 
 
 def snap(t, rows):

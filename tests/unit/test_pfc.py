@@ -10,13 +10,13 @@ import sys
 import pytest
 
 from testbed.errors import UsageError
-from testbed.fabric import Fabric
+from testbed.network.fabric import Fabric
 from testbed.params import resolve
 from testbed.kernel.plug import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, PLUG_BUFFER,
                                  PLUG_RELEASE_INDEFINITE, RTM_NEWQDISC, plug_message, tc_handle)
-from testbed.pfc import PfcController, feeders_of, headroom_needed
+from testbed.pfc.controller import PfcController, feeders_of, headroom_needed
 from analysis.metrics import maxmin_share
-from testbed.lossless_incast import build_spec, effective
+from testbed.workloads.lossless_incast import build_spec, effective
 from testbed.scenario import get
 
 PARAMS = get("pfc-hol").params
@@ -214,7 +214,7 @@ def test_each_pause_and_resume_is_a_frame_from_the_paused_ports_peer():
 
 
 def test_pfc_frame_layout():
-    from testbed.pfcframe import pfc_frame
+    from testbed.pfc.frame import pfc_frame
 
     f = pfc_frame("02:00:00:00:00:01", 3, 0xFFFF)
     assert len(f) == 60  # padded to the 64-byte minimum (without FCS)
@@ -228,7 +228,7 @@ def test_pfc_frame_layout():
 
 
 def test_a_lossy_fabric_is_watched_on_the_same_class_without_pausing():
-    from testbed.pfcrun import PfcRun, watch_class
+    from testbed.pfc.run import PfcRun, watch_class
 
     topo = build_spec(p("mode=lossy"))[0]
     fabric = Fabric(topo, "unit")

@@ -1,5 +1,6 @@
 """Per-port overrides (topologies/overrides.py): parsing, validation (each error names its field), the TOML round
-trip, and the builder's plan (testbed.fabric.PortPlan, computed without building anything) of the overridden port
+trip, and the builder's plan (testbed.network.fabric.PortPlan, computed without building anything) of the overridden
+port
 and its neighbours. The collective scenario's topology_file is checked here too (pure parameter logic)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed.errors import UsageError
-from testbed.fabric import Fabric
+from testbed.network.fabric import Fabric
 from topologies import (ClassSpec, DumbbellSpec, LeafSpineSpec, LinkSpec, PortOverride, QueueSpec, SpecError,
                         dumps_toml, from_dict, load_topology, loads_toml, to_dict)
 

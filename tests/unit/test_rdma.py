@@ -51,14 +51,14 @@ def test_rdma_mtu_validation_is_one_line():
 
 
 def test_rdma_without_rxe_names_the_capability(monkeypatch, tmp_path):
-    from testbed import doctor
-    from testbed.runner import run_scenario
+    from testbed.kernel import doctor
+    from testbed.commands.runner import run_scenario
 
     monkeypatch.setattr(doctor, "missing", lambda names: [n for n in names if n == "rxe:netns"])
     built = []
-    import testbed.fabric
+    import testbed.network.fabric
 
-    monkeypatch.setattr(testbed.fabric.Fabric, "build", lambda *a, **k: built.append(1))
+    monkeypatch.setattr(testbed.network.fabric.Fabric, "build", lambda *a, **k: built.append(1))
     with pytest.raises(CapabilityMissing) as ei:
         run_scenario(COLL, params(transport="rdma"), 1, tmp_path / "run", quiet=True)
     assert "rxe:netns" in str(ei.value) and "\n" not in str(ei.value)

@@ -1,4 +1,4 @@
-"""testbed.sweep without a kernel: parameter planning and validation, the combined outputs, progress, failure
+"""testbed.commands.sweep without a kernel: parameter planning and validation, the combined outputs, progress, failure
 handling and the one-VM re-exec (run_scenario and the lab VM are replaced by fakes)."""
 
 from __future__ import annotations
@@ -9,7 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed import cli, labvm, runner, sweep
+from testbed import cli
+
+from testbed.vm import labvm
+
+from testbed.commands import runner
+
+from testbed.commands import sweep
 from testbed.errors import UsageError
 from testbed.scenario import get
 

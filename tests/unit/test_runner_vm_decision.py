@@ -1,10 +1,10 @@
-"""Where `testbed run` runs: the --vm decision (testbed.runner.use_vm) and the capabilities a scenario's
+"""Where `testbed run` runs: the --vm decision (testbed.commands.runner.use_vm) and the capabilities a scenario's
 parameters add (Scenario.needs_of). Pure logic: the doctor's verdicts are given as a function."""
 
 import pytest
 
 from testbed.errors import CapabilityMissing, UsageError
-from testbed.runner import use_vm
+from testbed.commands.runner import use_vm
 from testbed.scenario import get
 
 COLL = get("collective")

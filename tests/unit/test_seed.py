@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from testbed import runner
+from testbed.commands import runner
 from testbed.cli import build_parser
 from testbed.params import SEED_MAX, parse_seed
 

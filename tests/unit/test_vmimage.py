@@ -8,7 +8,7 @@ import subprocess
 import sysconfig
 from pathlib import Path
 
-from testbed import vmimage
+from testbed.vm import image as vmimage
 
 
 def test_trees_are_the_interpreters_own_and_not_nested():

@@ -1,0 +1,221 @@
+"""`testbed run SCENARIO`: validate parameters, pick where to run (host or lab VM), build, run, write the run
+directory, tear everything down (on success, failure and Ctrl-C), print the summary table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+# at import: a lazy import after dropping privileges fails in a 0700 checkout
+from testbed.faults import plan as faultplan
+from testbed.errors import CapabilityMissing, UsageError, require_root
+from testbed.params import SEED_HELP, parse_seed, resolve
+from testbed.scenario import RunContext, Scenario
+from topologies.mininet_topo import spec_from_topo
+from topologies.spec import SpecError
+
+__all__ = ["RunContext", "Scenario", "main", "run_scenario", "use_vm", "print_table", "missing_capabilities"]
+
+
+def _options(extra: list[str]) -> argparse.Namespace:
+    from testbed.commands.argparsing import OneLineErrorParser
+
+    p = OneLineErrorParser(prog="testbed run", add_help=False)
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
+    p.add_argument("--seed", type=parse_seed, default=1, help=f"{SEED_HELP} (default 1)")
+    p.add_argument("--out", default=None)
+    p.add_argument("--vm", default="auto", choices=["auto", "always", "never"])
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--cli", action="store_true")
+    p.add_argument("--live", action="store_true")
+    p.add_argument("--fault", action="append", default=[], metavar="SPEC")
+    p.add_argument("--faults", default=None, metavar="FILE")
+    return p.parse_args(extra)
+
+
+def parse_faults(scenario: Scenario, params: dict, seed: int, specs: list[str], path: str | None) -> list:
+    """The --fault/--faults timeline, checked against the scenario's topology (UsageError, one line)."""
+    faults = [faultplan.parse(s) for s in specs] + (faultplan.parse_file(path) if path else [])
+    if not faults:
+        return []
+    if scenario.topology is None:
+        raise UsageError(f"--fault: {scenario.name} is not on the Lab API")
+    try:
+        spec = spec_from_topo(scenario.topology(params, seed))
+    except SpecError as e:
+        raise UsageError(str(e)) from None
+    horizon, iterations = params.get("duration_s"), params.get("iterations")
+    faultplan.check(faults, spec, float(horizon) if isinstance(horizon, (int, float)) else None,
+                    int(iterations) if isinstance(iterations, int) else 0)
+    return faults
+
+
+def missing_capabilities(needs: Sequence[str]) -> list[str]:
+    from testbed.kernel import doctor
+
+    return doctor.missing(list(needs))
+
+
+def use_vm(vm: str, needs: Sequence[str], in_vm: bool,
+           missing: Callable[[Sequence[str]], list[str]] = missing_capabilities) -> bool:
+    """Where a run goes: True = boot the lab VM, False = this kernel. ``vm`` is ``--vm`` (auto: the VM exactly
+    when doctor says this kernel lacks one of ``needs``; always; never). CapabilityMissing (exit 2, naming the
+    capabilities) when the run cannot go anywhere: ``never`` on a kernel that lacks something, or a lab VM kernel
+    that lacks it. Decided before anything is created."""
+    if in_vm:
+        lacking = missing(needs)
+        if lacking:
+            raise CapabilityMissing(", ".join(lacking), "even the lab VM's kernel lacks it")
+        return False
+    if vm == "always":
+        return True
+    lacking = missing(needs)
+    if lacking and vm == "never":
+        raise CapabilityMissing(", ".join(lacking), "use --vm auto, or a kernel that has it")
+    return bool(lacking)
+
+
+def print_table(scenario: Scenario, summary: dict, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{scenario.name}: {out}")
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    for key, label in scenario.table:
+        v = summary.get(key)
+        if isinstance(v, float):
+            v = f"{v:.4g}"
+        t.add_row(label, "-" if v is None else str(v))
+    Console().print(t)
+    if summary.get("fidelity_ok") is False:
+        why = summary.get("fidelity_reasons") or "see fidelity.csv"
+        print(f"this run is not faithful: {why if isinstance(why, str) else '; '.join(why)}")
+
+
+def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool = False,
+                 cli: bool = False, faults: Sequence = ()) -> dict:
+    """Build, run and tear down one scenario run in this kernel; return its summary. ``cli``: open Mininet's CLI
+    once the fabric is up and again after the traffic (Lab API scenarios); ``faults``: testbed.faults.plan faults
+    played from the workload's start."""
+    if scenario.topology is not None:
+        return _run_on_lab(scenario, params, seed, out, quiet, cli, faults)
+    from testbed.rundir import RunDir
+    from testbed.kernel.state import RunState
+
+    state = RunState()
+    state.save()
+    rundir = RunDir(out, scenario.name, params, seed)
+
+    def progress(msg: str) -> None:
+        if not quiet:
+            print(f"[{time.monotonic() - rundir.manifest['t0_monotonic']:6.1f}s] {msg}", file=sys.stderr,
+                  flush=True)
+
+    ctx = RunContext(rundir=rundir, state=state, seed=seed, progress=progress)
+    main_pid = os.getpid()
+
+    def on_sigterm(signum, frame):
+        # pyroute2 forks helper processes (netns work) that inherit this handler and are ended with SIGTERM:
+        # a child must just die, never run the parent's teardown.
+        if os.getpid() != main_pid:
+            os._exit(128 + signum)
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        summary = scenario.run(params, ctx)
+        rundir.finish(summary)
+        return summary
+    finally:
+        progress("tearing down")
+        for fn in reversed(ctx.cleanups):
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001 - keep undoing the rest
+                print(f"testbed: teardown step failed: {e}", file=sys.stderr)
+        state.drop()
+        signal.signal(signal.SIGTERM, old)
+
+
+def _run_on_lab(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool, cli: bool,
+                faults: Sequence = ()) -> dict:
+    from testbed.lab import Lab
+
+    with Lab(scenario.topology(params, seed), out=out, seed=seed, name=scenario.name, params=params,
+             rxe=scenario.rxe_for(params), quiet=quiet, servers=params.get("servers", 1)) as lab:
+        for f in faults:
+            lab.at(f.at_s, f)
+        if cli:
+            lab.cli()
+        lab.summary = scenario.run(params, lab)
+        if cli:
+            lab.cli()
+    return lab.summary
+
+
+def main(args: argparse.Namespace, extra: list[str]) -> int:
+    from testbed.vm import labvm
+    from testbed import scenario as scenarios
+
+    if args.list:
+        for s in scenarios.all_scenarios():
+            print(f"{s.name:<12} {s.summary}")
+        return 0
+    if not args.scenario:
+        raise UsageError("testbed run: name a scenario (testbed run --list)")
+    scenario = scenarios.get(args.scenario)
+    if args.help:
+        print(scenario.help())
+        return 0
+    opts = _options(extra)
+    params = resolve(scenario.params, opts.set)
+    scenario.validate(params)
+    faults = parse_faults(scenario, params, opts.seed, opts.fault, opts.faults)
+    require_root(f"testbed run {scenario.name}")
+    from testbed.rundir import check_out_dir, default_out
+
+    # an output folder that cannot be written is refused here: before doctor probes, a VM boot or a fabric
+    out = check_out_dir(opts.out) if opts.out else check_out_dir(default_out(scenario.name), "--out (default)")
+
+    if opts.cli and scenario.topology is None:
+        raise UsageError(f"--cli: {scenario.name} is not on the Lab API yet")
+    if opts.cli and not labvm.in_vm() and not sys.stdin.isatty():
+        raise UsageError("--cli needs a terminal")
+    if use_vm(opts.vm, [*scenario.needs_of(params), *faultplan.needs(faults)], labvm.in_vm()):
+        argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
+                *sum((["--fault", str(f)] for f in faults), []),
+                "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]
+        if opts.quiet:
+            argv.append("--quiet")
+        else:
+            why = "--vm always" if opts.vm == "always" else f"this kernel lacks what {scenario.name} needs"
+            print(f"testbed: {why}; running it in the lab VM", file=sys.stderr)
+        if opts.cli:  # the CLI inside the VM reads the lines typed here (testbed.vm.labvm.relay)
+            argv.append("--cli")
+        if opts.live:
+            argv.append("--live")
+        labvm.vm_kernel()  # fail early with the install hint
+        return labvm.run(["env", "PYTHONUNBUFFERED=1", sys.executable, "-m", "testbed.cli", *argv[1:]],
+                         labvm.VmOptions(interactive=opts.cli))
+
+    if opts.live:
+        from testbed.measure import liveview
+
+        liveview.enable()
+    summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet, cli=opts.cli, faults=faults)
+    print_table(scenario, summary, out)
+    if faults:
+        print(f"faults: {summary.get('link_down_events', 0)} link down(s) for {summary.get('down_ms_total', 0):.0f} "
+              f"ms, {summary.get('routes_withdrawn_events', 0)} route withdrawal(s) (reaction max "
+              f"{summary.get('route_reaction_ms_max', float('nan')):.0f} ms), {summary.get('dead_link_frames', 0)} "
+              f"frame(s) lost in dead links, {summary.get('slow_ms_total', 0):.0f} ms slow, "
+              f"{summary.get('impaired_ms_total', 0):.0f} ms impaired, {summary.get('throttled_ms_total', 0):.0f} ms "
+              f"CPU-throttled; {out}/events.csv")
+    return 0

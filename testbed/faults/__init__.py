@@ -1,0 +1,1 @@
+"""Degraded fabrics: the fault plan (pure), the timeline that plays it, and faults of hosts."""

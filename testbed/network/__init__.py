@@ -1,0 +1,1 @@
+"""The emulated network: the fabric builder, Mininet's net and nodes, servers, and load balancing."""

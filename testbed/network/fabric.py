@@ -1,0 +1,566 @@
+"""The fabric builder: a topology spec (topologies/) turned into kernel objects, all through netlink in-process.
+
+    fabric = Fabric(topology, run_id)
+    fabric.build(ctx.state, ctx.on_teardown)     # namespaces, veths, addresses, routes, sysctls, qdiscs
+    fabric.ns("leaf1"), fabric.ports(), fabric.describe()
+    fabric.teardown()                            # (also registered with on_teardown)
+
+What gets built, per node of the topology:
+
+* one named namespace ``tb-<run_id>-<node>`` (the spec's own ``<prefix>-<node>`` names would collide between
+  concurrent runs, so the builder adds the run id; every name starts with ``tb-`` so ``testbed clean`` finds it);
+  IPv6 is disabled in it (no DAD/MLD/RS chatter in the queue counters) and ``rp_filter`` is 0 (ECMP paths are
+  asymmetric by design);
+* one veth pair per link, created directly inside the two namespaces with the planned names, MACs and MTU;
+  segmentation and receive offloads (TSO/GSO/GRO...) off on every fabric interface, so queues hold wire-sized
+  packets;
+* the planned addresses and static routes (ECMP routes as kernel multipath routes; host default routes ``onlink``
+  with the per-route ``rto_min`` of ``HostTcpSpec.rto_min_ms``);
+* routers: ``ip_forward=1`` and ``fib_multipath_hash_policy=1`` (plus ``fib_multipath_hash_seed`` from the spec's
+  seed where the kernel has it); hosts: congestion control, ECN and buffer sysctls from ``HostTcpSpec``;
+* every egress port: HTB at the link rate with the port's queue(s) below (testbed.kernel.qdisc.install_port): classes by
+  strict priority, then weighted round robin;
+  with classes, one HTB class per traffic class and u32 filters on the DSCP bits of the IPv4 TOS byte;
+* link delay / jitter / loss: NOT under the shaper (netem under HTB would count packets in flight as queue): the
+  egress direction a->b gets a netem on an IFB device in b's namespace, fed from b's ingress by a mirred redirect.
+  So a packet is shaped and queued at a's egress, then delayed/lost "on the wire" before b receives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import pyroute2.config
+
+from testbed.errors import UsageError
+from testbed.network.cluster import build_servers, build_tunnels, place
+from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray
+from testbed.network.loadbalance import FlowletBalancing
+from topologies.flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES, flowlet_plans
+from topologies.spray import shared_macs, spray_groups
+
+# pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
+# runner turns SIGTERM into KeyboardInterrupt; a child that inherited that handler and is still inside pyroute2's
+# wrapper when the signal lands unwinds the *parent's* stack copy, runs the run's teardown (removing the fabric's
+# namespaces under the parent) and carries on as a second copy of the run. With this flag the child resets SIGTERM
+# to the default action first. (Belongs in testbed.kernel.netns; set here because every fabric user imports this.)
+pyroute2.config.disable_mp_signal = True
+
+#: Longest namespace name we create (the kernel's limit is NAME_MAX of the /run/netns bind mount, 255; keep it
+#: readable in `ip netns` listings and well inside any tool's limits).
+MAX_NS_NAME = 48
+_RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
+NUD_PERMANENT = 0x80  # a neighbour entry that never expires and is never probed (include/uapi/linux/neighbour.h)
+IMPAIR_PRIO = 10  # ingress filter feeding an impairment's IFB: after a dead link's cut (testbed.kernel.linkfail)
+ETH_P_IP = 0x0800
+FIRST_MINOR = 0x10
+NETEM_LIMIT_PACKETS = 100_000  # netem's own FIFO must never be the one that drops
+SHAPER_SLACK_MS = qdisc.SHAPER_SLACK_MS
+
+
+@dataclass(frozen=True)
+class PortPlan:
+    """What goes on one egress port: HTB rate, classes (minor, name, LeafQueue, prio, weight, dscps), default."""
+
+    node: str
+    ifname: str
+    peer: str
+    peer_ifname: str
+    tier: str
+    rate_mbps: float
+    mtu: int
+    classes: tuple[tuple[int, str, qdisc.LeafQueue, int, float, frozenset], ...]
+    default_minor: int
+
+    def class_label(self, minor: int) -> str:
+        for m, name, *_ in self.classes:
+            if m == minor:
+                return name
+        return f"1:{minor:x}"
+
+
+def leaf_queue(q) -> qdisc.LeafQueue:
+    """topologies.QueueSpec -> testbed.kernel.qdisc.LeafQueue (the qdisc under one HTB class)."""
+    if q.discipline == "droptail":
+        if q.buffer_bytes is not None:
+            return qdisc.LeafQueue("bfifo", limit=q.buffer_bytes, avpkt=q.avpkt_bytes)
+        return qdisc.LeafQueue("pfifo", limit=q.buffer_packets, avpkt=q.avpkt_bytes)
+    if q.discipline == "red":
+        return qdisc.LeafQueue("red", limit=q.limit_bytes, min_bytes=q.min_bytes, max_bytes=q.max_bytes,
+                               probability=q.probability, ecn=q.ecn, avpkt=q.avpkt_bytes, burst=q.burst_packets)
+    if q.discipline == "step":
+        k = q.threshold_bytes
+        if k + q.avpkt_bytes > q.limit_bytes:
+            raise UsageError(f"step queue: K ({k} bytes) + one packet ({q.avpkt_bytes}) must fit the buffer "
+                             f"({q.limit_bytes} bytes): step marking is RED with min K, max K + avpkt")
+        return qdisc.LeafQueue("step", limit=q.limit_bytes, k_bytes=k, avpkt=q.avpkt_bytes)
+    raise UsageError(f"unknown queue discipline {q.discipline!r}")
+
+
+def plan_port(ep) -> PortPlan:
+    """topologies.EgressPort -> PortPlan, at the egress's rate (its link's, or a per-port override's) with its
+    queue(s) (the tier's, or the override's). Classless: one class 1:10. With classes: 1:10, 1:11, ... in class order;
+    strict-priority classes get HTB prio = priority (served first, up to line rate); weighted classes get HTB prio 7
+    and their weight (round robin among themselves; see testbed.kernel.qdisc)."""
+    port = ep.port
+    mtu = ep.link.mtu
+    if port.classless:
+        return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.rate_mbps, mtu,
+                        ((FIRST_MINOR, f"1:{FIRST_MINOR:x}", leaf_queue(port.queue), 0, 1.0, frozenset()),),
+                        FIRST_MINOR)
+    out = []
+    default = FIRST_MINOR
+    for i, c in enumerate(port.classes):
+        minor = FIRST_MINOR + i
+        if c.priority is not None:
+            prio, weight = c.priority, 1.0
+        else:
+            prio, weight = 7, float(c.weight)
+        out.append((minor, c.name, leaf_queue(c.queue if c.queue is not None else port.queue), prio, weight,
+                    frozenset(c.dscp)))
+        if c.default:
+            default = minor
+    return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.rate_mbps, mtu, tuple(out),
+                    default)
+
+
+def rps_mask(cpus: int | None = None) -> str:
+    """All CPUs as a sysfs CPU mask (hex, comma every 32 bits), for ``net.core.rps_default_mask`` in every fabric
+    namespace: receive packet steering by flow hash on every veth, so the packets of one flow are processed in
+    order. Without it (offloads off, so veth has no NAPI ring) a veth hands each packet to the backlog of the CPU that
+    happened to transmit it; a qdisc releases one flow's packets from different CPUs (HTB's timer on one, a sender's
+    enqueue on another), the per-CPU backlogs drain independently and the flow arrives reordered: measured in the
+    2-CPU lab VM, 539 of 587 TCP retransmissions of a ring all-reduce were spurious (DSACKed) and its CCT was 3.5x
+    the bound; without it the ring test failed in CI, and the whole suite ran slower (the spurious retransmissions
+    are work too). Set per namespace (the kernel keeps the sysctl per netns), so the host's own devices are
+    untouched."""
+    n = cpus or os.cpu_count() or 1
+    digits = f"{(1 << n) - 1:x}"
+    groups = []
+    while digits:
+        groups.insert(0, digits[-8:])
+        digits = digits[:-8]
+    return ",".join(groups)
+
+
+def _sockets_in(ns: str) -> tuple[Any, socket.socket, socket.socket]:
+    """(IPRoute, netlink socket for a Batch, AF_INET datagram socket for ioctls), all opened in namespace `ns` with
+    one namespace switch."""
+    from pyroute2 import IPRoute
+
+    with netns.entered(ns):
+        ipr = IPRoute()
+        try:
+            nl = batch.open_socket()
+            try:
+                return ipr, nl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            except BaseException:
+                nl.close()
+                raise
+        except BaseException:
+            ipr.close()
+            raise
+
+
+class Fabric:
+    """Namespaces, links, routes and queues of one topology for one run (see the module docstring)."""
+
+    def __init__(self, topology, run_id: str, rxe: bool = False, servers: int = 1):
+        if not _RUN_ID_RE.match(str(run_id)):
+            raise UsageError(f"run id must be 1..12 characters [a-z0-9] (got {run_id!r})")
+        self.topology = topology
+        self.run_id = str(run_id)
+        self._ns = {n.name: f"{PREFIX}-{self.run_id}-{n.name}" for n in topology.nodes}
+        for name in self._ns.values():
+            if len(name) > MAX_NS_NAME:
+                raise UsageError(f"namespace name {name!r} is longer than {MAX_NS_NAME} characters")
+        self.role = {n.name: n.role for n in topology.nodes}
+        # split over servers (testbed.network.cluster): their namespaces, and the links that become tunnels
+        self.placement = place(topology, servers)
+        self.server_ns = ({s: f"{PREFIX}-{self.run_id}-{s}" for s in self.placement.servers}
+                          if servers > 1 else {})
+        self.dcnet_ns = f"{PREFIX}-{self.run_id}-dcnet" if servers > 1 else ""
+        # everything that can be wrong is checked here, before anything is created
+        self.port_plans: list[PortPlan] = [plan_port(ep) for ep in topology.egress_ports()]
+        self.impaired = [(l, side) for l in topology.links for side in ("a", "b")
+                         if l.spec.delay_ms > 0 or l.spec.loss_percent > 0]
+        self.created: list[str] = []
+        self.ifb: dict[tuple[str, str], str] = {}  # (receiving node, port) -> ifb device holding the netem
+        self.offloads: dict[str, dict[str, bool]] = {}
+        self.cc_default_failed: list[str] = []  # hosts where the namespace default cc could not be set
+        self.pfc = None  # the run's PFC controller (testbed.pfc.run.start_pfc), for pause-storm faults
+        lb = getattr(topology, "load_balancing", "ecmp")
+        groups = spray_groups(topology) if lb in ("spray", *FLOWLET_MODES) else ()
+        self.spray = groups if lb == "spray" else ()
+        self.macs = shared_macs(topology, groups)  # far ends of a spray or flowlet group share one MAC
+        self.balancing = (FlowletBalancing(flowlet_plans(topology, groups), adaptive=lb == "adaptive",
+                                           gap_ms=getattr(topology, "flowlet_gap_ms", DEFAULT_GAP_MS),
+                                           poll_ms=getattr(topology, "adaptive_poll_ms", DEFAULT_POLL_MS),
+                                           rate_mbps={(p.node, p.ifname): p.rate_mbps for p in self.port_plans})
+                          if lb in FLOWLET_MODES else None)
+        self.want_rxe = rxe
+        self.rxe: dict[str, tuple[str, str]] = {}  # host -> (rxe device, netdev): SoftRoCE on the host's NIC
+        self.built = False
+
+    # ---- names ----
+
+    def ns(self, node: str) -> str:
+        return self._ns[node]
+
+    @property
+    def namespaces(self) -> dict[str, str]:
+        return dict(self._ns)
+
+    def ports(self) -> list[tuple[str, str, str]]:
+        """(node, namespace, ifname) of every shaped egress port, in link order."""
+        return [(p.node, self._ns[p.node], p.ifname) for p in self.port_plans]
+
+    def port_plan(self, node: str, ifname: str) -> PortPlan:
+        for p in self.port_plans:
+            if p.node == node and p.ifname == ifname:
+                return p
+        raise KeyError(f"no egress port {node}:{ifname}")
+
+    def host_ip(self, host: str) -> str:
+        return self.topology.host_ip(host)
+
+    # ---- build ----
+
+    def build(self, state, on_teardown: Callable[[Callable[[], None]], None] | None = None,
+              progress: Callable[[str], None] | None = None) -> "Fabric":
+        """Create everything; namespaces are recorded in ``state`` as they are made (so `testbed clean` finds a
+        half-built fabric) and one teardown step is registered with ``on_teardown`` before the first one."""
+        say = progress or (lambda m: None)
+        if on_teardown is not None:
+            on_teardown(self.teardown)
+        topo = self.topology
+        say(f"fabric: {len(self._ns)} namespaces, {len(topo.links)} links, {len(self.port_plans)} shaped ports")
+        for node in topo.nodes:
+            name = self._ns[node.name]
+            if state is not None:
+                state.add("namespaces", name)
+            netns.create(name, inside=self._pre_sysctls_here)
+            self.created.append(name)
+        if self.server_ns:
+            build_servers(self, state)
+        iprs: dict[str, Any] = {}
+        nls: dict[str, socket.socket] = {}
+        socks: dict[str, socket.socket] = {}
+        try:
+            for n, ns in self._ns.items():
+                iprs[n], nls[n], socks[n] = _sockets_in(ns)
+            ifindex = self._links(iprs, nls, socks)
+            # addresses, routes and queues: one batch of requests per namespace, in that order
+            batches = {n: batch.Batch(ipr, nls[n]) for n, ipr in iprs.items()}
+            self._addresses(batches, ifindex)
+            self._routes(batches, ifindex)
+            self._neighbours(batches, ifindex)
+            self._queues(batches, ifindex)
+            for b in batches.values():
+                b.commit()
+            self._sysctls()
+            for g in self.spray:
+                spray.install_group(iprs[g.node], g, ifindex[g.node])
+            if self.balancing is not None:
+                self.balancing.install(iprs, ifindex)
+                self.balancing.start(self._ns, ifindex)
+            self._impairments(iprs)
+        finally:
+            for i in (*iprs.values(), *nls.values(), *socks.values()):
+                with contextlib.suppress(Exception):
+                    i.close()
+        if self.want_rxe:
+            self._rxe(state)
+        self.built = True
+        return self
+
+    @staticmethod
+    def _pre_sysctls_here() -> None:
+        """In a new namespace (the calling thread is inside it, see netns.create), before any interface exists, so
+        the `default` values apply to all of them. ``rps_default_mask``: see :func:`rps_mask`."""
+        for key, val in (("net/ipv6/conf/all/disable_ipv6", "1"), ("net/ipv6/conf/default/disable_ipv6", "1"),
+                         ("net/ipv4/conf/all/rp_filter", "0"), ("net/ipv4/conf/default/rp_filter", "0"),
+                         ("net/core/rps_default_mask", rps_mask())):
+            p = Path("/proc/sys") / key
+            if p.exists():
+                p.write_text(val)
+
+    def _links(self, iprs, nls, socks) -> dict[str, dict[str, int]]:
+        """veth pairs (one netlink batch per namespace of the a ends), then both ends up, offloads off and their
+        indexes read (ioctls on a socket in each end's namespace). Returns node -> {ifname: ifindex}: kept, so no
+        request looks an interface up by name again (each lookup is a dump through pyroute2)."""
+        addrs = self.topology.addresses
+        batches = {n: batch.Batch(ipr, nls[n]) for n, ipr in iprs.items()}
+        fds: dict[str, int] = {}
+        crossing = set(self.placement.crossing)
+        try:
+            for i, l in enumerate(self.topology.links):
+                if i in crossing:
+                    continue
+                if l.b not in fds:
+                    fds[l.b] = os.open(netns.NETNS_DIR / self._ns[l.b], os.O_RDONLY)
+                mtu = l.spec.mtu
+                mac_a = self.macs.get((l.a, l.a_port), addrs[(l.a, l.a_port)].mac)
+                mac_b = self.macs.get((l.b, l.b_port), addrs[(l.b, l.b_port)].mac)
+                batches[l.a].link("add", ifname=l.a_port, kind="veth", address=mac_a, mtu=mtu,
+                                  peer={"ifname": l.b_port, "net_ns_fd": fds[l.b], "address": mac_b, "mtu": mtu})
+            for b in batches.values():
+                b.commit()
+        finally:
+            for fd in fds.values():
+                os.close(fd)
+        build_tunnels(self)
+        ifindex: dict[str, dict[str, int]] = {n: {} for n in iprs}
+        for l in self.topology.links:
+            for ifn, node in ((l.a_port, l.a), (l.b_port, l.b)):
+                netns.set_up(socks[node], ifn)
+                self.offloads[f"{node}:{ifn}"] = links.offloads_off_sock(socks[node], ifn)
+                ifindex[node][ifn] = netns.ifindex(socks[node], ifn)
+        return ifindex
+
+    def _addresses(self, iprs, ifindex) -> None:
+        """`iprs`: per node, an IPRoute or a testbed.kernel.batch.Batch (the same call syntax)."""
+        for (node, ifname), itf in self.topology.addresses.items():
+            iprs[node].addr("add", index=ifindex[node][ifname], address=itf.ip, prefixlen=itf.prefixlen)
+
+    def _routes(self, iprs, ifindex) -> None:
+        for r in self.topology.routes:
+            iprs[r.node].route("add", **linkfail.route_request(r, ifindex[r.node]))
+
+    def _neighbours(self, iprs, ifindex) -> None:
+        """Every link end knows the other end's MAC from the start: a permanent neighbour entry, no ARP.
+
+        What it stands for: a switch resolves its neighbours in the control plane (the CPU, its own queue), never
+        in the data queues under study. Emulated, ARP went through the same shaped port queue as the data: a
+        refresh probe a router sent while a RED/step queue stood above K was dropped as not ECN-capable (one drop in
+        a DCTCP run that must have none), and a sprayed request could land on the wrong spine and go unanswered."""
+        addrs = self.topology.addresses
+        for l in self.topology.links:
+            for (node, port), (peer, peer_port) in (((l.a, l.a_port), (l.b, l.b_port)),
+                                                    ((l.b, l.b_port), (l.a, l.a_port))):
+                far = addrs.get((peer, peer_port))
+                if far is None or (node, port) not in addrs:
+                    continue
+                iprs[node].neigh("add", dst=far.ip, lladdr=self.macs.get((peer, peer_port), far.mac),
+                                 ifindex=ifindex[node][port], state=NUD_PERMANENT)
+
+    def _sysctls(self) -> None:
+        topo = self.topology
+        router = dict(topo.router_sysctls())
+        seed = getattr(topo, "seed", 0)
+        for node in topo.nodes:
+            ns = self._ns[node.name]
+            values = dict(topo.tcp.sysctls()) if node.is_host else dict(router)
+            if not node.is_host and seed and Path("/proc/sys/net/ipv4/fib_multipath_hash_seed").exists():
+                values["net.ipv4.fib_multipath_hash_seed"] = str(seed)
+            with netns.entered(ns):
+                for key, val in values.items():
+                    p = Path("/proc/sys") / key.replace(".", "/")
+                    if not p.exists() and key.endswith("hash_seed"):
+                        continue
+                    try:
+                        p.write_text(val)
+                    except PermissionError:
+                        if key != "net.ipv4.tcp_congestion_control":
+                            raise
+                        # outside the initial namespace only "non-restricted" algorithms (the host's
+                        # tcp_allowed_congestion_control) can be a namespace default; sockets set it themselves
+                        self.cc_default_failed.append(node.name)
+
+    @staticmethod
+    def port_classes(p: PortPlan) -> list[qdisc.PortClass]:
+        return [qdisc.PortClass(minor, q, prio=prio, weight=weight) for minor, _, q, prio, weight, _ in p.classes]
+
+    def _queues(self, iprs, ifindex) -> None:
+        for p in self.port_plans:
+            ipr = iprs[p.node]
+            idx = ifindex[p.node][p.ifname]
+            qdisc.install_port(ipr, idx, p.rate_mbps, self.port_classes(p), p.default_minor, mtu=p.mtu, fresh=True)
+            if any(dscps for *_, dscps in p.classes):
+                self._dscp_filters(ipr, idx, p)
+
+    def _dscp_filters(self, ipr, idx: int, p: PortPlan) -> None:
+        """u32 on the IPv4 TOS byte (bits 2..7 = DSCP): the first 32-bit word of the IP header, mask 0x00fc0000."""
+        for minor, _, _, _, _, dscps in p.classes:
+            for d in sorted(dscps):
+                ipr.tc("add-filter", "u32", index=idx, parent="1:", prio=1, protocol=ETH_P_IP,
+                       keys=[f"0x{d << 18:08x}/0x00fc0000+0"], target=f"1:{minor:x}")
+
+    def _impairments(self, iprs) -> None:
+        """Delay/jitter/loss of direction a->b on an IFB in b's namespace, fed from b's ingress (see docstring)."""
+        count: dict[str, int] = {}
+        for l, side in self.impaired:
+            # traffic leaving `side` is delayed before the other end receives it
+            rx, rx_port = (l.b, l.b_port) if side == "a" else (l.a, l.a_port)
+            ipr = iprs[rx]
+            k = count.get(rx, 0)
+            count[rx] = k + 1
+            ifb = f"tbifb{k}"
+            ipr.link("add", ifname=ifb, kind="ifb")
+            ifb_idx = ipr.link_lookup(ifname=ifb)[0]
+            ipr.link("set", index=ifb_idx, state="up", mtu=l.spec.mtu)
+            port_idx = ipr.link_lookup(ifname=rx_port)[0]
+            ipr.tc("add", "ingress", index=port_idx)
+            qdisc.redirect_ingress(ipr, port_idx, IMPAIR_PRIO, ifb_idx)
+            ipr.tc("add", "netem", index=ifb_idx, handle="1:", delay=int(round(l.spec.delay_ms * 1000)),
+                   jitter=int(round(l.spec.jitter_ms * 1000)), loss=l.spec.loss_percent, limit=NETEM_LIMIT_PACKETS)
+            self.ifb[(rx, rx_port)] = ifb
+
+    def rxe_name(self, host: str) -> str:
+        return f"{PREFIX}-{self.run_id}-{host}-rxe"
+
+    def _rxe(self, state) -> None:
+        """One rxe (SoftRoCE) device per host on its fabric interface, created inside the host's namespace (its
+        MTU follows the interface's). Recorded in ``state`` before creation so `testbed clean` finds it."""
+        for (node, ifname) in self.topology.addresses:
+            if self.role.get(node) != "host" or node in self.rxe:
+                continue
+            dev = self.rxe_name(node)
+            if state is not None:
+                state.add("rxe", dev)
+            r = netns.run(self._ns[node], ["rdma", "link", "add", dev, "type", "rxe", "netdev", ifname], timeout=30)
+            if r.returncode != 0:
+                raise RuntimeError(f"rdma link add {dev} on {node}:{ifname}: "
+                                   f"{(r.stderr or r.stdout).strip() or r.returncode}")
+            self.rxe[node] = (dev, ifname)
+
+    def add_loss(self, node: str, ifname: str, loss_percent: float) -> str:
+        """Random loss on packets *arriving* at node:ifname (netem on an IFB fed from the port's ingress, the same
+        construction as link impairments; the port's egress HTB is untouched). Returns the IFB's name."""
+        return self.set_rx_netem(node, ifname, loss_percent=loss_percent)
+
+    def set_rx_netem(self, node: str, ifname: str, loss_percent: float = 0.0, delay_ms: float = 0.0,
+                     jitter_ms: float = 0.0, corrupt_percent: float = 0.0, ge_p_percent: float = 0.0,
+                     ge_r_percent: float = 0.0, ge_bad_loss_percent: float = 100.0, ge_good_loss_percent: float = 0.0,
+                     ipr=None) -> str:
+        """Loss, delay, jitter and corruption of packets *arriving* at node:ifname: netem on an IFB fed from the
+        port's ingress (made on first use; later calls change its netem in place, all zero clears it). Returns
+        the IFB's name. ``ge_*``: bursty loss, netem's Gilbert-Elliott model (with ``ge_p_percent`` > 0, instead
+        of ``loss_percent``): per packet, good -> bad with ge_p, bad -> good with ge_r; a packet is lost with
+        ge_bad_loss in the bad state, ge_good_loss in the good one. ``ipr``: an open IPRoute in node's namespace
+        (default: one opened for this call)."""
+        if ipr is None:
+            with netns.ipr(self._ns[node]) as own:
+                return self.set_rx_netem(node, ifname, loss_percent, delay_ms, jitter_ms, corrupt_percent,
+                                         ge_p_percent, ge_r_percent, ge_bad_loss_percent, ge_good_loss_percent, own)
+        netem = dict(delay=int(round(delay_ms * 1000)), jitter=int(round(jitter_ms * 1000)), loss=loss_percent,
+                     prob_corrupt=corrupt_percent, limit=NETEM_LIMIT_PACKETS)
+        if ge_p_percent > 0:
+            netem["ge"] = (ge_p_percent / 100, ge_r_percent / 100, 1 - ge_bad_loss_percent / 100,
+                           ge_good_loss_percent / 100)
+        ifb = self.ifb.get((node, ifname))
+        if ifb is None:
+            ifb = f"{PREFIX}ifbl{len(self.ifb)}"
+            ipr.link("add", ifname=ifb, kind="ifb")
+            self.ifb[(node, ifname)] = ifb  # recorded before the netem: a failed netem leaves a usable IFB
+            ifb_idx = ipr.link_lookup(ifname=ifb)[0]
+            port_idx = ipr.link_lookup(ifname=ifname)[0]
+            mtu = ipr.get_links(port_idx)[0].get_attr("IFLA_MTU")
+            ipr.link("set", index=ifb_idx, state="up", mtu=mtu)
+            qdisc.ensure_ingress(ipr, port_idx)
+            qdisc.redirect_ingress(ipr, port_idx, IMPAIR_PRIO, ifb_idx)
+        ipr.tc("replace", "netem", index=ipr.link_lookup(ifname=ifb)[0], handle="1:", **netem)
+        return ifb
+
+    def link_netem(self, node: str, ifname: str) -> dict[str, float]:
+        """The netem settings the topology gives packets arriving at node:ifname (its link's delay, jitter, loss
+        for that direction; all zero on a clean link): what a fault's netem is put back to."""
+        for l in self.topology.links:
+            if (node, ifname) in ((l.a, l.a_port), (l.b, l.b_port)):
+                return {"loss_percent": l.spec.loss_percent, "delay_ms": l.spec.delay_ms,
+                        "jitter_ms": l.spec.jitter_ms}
+        raise KeyError(f"no link ends at {node}:{ifname}")
+
+    # ---- teardown ----
+
+    def teardown(self) -> None:
+        """Remove every namespace this fabric created (their veths, IFBs and qdiscs die with them)."""
+        if self.balancing is not None:
+            self.balancing.close()
+        for host, (dev, _) in list(self.rxe.items()):
+            with contextlib.suppress(Exception):
+                netns.run(self._ns[host], ["rdma", "link", "delete", dev], timeout=30)
+            del self.rxe[host]
+        for name in reversed(self.created):
+            netns.remove(name)
+        self.created.clear()
+        self.built = False
+
+    # ---- description ----
+
+    def describe(self) -> dict[str, Any]:
+        """For manifest.json: the spec's own description plus what the builder did with it."""
+        d = dict(self.topology.describe())
+        d["builder"] = {
+            "namespaces": dict(self._ns),
+            "servers": ({"placer": "mininet.examples.cluster.SwitchBinPlacer (leaves with spines interleaved)",
+                         "nodes": {s: self.placement.nodes_on(s) for s in self.placement.servers},
+                         "namespaces": dict(self.server_ns), "datacentre_network": self.dcnet_ns,
+                         "tunnels": [f"{self.topology.links[i].a}:{self.topology.links[i].a_port} <-> "
+                                     f"{self.topology.links[i].b}:{self.topology.links[i].b_port} (VNI {i + 1})"
+                                     for i in self.placement.crossing],
+                         "how": "VXLAN over UDP 4789 between the servers' namespaces, underlay MTU 9000"}
+                        if self.server_ns else "one"),
+            "offloads": "off on every fabric interface (TSO/GSO/GRO and every other segmentation or receive "
+                        "aggregation feature the veth offers), so queues hold wire-sized packets",
+            "ipv6": "disabled in every namespace",
+            "rp_filter": 0,
+            "rps": f"net.core.rps_default_mask={rps_mask()} in every namespace: one flow's packets stay in order "
+                   "across veth hops (see testbed.network.fabric.rps_mask)",
+            "shaper": "HTB at the link rate on every egress (host NICs included), leaf queue per class; burst = one "
+                      f"frame + {SHAPER_SLACK_MS} ms of line rate",
+            "ecmp": "kernel multipath routes, net.ipv4.fib_multipath_hash_policy=1",
+            "spray": ({g.node: {"ports": list(g.ports), "how": "clsact egress: meta(random) cascade, skbedit mark + "
+                                "mirred redirect; far ends share a MAC"} for g in self.spray}
+                      if self.spray else "off"),
+            "flowlet": ({"mode": "adaptive (least congested path, CONGA-style)" if b.adaptive else
+                         "flowlet (random uplink per flowlet, LetFlow)", "gap_ms": b.gap_ms,
+                         **({"poll_ms": b.poll_ms} if b.adaptive else {}),
+                         "routers": {p.node: list(p.ports) for p in b.plans},
+                         "how": "cls_bpf direct-action on the uplinks' clsact egress (flowlet.bpf.c): flowlet table, "
+                                "bpf_redirect to the chosen uplink; far ends share a MAC"}
+                        if (b := self.balancing) is not None else "off"),
+            "shared_macs": {f"{n}:{p}": m for (n, p), m in sorted(self.macs.items())} or "none",
+            "impairments": ("netem on an IFB at the receiving end's ingress (not under the shaper)"
+                            if self.impaired else "none"),
+            "classification": ("u32 on the DSCP bits per class" if any(len(p.classes) > 1 for p in self.port_plans)
+                                else "single class per port"),
+            "ports": len(self.port_plans),
+            "rxe": {h: {"device": d, "netdev": n} for h, (d, n) in self.rxe.items()} or "none",
+            "congestion_control": (f"{self.topology.tcp.congestion_control} as namespace default" +
+                                   (f" except {', '.join(self.cc_default_failed)} (not in the kernel's "
+                                    "tcp_allowed_congestion_control: set per socket by the agents)"
+                                    if self.cc_default_failed else "")),
+        }
+        return d
+
+
+def tcp_connect_ok(fabric: Fabric, src: str, dst: str, port: int = 5201, timeout: float = 5.0) -> bool:
+    """A TCP handshake from host src to host dst (both in the fabric): the reachability check tests use."""
+    dip = fabric.host_ip(dst)
+    with netns.entered(fabric.ns(dst)):
+        ls = socket.socket()
+    try:
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind((dip, port))
+        ls.listen(4)
+        with netns.entered(fabric.ns(src)):
+            cs = socket.socket()
+        try:
+            cs.settimeout(timeout)
+            cs.connect((dip, port))
+            conn, _ = ls.accept()
+            conn.close()
+            return True
+        except OSError:
+            return False
+        finally:
+            cs.close()
+    finally:
+        ls.close()

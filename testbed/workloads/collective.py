@@ -1,0 +1,405 @@
+"""A collective job on a live lab: one agent process per rank inside its host's namespace, driven by the controller
+(traffic.controller) over a Unix socket in the run directory, with the kernel's counters around it.
+
+    job = CollectiveJob(lab, plan, transport="tcp", cc="cubic")   # plan: traffic.jobplan.plan_job(...)
+    ... loss, a capture, PFC: whatever the experiment adds to the fabric ...
+    job.run()                 # agents connect; then counters, queue sampler, background flows; go; results
+    summary = job.summary()   # sweep.csv, the nccl-tests table on stdout, the collective's summary.json numbers
+
+Agents are forks of one interpreter that imported numpy and the agent code (traffic.forkserver: a fresh interpreter
+per agent cost ~6 s of CPU each in the emulated lab VM); :class:`CollectiveJob` starts it at once, so its imports
+overlap what the experiment does next. ``TESTBED_AGENT_SPAWN=exec`` starts each agent as its own interpreter
+instead (nsenter + python -m traffic.agent).
+
+Files: ``ops.csv`` (one row per rank and op, with ``iter_start_s`` and ``size_bytes``), ``tcp_info.csv`` (TCP_INFO
+per connection at op boundaries), ``tcp.csv`` (the hosts' kernel counters before and after), ``rdma.csv`` (the rxe
+counters before and after, RDMA only), ``queues.csv``/``cpu.csv`` (with a sampling interval), ``sweep.csv`` (one
+nccl-tests row per op, from :meth:`CollectiveJob.summary`). The numbers of the summary are analysis.summary's, over
+those files.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+from testbed.measure import liveview
+from testbed.params import Param
+from traffic.jobplan import OPS_COLUMNS, JobPlan, ops_rows, payload_efficiency, tcpinfo_deltas
+
+P, MBPS, B = Param, "Mbit/s", "bytes"
+#: the knobs of a collective job, declared once: what traffic.jobplan.plan_job reads (collective .. bg_rate_mbps,
+#: seed) and what :class:`CollectiveJob` takes (verify, timeout_s, transport, the rdma_* RC options)
+JOB_PARAMS = [
+    P("collective", str, "allreduce", "", "allreduce|allgather|reducescatter|alltoall|broadcast|reduce|gather|"
+      "pipeline (aliases all_reduce, incast, ...)"),
+    P("algorithm", str, "", "", "schedule algorithm (empty: the collective's default, e.g. ring)"),
+    P("size", str, "1M", B, "per-rank message size, or a comma list (1K,64K,1M) for a sweep in one run"),
+    P("buckets", str, "", B, "gradient buckets: comma list of sizes, one collective each per iteration "
+      "(replaces size)"),
+    P("ranks", int, 4, "", "ranks (gpus_per_host per host, packed)", min=2, max=1024),
+    P("gpus_per_host", int, 1, "", "ranks (GPUs) per host: a server's ranks are consecutive and talk over its "
+      "scale-up domain (the host's shaped loopback, scaleup_rate_mbps); algorithm=hierarchical uses it as NCCL's "
+      "first level", min=1, max=16),
+    P("iterations", int, 5, "", "measured iterations (per size of a sweep)", min=1, max=100_000),
+    P("warmup", int, 1, "", "unreported warm-up iterations before the measured ones", min=0, max=1000),
+    P("chunks", int, 1, "", "pieces per transfer (pipelining)", min=1, max=4096),
+    P("dtype", str, "float32", "", "element type", choices=("float32", "float16", "float64", "int32", "int64")),
+    P("placement", str, "packed", "", "rank -> host placement", choices=("packed", "spread", "random")),
+    P("schedule_file", str, "", "", "a testbed-schedule JSON file to run instead of a generated schedule"),
+    P("trace_file", str, "", "", "a Chakra execution trace (.et) or ASTRA-sim text workload to run instead: its "
+      "collectives in order with its compute between them (docs/programs.md#traces); replaces collective, size"),
+    P("trace_bytes_scale", float, 1.0, "", "trace_file: every comm size times this (a 400 Gbit/s trace on a "
+      "20 Mbit/s fabric: 5e-5 keeps its ratios)", min=1e-9, max=1e6),
+    P("trace_compute_scale", float, 1.0, "", "trace_file: every compute time times this", min=0, max=1e6),
+    P("tp", int, 1, "", "tensor-parallel size: with tp (or ep) > 1 the step's ops come from the parallel layout and "
+      "the model (traffic.parallelism): TP all-reduces per layer, EP all-to-alls, DP gradient buckets; dp = ranks / "
+      "tp", min=1, max=64),
+    P("pp", int, 1, "", "pipeline-parallel stages (divides model_layers): activations stage to stage per micro-batch; "
+      "dp = ranks / (tp x pp)", min=1, max=64),
+    P("ep", int, 1, "", "expert-parallel size (divides dp; needs experts > 0)", min=1, max=64),
+    P("rank_order", str, "tp-dp", "", "tp-dp: a TP group is consecutive ranks (inside a server with gpus_per_host = "
+      "tp); dp-tp: TP groups strided across servers and leaves", choices=("tp-dp", "dp-tp")),
+    P("model_params", int, 1_000_000, "", "model parameters (the DP gradient all-reduce moves params / tp elements)",
+      min=1, max=10**12),
+    P("model_layers", int, 2, "", "transformer layers", min=1, max=1000),
+    P("model_hidden", int, 256, "", "hidden size (a TP all-reduce moves tokens x hidden elements)", min=1,
+      max=1 << 20),
+    P("model_tokens", int, 64, "", "tokens per micro-batch per DP rank", min=1, max=1 << 24),
+    P("micro_batches", int, 2, "", "micro-batches per step", min=1, max=1000),
+    P("experts", int, 0, "", "MoE experts per layer (0: dense); with ep > 1 every layer all-to-alls its tokens",
+      min=0, max=4096),
+    P("topk", int, 1, "", "experts each token goes to", min=1, max=64),
+    P("moe_skew", float, 0.0, "", "MoE all-to-all skew: hot experts get more tokens (0: even)", min=0, max=10),
+    P("grad_bucket_bytes", int, 1 << 20, B, "DP gradient bucket size", min=4, max=1 << 34),
+    P("compute_ms", float, 0.0, "ms", "compute phase per iteration", min=0, max=600_000),
+    P("jitter", float, 0.0, "", "compute time uniform in [1-jitter, 1+jitter] x compute_ms", min=0, max=0.99),
+    P("stragglers", str, "", "", "straggler ranks, comma list (e.g. 1,3)"),
+    P("straggler_factor", float, 1.0, "", "a straggler's compute time multiplier", min=1, max=1000),
+    P("straggler_prob", float, 1.0, "", "probability a straggler straggles in an iteration", min=0, max=1),
+    P("background", str, "", "", "background bulk flows SRC>DST host pairs, e.g. h1>h3,h2>h4"),
+    P("bg_dscp", int, 0, "", "DSCP of background flows", min=0, max=63),
+    P("bg_rate_mbps", float, 0.0, MBPS, "pace each background flow (0: unpaced bulk)", min=0, max=100_000),
+    P("seed", int, 0, "", "inputs, placement, jitter and stragglers (0: the run's --seed)", min=0, max=2**31 - 1),
+    P("verify", bool, True, "", "check every rank's result against expected_outputs"),
+    P("timeout_s", float, 600.0, "s", "agent start-up, and then the whole job, must each finish within this", min=1,
+      max=86_400),
+    P("transport", str, "tcp", "", "data plane of the agents: kernel TCP, or RDMA (RC verbs over an rxe SoftRoCE "
+      "device per host; needs rxe:netns)", choices=("tcp", "rdma")),
+    P("rdma_mtu", int, 0, B, "RDMA path MTU (256|512|1024|2048|4096; 0: the rxe port's active MTU, set by the link "
+      "MTU)", min=0, max=4096),
+    P("rdma_timeout", int, 16, "", "RC local ACK timeout exponent: 4.096 us x 2^value", min=1, max=31),
+    P("rdma_retry_cnt", int, 7, "", "RC transport retries before the QP fails", min=0, max=7),
+    P("rdma_rnr_retry", int, 7, "", "RC receiver-not-ready retries (7: forever)", min=0, max=7),
+    P("rdma_min_rnr_timer", int, 12, "", "RC minimum RNR NAK timer, IB encoding (12: 0.64 ms; rdma_cm's default 0 "
+      "means 655 ms)", min=0, max=31),
+]
+
+SWEEP_COLUMNS = ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps", "busbw_gbps",
+                 "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"]
+RDMA_COLUMNS = ["host", "device", "phase", "counter", "value"]
+
+
+def job_plan(p: dict, spec, seed: int) -> JobPlan:
+    """The plan of a job whose knobs are :data:`JOB_PARAMS`' values ``p``, on the fabric ``spec`` (its hosts and
+    leaves; rdma_mtu is checked against its host links): UsageError, one line, on bad input."""
+    from testbed.errors import UsageError
+    from traffic.jobplan import JobError, plan_job
+    from traffic.rdma import check_path_mtu
+
+    try:
+        check_path_mtu(p["rdma_mtu"], spec.host_link.mtu, on_rdma=p["transport"] == "rdma")
+    except ValueError as e:
+        raise UsageError(f"rdma_mtu: {e}") from None
+    try:
+        return plan_job(p, [(h.name, spec.leaf_of(h.name)) for h in spec.hosts], seed)
+    except JobError as e:
+        raise UsageError(str(e)) from None
+
+
+class RdmaCounters:
+    """The hosts' rxe counters (``rdma statistic``) now; :meth:`stop` reads them again, writes rdma.csv (host,
+    device, phase, counter, value) and returns the summed increase of every counter over the hosts."""
+
+    def __init__(self, fabric, hosts):
+        from testbed.kernel.counters import rdma_counters
+
+        self._read = lambda: {h: rdma_counters(fabric.ns(h), fabric.rxe[h][0]) for h in hosts if h in fabric.rxe}
+        self.device = {h: d for h, (d, _) in fabric.rxe.items()}
+        self.before = self._read()
+        self.after: dict | None = None
+
+    def stop(self, rundir) -> dict[str, int]:
+        if self.after is None:
+            self.after = self._read()
+            rundir.write_csv("rdma.csv", RDMA_COLUMNS, [(h, self.device[h], ph, k, v)
+                                                        for ph, d in (("before", self.before), ("after", self.after))
+                                                        for h in sorted(d) for k, v in sorted(d[h].items())])
+        names = sorted({k for d in self.after.values() for k in d})
+        return {k: sum(self.after[h].get(k, 0) - self.before.get(h, {}).get(k, 0) for h in self.after)
+                for k in names}
+
+
+class CollectiveJob:
+    """One collective job on ``lab`` (see the module docstring). ``transport``: ``tcp`` or ``rdma`` (the lab must
+    have rxe devices); ``cc`` and ``dscp``: the agents' sockets (and the background flows' congestion control);
+    ``rdma``: the RC options (mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer); ``verify``: check every rank's
+    result; ``timeout_s``: agent start-up, and then the job, must each end within it; ``sample_interval_ms``: a
+    queue sampler from the moment the agents are connected (0: none)."""
+
+    def __init__(self, lab, plan: JobPlan, transport: str = "tcp", cc: str = "cubic", dscp: int = 0,
+                 rdma: dict | None = None, verify: bool = True, timeout_s: float = 600.0,
+                 sample_interval_ms: float = 0.0):
+        from testbed.kernel import netns
+        from traffic.forkserver import ForkServer
+
+        self.lab, self.plan, self.transport, self.cc, self.dscp = lab, plan, transport, cc, dscp
+        self.rdma_opts = dict(rdma or {})
+        self.verify, self.timeout_s, self.sample_interval_ms = verify, timeout_s, sample_interval_ms
+        self.forks = None if os.environ.get("TESTBED_AGENT_SPAWN") == "exec" else ForkServer(netns.NETNS_DIR,
+                                                                                             netns.popen)
+        if self.forks:
+            self.forks.start()
+            lab.on_teardown(self.forks.close)
+            lab.state.add("pids", self.forks.pid)
+        self.res = None
+        self.bg_stats: list[dict] = []
+        self.port_delta: dict = {}
+        self.rdma_delta: dict[str, int] = {}
+        self.queue_stats: dict = {}
+
+    def _job_doc(self, fabric) -> dict:
+        pl = self.plan
+        transport = {"kind": self.transport, "cc": self.cc, "dscp": self.dscp}
+        host_cc = self.lab.host_cc()
+        own_cc = {str(r): host_cc[h] for r, h in enumerate(pl.placement.hosts) if h in host_cc}
+        if own_cc:  # host-config faults: those hosts' ranks use their own congestion control
+            transport["cc_by_rank"] = own_cc
+        if self.transport == "rdma":
+            devices = {str(r): fabric.rxe[h][0] for r, h in enumerate(pl.placement.hosts)}
+            transport["rdma"] = {"devices": devices, **self.rdma_opts}
+        from traffic.job import iteration_plan
+
+        faults = getattr(self.lab, "faults", None)
+        return {"ranks": pl.ranks, "seed": pl.seed, "verify": self.verify, "timeout_s": self.timeout_s,
+                "transport": transport, "plan": iteration_plan(pl.job),
+                "report_iterations": bool(faults is not None and faults.by_iteration) or liveview.enabled()}
+
+    def run(self) -> "CollectiveJob":
+        """Start the agents, run the job to its end, read the counters again and write the run's files.
+        RunFailed (naming the agent logs) when an agent or the control plane fails."""
+        from testbed.errors import RunFailed
+        from testbed.kernel import netns
+        from testbed.measure.telemetry import QueueSampler
+        from traffic.background import BackgroundFlows
+        from traffic.controller import ControlError, Controller, Member
+
+        lab, fabric, pl = self.lab, self.lab.net.fabric, self.plan
+        lab.rundir.manifest["topology"] = fabric.describe()  # with what the experiment added (loss)
+        lab.rundir.manifest["placement"] = pl.placement.as_dict()
+        lab.rundir.write_manifest()
+        members = [Member(r, h, fabric.ns(h), fabric.host_ip(h)) for r, h in enumerate(pl.placement.hosts)]
+        faults = getattr(lab, "faults", None)
+        at_fault = faults.iteration if faults is not None and faults.by_iteration else None
+        total = pl.job.warmup + pl.job.iterations
+
+        def on_iteration(k: int) -> None:
+            liveview.progress(f"iteration {k + 1} of {total}")
+            if at_fault is not None:
+                at_fault(k)
+
+        ctl = Controller(lab.rundir.path, self._job_doc(fabric), pl.schedules, members,
+                         self.forks.popen if self.forks else netns.popen, progress=lab.progress,
+                         on_iteration=on_iteration if at_fault is not None or liveview.enabled() else None)
+        lab.on_teardown(ctl.stop)
+        bg = None
+        if pl.job.background:
+            bg = BackgroundFlows(pl.job.background, lab.endpoints(pl.hosts), netns.entered, cc=self.cc,
+                                 cc_by_host=lab.host_cc())
+            lab.on_teardown(bg.stop)
+        sampler = QueueSampler(fabric, interval_s=self.sample_interval_ms / 1000.0) if self.sample_interval_ms else None
+        lab.progress(pl.describe())
+        ctl.start()
+        started, counters = [], {}
+
+        def before_go() -> None:  # every agent connected and ready: counters, sampler and background from here
+            counters["tcp"] = lab.tcp_counters(pl.hosts)
+            counters["ports"] = lab.port_deltas()
+            if self.transport == "rdma":
+                counters["rdma"] = RdmaCounters(fabric, pl.hosts)
+            for what in (sampler, bg):
+                if what is not None:
+                    what.start()
+                    started.append(what)
+            if bg:
+                lab.progress(f"{len(pl.job.background)} background flow(s) running")
+            lab.start_workload()  # t = 0 of the fault timeline
+
+        try:
+            self.res = ctl.run(setup_timeout_s=self.timeout_s, run_timeout_s=self.timeout_s, before_go=before_go)
+        except ControlError as e:
+            raise RunFailed(f"collective: run failed: {e} (agent logs: {lab.rundir.path}/agent-*.log)") from None
+        finally:
+            self.bg_stats = bg.stop() if bg in started else []
+            if sampler in started:
+                sampler.stop()
+        counters["tcp"].stop(lab.rundir)
+        self.port_delta = counters["ports"].stop()
+        self.rdma_delta = counters["rdma"].stop(lab.rundir) if "rdma" in counters else {}
+        ctl.stop()
+        # what each rank's sockets report (TCP_CONGESTION after connect): a host-config fault's own cc shows here
+        lab.rundir.manifest["cc_by_rank"] = {str(r): ",".join(m.get("cc", [])) for r, m in
+                                             sorted((getattr(ctl, "ready", None) or {}).items())}
+        lab.rundir.write_manifest()
+        self._write(sampler)
+        return self
+
+    def _write(self, sampler) -> None:
+        from traffic.tcp import INFO_KEYS
+
+        rundir, res = self.lab.rundir, self.res
+        rows = ops_rows(self.plan, res.ops, res.t_measure_by_rank)
+        rundir.write_csv("ops.csv", OPS_COLUMNS, ([r[c] for c in OPS_COLUMNS] for r in rows))
+        rundir.write_csv("tcp_info.csv", ["iteration", "op_index", "rank", "peer", "phase", *INFO_KEYS],
+                         ([it, k, rk, peer, ph, *[info.get(x, 0) for x in INFO_KEYS]]
+                          for it, k, rk, peer, ph, info in res.tcp_info))
+        if sampler is not None:
+            sampler.write(rundir)
+            self.queue_stats = sampler.stats()
+
+    # ---- numbers ----
+
+    def _sweep(self, run, efficiency: float) -> list[dict]:
+        """analysis.summary.nccl_table's rows plus the alpha-beta bound of each op (beta per payload byte: the
+        shaper also carries every packet's headers), written as sweep.csv and printed as nccl-tests does."""
+        from analysis import summary as asum
+        from traffic.job import format_nccl_table
+        from traffic.schedule import ScheduleError, alpha_beta_bound_s
+
+        pl, link = self.plan, self.lab.net.spec.host_link
+        nrows = asum.nccl_table(run.ops).to_dict("records")
+        keys = {o[0]: o[1] for seg in pl.job.segments for o in seg.ops}
+        for r in nrows:
+            r["message_bytes"] = pl.sizes[r["op"]]
+            coll, n = r["collective"], pl.ranks
+            prm = dict(pl.schedules[keys[r["op"]]].params) if r["op"] in keys else {}
+            if coll == "custom" and "group_size" in prm:  # grouped (a parallel dimension): one group's bound
+                coll, n = str(prm["collective"]), int(prm["group_size"])
+            try:
+                r["bound_us"] = alpha_beta_bound_s(coll, n, r["message_bytes"], link.rate_mbps * 1e6 / 8 * efficiency,
+                                                   link.delay_ms * 1e-3 * 4) * 1e6
+            except ScheduleError:  # a custom schedule: no bound
+                r["bound_us"] = math.nan
+            r["time_vs_bound"] = r["time_us"] / r["bound_us"] if r["bound_us"] > 0 else math.nan
+        itemsize = pl.first.itemsize
+        self.lab.rundir.write_csv("sweep.csv", SWEEP_COLUMNS, (
+            [r["op"], r["collective"], r["message_bytes"], int(r["size"]), int(r["size"]) // itemsize,
+             round(r["time_us"], 3), r["algbw_gbps"], r["busbw_gbps"], round(r["cct_us_p50"], 3),
+             round(r["cct_us_p99"], 3), round(r["bound_us"], 3), r["time_vs_bound"], r["n"]] for r in nrows))
+        print(f"# collective {nrows[0]['collective']} ({pl.first.algorithm}): {pl.ranks} ranks, {self.cc}, hosts "
+              f"{link.rate_mbps:g} Mbit/s, {pl.job.iterations} iterations", file=sys.stdout)
+        print(format_nccl_table(nrows, pl.first.dtype, itemsize), file=sys.stdout, flush=True)
+        return nrows
+
+    def summary(self) -> dict:
+        """summary.json's numbers of the job (see docs/collective.md): analysis.summary's collective metrics over
+        ops.csv and tcp.csv, the alpha-beta bound, data verification, port and rxe counter increases, background
+        goodput, fidelity."""
+        from analysis import fidelity
+        from analysis import metrics as am
+        from analysis import summary as asum
+
+        pl, res, spec = self.plan, self.res, self.lab.net.spec
+        run = asum.load_quietly(self.lab.rundir.path)
+        efficiency = payload_efficiency(self.transport, spec.host_link.mtu, self.rdma_opts.get("mtu", 0))
+        nrows = self._sweep(run, efficiency)
+        # the headline ops (analysis.summary.headline_ops): a sweep reports its largest size, buckets every op
+        head = am.op_table(asum.headline_ops(run.ops))
+        bound_of = {r["op"]: r["bound_us"] / 1e6 for r in nrows}
+        ratios = [c / bound_of[o] for o, c in zip(head["op"], head["cct_s"]) if bound_of[o] > 0]
+        ti = tcpinfo_deltas(res.tcp_info)
+        tm = asum.tcp_metrics(run.tcp)
+
+        def pdelta(key: str, switch: bool) -> dict[str, int]:
+            return {f"{n}:{i}": v[key] for (n, i), v in self.port_delta.items()
+                    if (spec.node(n).role != "host") == switch}
+
+        switch_drops = pdelta("drops", True)
+        q = self.queue_stats
+        # agents and switching lag? judged on the CPU while the ops ran, the whole run's figure without samples then
+        busy_ops = (fidelity.busy_during(run.cpu, float(run.ops["start_s"].min()), float(run.ops["end_s"].max()))
+                    if len(run.ops) else None)
+        reasons = fidelity.reasons(fidelity.cpu_busy(q.get("cpu_busy_fraction")) if busy_ops is None
+                                   else fidelity.cpu_busy(busy_ops, during="while the ops ran"))
+        mism = [m for r in res.per_rank.values() for m in r.get("mismatches", [])]
+        out = {
+            "collective": str(head["collective"].iloc[0]),
+            "algorithm": pl.first.algorithm,
+            "ranks": pl.ranks,
+            "message_bytes": sum(pl.sizes[o] for o in dict.fromkeys(head["op"])),
+            "sizes": ",".join(str(r["message_bytes"]) for r in nrows),
+            "ops_per_iteration": len(pl.job.segments[0].ops),
+            "iterations": pl.job.iterations,
+            "warmup": pl.job.warmup,
+            "hosts": ",".join(pl.placement.hosts),
+            "cc": self.cc,
+            # cct_ms_*, cct_samples, ops_n, step_ms_*, step_n, step_cv, comm_wait_fraction, nccl_size_bytes,
+            # algbw_gbps, busbw_gbps: analysis.summary.collective_metrics over ops.csv
+            **asum.collective_metrics(run.ops),
+            "bound_ms": sum(bound_of[o] for o in head["op"]) / len(head) * 1e3,  # per op (buckets: their mean)
+            "bound_payload_efficiency": efficiency,
+            "cct_vs_bound": sum(ratios) / len(ratios) if ratios else None,
+            "data_verified": bool(res.verified),
+            "mismatches": "; ".join(mism[:5]),
+            "job_s": res.t_end - res.t_start,
+            "agent_cpu_s_max": max((r.get("cpu_s") or 0.0 for r in res.per_rank.values()), default=0.0),
+            "tcp_retrans_segs": tm.get("tcp_retrans_segs", 0),
+            "tcp_timeouts": tm.get("tcp_timeouts", 0),
+            # every class of every port, collective and background alike (drop-tail overflow, RED drops)
+            "switch_drops": sum(switch_drops.values()),
+            "switch_drops_by_port": "; ".join(f"{k}={v}" for k, v in switch_drops.items() if v),
+            "host_nic_drops": sum(pdelta("drops", False).values()),
+            "ecn_marks": sum(pdelta("marks", True).values()),
+            "tcpinfo_total_retrans": ti["total_retrans"],
+            "tcpinfo_rtt_ms_max": ti["rtt_us_max"] / 1e3,
+            "tcpinfo_rto_ms_max": ti["rto_us_max"] / 1e3,
+            "background_flows": len(self.bg_stats),
+            "bg_goodput_mbps": sum(b["goodput_mbps"] for b in self.bg_stats),
+            "queue_sample_interval_ms": (q["queue_sample_interval_s"] * 1e3
+                                         if q and q["queue_sample_interval_s"] == q["queue_sample_interval_s"]
+                                         else None),
+            "cpu_busy_fraction": q.get("cpu_busy_fraction"),
+            "cpu_busy_ops_fraction": busy_ops,
+            "fidelity_ok": not reasons,
+            "fidelity_reasons": "; ".join(reasons),
+            "transport": self.transport,
+        }
+        seg_ops = pl.job.segments[0].ops
+        if any(len(o) > 2 for o in seg_ops):  # an imported trace: its step against the no-congestion prediction
+            comp = pl.job.compute_ms + sum(o[2] for o in seg_ops if len(o) > 2)
+            out["trace_compute_ms"] = comp
+            out["step_bound_ms"] = comp + sum(bound_of[o[0]] for o in seg_ops) * 1e3
+            out["step_vs_bound"] = (out["step_ms_p50"] / out["step_bound_ms"] if out.get("step_ms_p50")
+                                    and out["step_bound_ms"] > 0 else None)
+        if self.transport == "rdma":
+            out.update(self._rdma_summary())
+        return out
+
+    def _rdma_summary(self) -> dict:
+        from traffic.rdma import RECOVERY_COUNTERS
+
+        d = self.rdma_delta
+        out = {f"rdma_{k}": v for k, v in d.items()}
+        # completer_retry_err: rxe's requester starting a go-back-N retransmission from the oldest unacknowledged
+        # PSN (after a NAK-sequence-error or a local ACK timeout) -- retransmission rounds, not packets
+        out["rdma_retransmit_events"] = d.get("completer_retry_err", 0)
+        out["rdma_recovery_counters"] = sum(d.get(k, 0) for k in RECOVERY_COUNTERS)
+        # the two causes apart: a PSN gap a responder saw (a packet lost or reordered on the way: NAK-sequence-error
+        # and go-back-N) versus a requester's ACK timer firing with nothing lost (a stalled host: rxe replays the
+        # unacknowledged packets, the responder counts them as duplicate_request)
+        out["rdma_sequence_gaps"] = d.get("out_of_seq_request", 0)
+        out["rdma_timeout_retries"] = max(0, d.get("completer_retry_err", 0) - d.get("rcvd_seq_err", 0))
+        out["rdma_path_mtu"] = next((r.get("transport", {}).get("path_mtu") for r in self.res.per_rank.values()
+                                     if isinstance(r.get("transport"), dict)), None)
+        return out
