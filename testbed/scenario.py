@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -34,46 +34,26 @@ SCRIPT_DIR = PROJECT_ROOT / "scenarios"
 ORDER = ("smoke", "incast", "dctcp", "collective", "pfc-hol")
 
 
-@dataclass
-class RunContext:
-    """What a not-yet-rewritten scenario's ``run`` receives: run directory, state, seed, progress, teardown."""
-
-    rundir: Any  # testbed.rundir.RunDir
-    state: Any  # testbed.kernel.state.RunState
-    seed: int
-    progress: Callable[[str], None]
-    cleanups: list[Callable[[], None]] = field(default_factory=list)
-
-    @property
-    def run_id(self) -> str:
-        return self.state.run_id
-
-    def on_teardown(self, fn: Callable[[], None]) -> None:
-        """Register an undo step; they run in reverse order, whatever happens."""
-        self.cleanups.append(fn)
-
-
 @dataclass(frozen=True)
 class Scenario:
     name: str
     summary: str
     params: Sequence[Param]
     needs: Sequence[str]  # doctor capability names
-    run: Callable[[dict, Any], dict]  # (params, lab) with topology; (params, RunContext) without
+    run: Callable[[dict, Any], dict]  # (params, lab): the experiment on a live testbed.lab.Lab
     table: Sequence[tuple[str, str]]  # (summary key, label)
+    topology: Callable[[dict, int], Any]  # (params, seed) -> Mininet Topo: the fabric the Lab builds
     validate: Callable[[dict], None] = lambda p: None
     needs_for: Callable[[dict], Sequence[str]] | None = None  # capabilities some parameter values add
-    topology: Callable[[dict, int], Any] | None = None  # (params, seed) -> Mininet Topo: a Lab API scenario
     rxe_for: Callable[[dict], bool] = lambda p: False  # a SoftRoCE device on every host?
 
     def needs_of(self, params: dict) -> list[str]:
         """Doctor capabilities a run with these (resolved, valid) parameters needs: ``needs``, ``needs_for``'s, and
-        for a Lab API scenario what its fabric needs (testbed.vm.needs.fabric_needs: every port's queue discipline,
+        what its fabric needs (testbed.vm.needs.fabric_needs: every port's queue discipline,
         DSCP classes, impairments, spraying, the hosts' congestion control and ECN)."""
         out = list(self.needs)
         more = list(self.needs_for(params) if self.needs_for else ())
-        if self.topology is not None:
-            more += fabric_needs(spec_from_topo(self.topology(params, 1)))
+        more += fabric_needs(spec_from_topo(self.topology(params, 1)))
         for n in more:
             if n not in out:
                 out.append(n)

@@ -5,27 +5,29 @@ directory, tear everything down (on success, failure and Ctrl-C), print the summ
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
-import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 # at import: a lazy import after dropping privileges fails in a 0700 checkout
-from testbed.faults import plan as faultplan
+from testbed import scenario as scenarios
+from testbed.commands.argparsing import OneLineErrorParser
 from testbed.errors import CapabilityMissing, UsageError, require_root
+from testbed.faults import plan as faultplan
+from testbed.kernel import doctor
+from testbed.lab import Lab
+from testbed.measure import liveview
 from testbed.params import SEED_HELP, parse_seed, resolve
-from testbed.scenario import RunContext, Scenario
+from testbed.rundir import check_out_dir, default_out
+from testbed.scenario import Scenario
+from testbed.vm import labvm
 from topologies.mininet_topo import spec_from_topo
 from topologies.spec import SpecError
 
-__all__ = ["RunContext", "Scenario", "main", "run_scenario", "use_vm", "print_table", "missing_capabilities"]
+__all__ = ["Scenario", "main", "run_scenario", "use_vm", "print_table", "missing_capabilities"]
 
 
 def _options(extra: list[str]) -> argparse.Namespace:
-    from testbed.commands.argparsing import OneLineErrorParser
-
     p = OneLineErrorParser(prog="testbed run", add_help=False)
     p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE")
     p.add_argument("--seed", type=parse_seed, default=1, help=f"{SEED_HELP} (default 1)")
@@ -44,8 +46,6 @@ def parse_faults(scenario: Scenario, params: dict, seed: int, specs: list[str], 
     faults = [faultplan.parse(s) for s in specs] + (faultplan.parse_file(path) if path else [])
     if not faults:
         return []
-    if scenario.topology is None:
-        raise UsageError(f"--fault: {scenario.name} is not on the Lab API")
     try:
         spec = spec_from_topo(scenario.topology(params, seed))
     except SpecError as e:
@@ -57,8 +57,6 @@ def parse_faults(scenario: Scenario, params: dict, seed: int, specs: list[str], 
 
 
 def missing_capabilities(needs: Sequence[str]) -> list[str]:
-    from testbed.kernel import doctor
-
     return doctor.missing(list(needs))
 
 
@@ -101,53 +99,10 @@ def print_table(scenario: Scenario, summary: dict, out: Path) -> None:
 
 def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool = False,
                  cli: bool = False, faults: Sequence = ()) -> dict:
-    """Build, run and tear down one scenario run in this kernel; return its summary. ``cli``: open Mininet's CLI
-    once the fabric is up and again after the traffic (Lab API scenarios); ``faults``: testbed.faults.plan faults
-    played from the workload's start."""
-    if scenario.topology is not None:
-        return _run_on_lab(scenario, params, seed, out, quiet, cli, faults)
-    from testbed.rundir import RunDir
-    from testbed.kernel.state import RunState
-
-    state = RunState()
-    state.save()
-    rundir = RunDir(out, scenario.name, params, seed)
-
-    def progress(msg: str) -> None:
-        if not quiet:
-            print(f"[{time.monotonic() - rundir.manifest['t0_monotonic']:6.1f}s] {msg}", file=sys.stderr,
-                  flush=True)
-
-    ctx = RunContext(rundir=rundir, state=state, seed=seed, progress=progress)
-    main_pid = os.getpid()
-
-    def on_sigterm(signum, frame):
-        # pyroute2 forks helper processes (netns work) that inherit this handler and are ended with SIGTERM:
-        # a child must just die, never run the parent's teardown.
-        if os.getpid() != main_pid:
-            os._exit(128 + signum)
-        raise KeyboardInterrupt
-
-    old = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        summary = scenario.run(params, ctx)
-        rundir.finish(summary)
-        return summary
-    finally:
-        progress("tearing down")
-        for fn in reversed(ctx.cleanups):
-            try:
-                fn()
-            except Exception as e:  # noqa: BLE001 - keep undoing the rest
-                print(f"testbed: teardown step failed: {e}", file=sys.stderr)
-        state.drop()
-        signal.signal(signal.SIGTERM, old)
-
-
-def _run_on_lab(scenario: Scenario, params: dict, seed: int, out: Path, quiet: bool, cli: bool,
-                faults: Sequence = ()) -> dict:
-    from testbed.lab import Lab
-
+    """Build, run and tear down one scenario run in this kernel on a :class:`~testbed.lab.Lab` (the one run path:
+    state, run directory, teardown on success, failure, Ctrl-C and SIGTERM are the Lab's); return its summary.
+    ``cli``: open Mininet's CLI once the fabric is up and again after the traffic; ``faults``:
+    testbed.faults.plan faults played from the workload's start."""
     with Lab(scenario.topology(params, seed), out=out, seed=seed, name=scenario.name, params=params,
              rxe=scenario.rxe_for(params), quiet=quiet, servers=params.get("servers", 1)) as lab:
         for f in faults:
@@ -161,9 +116,6 @@ def _run_on_lab(scenario: Scenario, params: dict, seed: int, out: Path, quiet: b
 
 
 def main(args: argparse.Namespace, extra: list[str]) -> int:
-    from testbed.vm import labvm
-    from testbed import scenario as scenarios
-
     if args.list:
         for s in scenarios.all_scenarios():
             print(f"{s.name:<12} {s.summary}")
@@ -179,13 +131,9 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     scenario.validate(params)
     faults = parse_faults(scenario, params, opts.seed, opts.fault, opts.faults)
     require_root(f"testbed run {scenario.name}")
-    from testbed.rundir import check_out_dir, default_out
-
     # an output folder that cannot be written is refused here: before doctor probes, a VM boot or a fabric
     out = check_out_dir(opts.out) if opts.out else check_out_dir(default_out(scenario.name), "--out (default)")
 
-    if opts.cli and scenario.topology is None:
-        raise UsageError(f"--cli: {scenario.name} is not on the Lab API yet")
     if opts.cli and not labvm.in_vm() and not sys.stdin.isatty():
         raise UsageError("--cli needs a terminal")
     if use_vm(opts.vm, [*scenario.needs_of(params), *faultplan.needs(faults)], labvm.in_vm()):
@@ -206,8 +154,6 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
                          labvm.VmOptions(interactive=opts.cli))
 
     if opts.live:
-        from testbed.measure import liveview
-
         liveview.enable()
     summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet, cli=opts.cli, faults=faults)
     print_table(scenario, summary, out)

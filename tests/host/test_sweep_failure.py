@@ -1,9 +1,9 @@
 """A sweep with one failing point completes every point, records the failed one (complete false, its error) in
 sweep.csv, in the printed table and in its progress line, and the command exits non-zero at the end.
 
-The scenario is a fake (testbed.commands.runner.Scenario whose run raises RunFailed for one value): this is sweep logic,
-not network behaviour. Everything else is real and runs as root on this host: run_scenario's run state, run
-directories and teardown, the sweep's outputs, and the CLI's exit status.
+The scenario is a fake (a testbed.scenario.Scenario whose run raises RunFailed for one value, on the smallest fabric:
+h1 - s1 - h2, no traffic): this is sweep logic, not network behaviour. Everything else is real and runs as root on
+this host: the Lab's run state, fabric, run directories and teardown, the sweep's outputs, and the CLI's exit status.
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ import os
 import pandas as pd
 import pytest
 
+from mininet.topo import Topo
+
 from testbed import cli
-
-from testbed.commands import runner
-
-from testbed.commands import sweep
 from testbed import scenario as scenarios
+from testbed.commands import sweep
 from testbed.errors import RunFailed
 from testbed.params import Param
 
@@ -29,19 +28,28 @@ FAIL_AT = 2
 MESSAGE = "fake: data verification failed: rank 1 got 7 expected 8"
 
 
-def _run(params: dict, ctx: runner.RunContext) -> dict:
-    ctx.progress(f"fake point rate={params['rate']}")
-    torn = ctx.rundir.path / "torn_down"
-    ctx.on_teardown(lambda: torn.write_text("yes\n"))
+class _Pair(Topo):
+    """h1 - s1 - h2: the fabric the fake's Lab builds (nothing is sent over it)."""
+
+    def build(self) -> None:
+        s1 = self.addSwitch("s1")
+        self.addLink(self.addHost("h1"), s1)
+        self.addLink(self.addHost("h2"), s1)
+
+
+def _run(params: dict, lab) -> dict:
+    lab.progress(f"fake point rate={params['rate']}")
+    torn = lab.rundir.path / "torn_down"
+    lab.on_teardown(lambda: torn.write_text("yes\n"))
     if params["rate"] == FAIL_AT:
-        ctx.rundir.finish({"mismatches": 1})  # like collective: keep the evidence, then fail the run
+        lab.rundir.finish({"mismatches": 1})  # like collective: keep the evidence, then fail the run
         raise RunFailed(MESSAGE)
     return {"goodput_mbps": params["rate"] * 10.0, "bottleneck_drops": 0, "fidelity_ok": True}
 
 
-FAKE = runner.Scenario(name="fake-sweep", summary="a scenario that fails at rate=2", params=[
+FAKE = scenarios.Scenario(name="fake-sweep", summary="a scenario that fails at rate=2", params=[
     Param("rate", int, 1, "Mbit/s", "the swept value", min=1, max=100)], needs=[], run=_run,
-    table=[("goodput_mbps", "goodput")])
+    table=[("goodput_mbps", "goodput")], topology=lambda params, seed: _Pair())
 
 
 @pytest.fixture
