@@ -22,6 +22,11 @@ class RunFailed(Exception):
     exit_status = 1
 
 
+class KernelToolError(RuntimeError):
+    """A kernel tool the lab reads counters with failed (``rdma statistic`` of an rxe device): the message is the
+    tool's own. A RuntimeError, like the transport errors the same call raised before it had its own class."""
+
+
 class CapabilityMissing(UsageError):
     """The running kernel or system lacks something the request needs (names the capability)."""
 

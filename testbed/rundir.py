@@ -13,7 +13,6 @@ import platform
 import subprocess
 import time
 from datetime import datetime, timezone
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -40,6 +39,9 @@ def _first_line(argv: list[str]) -> str | None:
 
 
 def versions() -> dict[str, Any]:
+    """The versions a manifest records: testbed, Python, the packages and the kernel tools."""
+    from importlib import metadata  # ~10 ms: only a run pays it, not every command's start (the CLI imports this)
+
     v: dict[str, Any] = {"testbed": __version__, "python": platform.python_version()}
     for p in PACKAGES:
         try:
@@ -108,9 +110,11 @@ def check_out_dir(path: str | os.PathLike, flag: str = "--out") -> Path:
     return p
 
 
-def default_out(scenario: str) -> Path:
+def default_out(name: str) -> Path:
+    """The default output folder of a command's run: ``results/<name>-<YYYYmmdd-HHMMSS>`` under the working
+    directory (a scenario's name, ``sweep-<scenario>``, ``audit``, ``lab-<NN-name>``, ``cli``)."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path.cwd() / "results" / f"{scenario}-{stamp}"
+    return Path.cwd() / "results" / f"{name}-{stamp}"
 
 
 class RunDir:

@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 from testbed.vm.needs import fabric_needs
 from testbed.params import SEED_HELP, Param
 from topologies.mininet_topo import spec_from_topo
+from testbed.errors import UsageError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT_DIR = PROJECT_ROOT / "scenarios"
@@ -107,8 +108,6 @@ def names() -> list[str]:
 
 def get(name: str) -> Scenario:
     """The scenario called ``name`` (its script in scenarios/); UsageError if there is none."""
-    from testbed.errors import UsageError
-
     try:
         return _scripts()[name]
     except KeyError:

@@ -199,9 +199,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def default_out() -> Path:
-    from datetime import datetime
+    from testbed import rundir
 
-    return Path.cwd() / "results" / f"audit-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return rundir.default_out("audit")
 
 
 def add_parser(sub) -> None:

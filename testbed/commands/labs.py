@@ -321,9 +321,9 @@ def main(args: argparse.Namespace) -> int:
 
 
 def default_out(lab: ClassLab) -> Path:
-    from datetime import datetime
+    from testbed import rundir
 
-    return Path.cwd() / "results" / f"lab-{lab.ref}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return rundir.default_out(f"lab-{lab.ref}")
 
 
 def add_parser(sub) -> None:

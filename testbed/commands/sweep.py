@@ -29,8 +29,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from testbed import rundir
+from testbed import scenario as scenarios
+from testbed.commands import runner
 from testbed.errors import RunFailed, UsageError, require_root
 from testbed.params import resolve
+from testbed.rundir import check_out_dir
+from testbed.vm import labvm
 
 #: metrics plotted against the swept parameter when the points have them
 PLOT_METRICS = ("goodput_mbps", "round_ms_p99", "incast_loss_rate", "cct_ms_p99", "bottleneck_drops",
@@ -133,8 +138,6 @@ def run_sweep(pl: Plan, out: Path, seed: int = 1, quiet: bool = False) -> "Any":
     Returns the sweep table (a pandas DataFrame). Progress goes to stderr."""
     import pandas as pd
 
-    from testbed.commands.runner import run_scenario
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
@@ -149,7 +152,7 @@ def run_sweep(pl: Plan, out: Path, seed: int = 1, quiet: bool = False) -> "Any":
             row: dict[str, Any] = {pl.name: pt.value, "run_dir": pt.dirname}
             t0 = time.monotonic()
             try:
-                summary = run_scenario(pl.scenario, pt.params, seed, out / pt.dirname, quiet=quiet)
+                summary = runner.run_scenario(pl.scenario, pt.params, seed, out / pt.dirname, quiet=quiet)
             except (KeyboardInterrupt, UsageError):
                 raise
             except Exception as e:  # noqa: BLE001 - record the point, go on with the rest
@@ -208,9 +211,7 @@ def write_outputs(df: "Any", name: str, out: Path, scenario: str = "") -> list[P
 
 
 def default_out(scenario: str) -> Path:
-    from datetime import datetime
-
-    return Path.cwd() / "results" / f"sweep-{scenario}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    return rundir.default_out(f"sweep-{scenario}")
 
 
 def print_table(df: "Any", name: str) -> None:
@@ -234,14 +235,9 @@ def print_table(df: "Any", name: str) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """The `testbed sweep` command (parsed by testbed.cli)."""
-    from testbed.vm import labvm
-    from testbed import scenario as scenarios
-    from testbed.commands import runner
-
     scenario = scenarios.get(args.scenario)
     pl = plan(scenario, args.set or [])
     require_root(f"testbed sweep {scenario.name}")
-    from testbed.rundir import check_out_dir
 
     # an output folder that cannot be written is refused here: before doctor probes, a VM boot or a fabric
     out = check_out_dir(args.out) if args.out else check_out_dir(default_out(scenario.name), "--out (default)")

@@ -30,6 +30,7 @@ from testbed.faults.plan import Fault, Step
 from testbed.faults.host import HostFaults
 from testbed.kernel import linkfail, netns, qdisc
 from topologies.routing import compute_routes, route_diff
+from testbed.errors import CapabilityMissing
 
 EVENT_COLUMNS = ["t_s", "kind", "target", "detail"]
 
@@ -97,8 +98,6 @@ class FaultTimeline:
                 self._holes[node] = linkfail.prepare(self._ipr(node), self._index(node, port))
         elif f.kind == "netem":
             from pyroute2 import NetlinkError
-
-            from testbed.errors import CapabilityMissing
 
             rx = self._far_end(*faultplan.find_port(self.topology, f.target))
             try:

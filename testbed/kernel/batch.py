@@ -32,6 +32,7 @@ from pyroute2.netlink.rtnl.ndmsg import ndmsg
 from pyroute2.netlink.rtnl.rtmsg import rtmsg
 from pyroute2.netlink.rtnl.tcmsg import tcmsg
 
+from testbed.kernel import netns
 from testbed.kernel import tcext  # noqa: F401  (registers red, ets, flower, bfifo)
 
 #: (message class, IPRoute's command map) per request family; only the commands that create something
@@ -68,9 +69,8 @@ class BatchError(OSError):
 def open_socket() -> socket.socket:
     """A NETLINK_ROUTE socket for Batch, in the calling thread's network namespace; errors come back with the
     kernel's own message (extended ack) and without a copy of the request."""
-    s = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    s = netns.netlink_socket(None)
     try:
-        s.bind((0, 0))
         s.settimeout(ACK_TIMEOUT_S)
         for opt in (NETLINK_CAP_ACK, NETLINK_EXT_ACK):
             try:

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 
 from testbed.kernel import PREFIX
+from testbed.errors import CapabilityMissing
 
 PERIOD_US = 100_000
 
@@ -59,8 +60,6 @@ class CpuLimit:
     def __init__(self, name: str):
         found = cpu_hierarchy()
         if found is None:
-            from testbed.errors import CapabilityMissing
-
             raise CapabilityMissing("cgroup:cpu", "no cgroup hierarchy with the cpu controller is mounted")
         self.version, self.root = found
         self.path = self.root / _group_name(name)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+from testbed.errors import KernelToolError
 from testbed.kernel import netns
-from traffic.transport import TransportError  # the error rdma_counters has always raised (it lived in traffic.rdma)
 
 
 def _parse(text: str) -> dict[str, int]:
@@ -55,7 +55,7 @@ def rdma_counters(ns: str | None, dev: str) -> dict[str, int]:
     else:
         r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
     if r.returncode != 0:
-        raise TransportError(f"rdma statistic {dev}: {(r.stderr or r.stdout).strip()}")
+        raise KernelToolError(f"rdma statistic {dev}: {(r.stderr or r.stdout).strip()}")
     out: dict[str, int] = {}
     for entry in json.loads(r.stdout or "[]"):
         for k, val in entry.items():

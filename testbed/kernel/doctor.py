@@ -20,10 +20,13 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from testbed.errors import require_root
+from testbed.errors import UsageError, require_root
 from testbed.kernel import PREFIX
-from testbed.kernel import netns
+from testbed.kernel import flowlet, netns
 from testbed.kernel import tcext  # noqa: F401  (registers red, ets, flower, bfifo)
+from testbed.kernel.cgroup import CpuLimit
+from testbed.kernel import state
+from topologies.flowlet import FlowletPlan
 
 VM_HINT = "run inside the lab VM: testbed vm -- <command> (scripts/install.sh installs its kernel)"
 
@@ -158,8 +161,6 @@ def _ecn_sysctl(s: Scratch) -> str:
 
 
 def _cgroup_cpu(s: Scratch) -> str:
-    from testbed.kernel.cgroup import CpuLimit
-
     group = CpuLimit(s.ns)
     try:
         group.limit(0.5)
@@ -172,9 +173,6 @@ def _cgroup_cpu(s: Scratch) -> str:
 def _flowlet_bpf(s: Scratch) -> str:
     """Compile the flowlet balancer, load it (the verifier passes it) and attach it as a cls_bpf direct-action
     filter on a clsact egress hook."""
-    from testbed.kernel import flowlet
-    from topologies.flowlet import FlowletPlan
-
     plan = FlowletPlan("probe", (s.a,))
     with netns.ipr(s.ns) as ipr:
         b = flowlet.install(ipr, plan, {s.a: s.index(s.a)}, gap_ms=10, adaptive=True)
@@ -335,8 +333,6 @@ def probe_names() -> list[str]:
 
 def run_probes(only: list[str] | None = None) -> list[Check]:
     """Run the probes (all, or the named ones) and return their verdicts. Needs root."""
-    from testbed.errors import UsageError
-
     require_root("testbed doctor")
     selected = PROBES
     if only:
@@ -362,13 +358,11 @@ def run_probes(only: list[str] | None = None) -> list[Check]:
 def _cache_path():
     from pathlib import Path
 
-    from testbed.kernel.state import STATE_DIR
-
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         boot = "unknown"
-    return STATE_DIR / "capabilities" / f"{boot}.json"
+    return state.STATE_DIR / "capabilities" / f"{boot}.json"
 
 
 def _save_cache(checks: list[Check]) -> None:

@@ -156,6 +156,23 @@ def ipr_in(name: str) -> IPRoute:
         return IPRoute()
 
 
+def netlink_socket(name: str | None) -> socket.socket:
+    """A raw NETLINK_ROUTE socket, bound, that lives in namespace `name` (None: the calling thread's): the kernel's
+    rtnetlink, spoken without pyroute2 where each message's cost matters (plug changes, qdisc dumps, batches). A
+    socket keeps the namespace it was created in, so the thread enters it only for the socket() call."""
+    if name:
+        with entered(name):
+            sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    else:
+        sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+    try:
+        sock.bind((0, 0))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _setns(name: str) -> None:
     fd = os.open(NETNS_DIR / name, os.O_RDONLY)
     try:

@@ -9,7 +9,6 @@ kernel holds. (pyroute2 has no plug encoder, and the controller's per-message co
 from __future__ import annotations
 
 import os
-import socket
 import struct
 
 from testbed.kernel import netns
@@ -47,12 +46,7 @@ class PlugSocket:
     """A NETLINK_ROUTE socket opened inside one namespace, for plug qdisc changes (each acknowledged)."""
 
     def __init__(self, ns: str | None):
-        if ns:
-            with netns.entered(ns):
-                self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        else:
-            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        self.sock.bind((0, 0))
+        self.sock = netns.netlink_socket(ns)
         self.seq = 0
         self.buf = bytearray(65536)
 

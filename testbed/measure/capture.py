@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from testbed.errors import UsageError
+from testbed.kernel import netns
 
 SNAPLEN = 128
 #: tcpdump's kernel buffer (KiB): large enough that a slow (emulated) CPU does not drop packets in bursts
@@ -143,8 +144,6 @@ def start_capture(spec: str, fabric, rundir_path: Path, on_teardown: Callable[[C
                   progress: Callable[[str], None]) -> PortCapture | None:
     """A capture at ``spec`` (``NODE:IFNAME`` of ``fabric``, checked as :func:`parse_spec` does; empty: None) into
     the run directory, started (listening) and registered to stop at teardown."""
-    from testbed.kernel import netns
-
     where = parse_spec(spec, fabric.topology.addresses)
     if not where:
         return None

@@ -24,6 +24,7 @@ import time
 from typing import Iterable
 
 from testbed.kernel import netns, qdisc
+from testbed.measure import liveview
 
 QUEUE_COLUMNS = ["t_s", "node", "port", "class", "backlog_bytes", "backlog_packets", "drops", "marks", "sent_bytes",
                  "sent_packets", "overlimits"]
@@ -114,12 +115,7 @@ class RawQdiscDump:
     qdisc whose parent is an HTB class 1:x (the leaf queues install_port makes), as qdisc.leaf_stats reports them."""
 
     def __init__(self, ns: str | None):
-        if ns:
-            with netns.entered(ns):
-                self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        else:
-            self.sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-        self.sock.bind((0, 0))
+        self.sock = netns.netlink_socket(ns)
         self.seq = 0
         self.buf = bytearray(1 << 20)
 
@@ -313,8 +309,6 @@ class QueueSampler:
         import tempfile
         from pathlib import Path
 
-        from testbed.measure import liveview
-
         fd, self._rows_file = tempfile.mkstemp(prefix="tb-queues-", suffix=".tsv")
         os.close(fd)
         cfg = {"interval_s": self.interval_s, "rows_file": self._rows_file,
@@ -500,10 +494,9 @@ def _child_main() -> int:
             ticks += 1
             t_last = time.monotonic()
             if live_file and t_last >= live_due:  # this round, for the live view
-                from testbed.measure.liveview import SNAPSHOT_EVERY_S, write_snapshot
-
-                write_snapshot(live_file, t_last, [(r[1], r[2], r[3], r[4], r[6], r[7], r[8]) for r in rows[first:]])
-                live_due = t_last + SNAPSHOT_EVERY_S
+                liveview.write_snapshot(live_file, t_last,
+                                        [(r[1], r[2], r[3], r[4], r[6], r[7], r[8]) for r in rows[first:]])
+                live_due = t_last + liveview.SNAPSHOT_EVERY_S
             next_t += interval
             delay = next_t - time.monotonic()
             if delay < 0:

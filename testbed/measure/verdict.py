@@ -10,6 +10,9 @@ CPU saturation) are the scenarios' own and arrive in the summary before this run
 
 from __future__ import annotations
 
+from analysis import fidelity
+from analysis.load import load_csv
+
 
 def judge_run(rundir, summary: dict) -> None:
     """Every run measures whether the machine kept up (analysis.fidelity), from its raw files: each shaped port's
@@ -17,9 +20,6 @@ def judge_run(rundir, summary: dict) -> None:
     sampler's achieved interval and worst gap (sampler_*_ms), and, with PFC on, whether the controller reacted
     within what the headroom allows. A check that fires makes the run unfaithful (fidelity_ok false, its line
     first in fidelity_reasons)."""
-    from analysis import fidelity
-    from analysis.load import load_csv
-
     path = rundir.path
     found: list[str | None] = []
     if (path / "queues.csv").exists():

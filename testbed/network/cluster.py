@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.errors import UsageError
+from testbed.kernel import netns, tunnel
 
 #: most servers one fabric is split into here (each is a namespace and an underlay address)
 MAX_SERVERS = 16
@@ -81,8 +82,6 @@ def place(topology, servers: int) -> Placement:
 def build_servers(fabric, state) -> None:
     """The servers' namespaces (recorded in ``state`` as they are made, so `testbed clean` finds them) and the
     datacentre network between them (testbed.kernel.tunnel)."""
-    from testbed.kernel import netns, tunnel
-
     for name in (fabric.dcnet_ns, *fabric.server_ns.values()):
         if state is not None:
             state.add("namespaces", name)
@@ -94,8 +93,6 @@ def build_servers(fabric, state) -> None:
 def build_tunnels(fabric) -> None:
     """Each link that crosses servers: a VXLAN pair (VNI = link number), one end made by each server and moved into
     its node under the port's planned name and MAC."""
-    from testbed.kernel import tunnel
-
     addrs = fabric.topology.addresses
     ip = {s: tunnel.underlay_ip(i) for i, s in enumerate(fabric.placement.servers, start=1)}
     on = fabric.placement.server_of
@@ -114,8 +111,6 @@ def server_rows(fabric) -> list[tuple]:
     counters of its network stack: every VXLAN frame that reaches a server is one InDatagram; receive-buffer and
     input errors are frames the server dropped before they reached the fabric. The kernel's VXLAN transmit path
     does not count OutDatagrams, so a server's sends are its peers' receipts)."""
-    from testbed.kernel import tunnel
-
     rows = []
     for s, ns in fabric.server_ns.items():
         udp = tunnel.udp_datagrams(ns)

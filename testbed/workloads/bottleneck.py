@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 
 from testbed.errors import UsageError
+from topologies import DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
 
 
 def bottleneck_queue(p: dict):
-    from topologies import QueueSpec
-
     d = p["discipline"]
     if d == "droptail":
         return QueueSpec("droptail", buffer_bytes=p["buffer_bytes"])
@@ -37,8 +36,6 @@ def check_marking(p: dict) -> None:
 def build_spec(p: dict, seed: int = 0):
     """The topology of a parameter set, plus (receiver, senders, bottleneck (node, port)). UsageError when the
     parameters cannot make a valid fabric."""
-    from topologies import DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, SpecError
-
     n = p["senders"]
     check_marking(p)
     if p["ecn"] and p["discipline"] == "droptail":

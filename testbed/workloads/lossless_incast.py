@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from testbed.workloads.bottleneck import bottleneck_queue, check_marking
 from testbed.errors import UsageError
+from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
 
 #: the lossless class: DSCP 26 (AF31, common for RoCEv2) on 802.1p priority 3
 DSCP_LOSSLESS = 26
@@ -38,8 +39,6 @@ def thresholds(p: dict) -> dict:
 def build_spec(p: dict, seed: int = 0):
     """(topology, incast receiver, victim receiver, senders, victim). UsageError (one line) on bad input; the PFC
     thresholds are checked in every mode (lossy runs the same class, just without pauses)."""
-    from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
-
     e = effective(p)
     check_marking({**p, "discipline": e["discipline"]})
     try:
