@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.errors import UsageError
+from testbed.pfc.queues import lossless_classes
 
 DEFAULT_DETECT_MS = 50.0
 MAX_FLAPS = 1000
@@ -307,8 +308,6 @@ def find_target(topology, f: Fault):
 
 
 def _check_lossless(topology, f: Fault, port: tuple[str, str]) -> None:
-    from testbed.pfc.controller import lossless_classes
-
     if port not in lossless_classes(topology):
         raise UsageError(f"fault {f.kind} {f.target}: the port has no lossless class for PFC to pause (a pause storm "
                          "needs PFC: e.g. the collective's pfc=on, or a topology file with a lossless class)")

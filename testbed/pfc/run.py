@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from testbed.pfc.controller import LosslessQueue, PfcController
+from testbed.pfc.controller import PfcController
+from testbed.pfc.queues import class_queue
 
 
 def watch_class(fabric, cls: str, pcp: int, xoff_bytes: int, xon_bytes: int, headroom_bytes: int,
@@ -36,11 +37,8 @@ def watch_class(fabric, cls: str, pcp: int, xoff_bytes: int, xon_bytes: int, hea
     for plan in fabric.port_plans:
         for minor, name, leaf, *_rest in plan.classes:
             if name == cls:
-                ctl.queues[(plan.node, plan.ifname, minor)] = LosslessQueue(
-                    node=plan.node, port=plan.ifname, peer=plan.peer, ns=fabric.ns(plan.node), ifindex=0,
-                    minor=minor, cls=name, pcp=pcp, xoff=xoff_bytes, xon=xon_bytes, headroom=headroom_bytes,
-                    limit=leaf.limit, rate_bps=plan.rate_mbps * 1e6 / 8,
-                    is_switch=fabric.topology.node(plan.node).role != "host", leaf_kind=leaf.kind)
+                ctl.queues[(plan.node, plan.ifname, minor)] = class_queue(fabric, plan, minor, leaf, name, pcp,
+                                                                          xoff_bytes, xon_bytes, headroom_bytes)
     return ctl
 
 

@@ -14,7 +14,8 @@ from testbed.network.fabric import Fabric
 from testbed.params import resolve
 from testbed.kernel.plug import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, PLUG_BUFFER,
                                  PLUG_RELEASE_INDEFINITE, RTM_NEWQDISC, plug_message, tc_handle)
-from testbed.pfc.controller import PfcController, feeders_of, headroom_needed
+from testbed.pfc.controller import PfcController
+from testbed.pfc.queues import feeders_of, headroom_needed
 from analysis.metrics import maxmin_share
 from testbed.workloads.lossless_incast import build_spec, effective
 from testbed.scenario import get
