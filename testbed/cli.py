@@ -148,11 +148,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return sweep.main(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="testbed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=__version__)
-    sub = p.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=_Parser)
-
+def _add_doctor(sub) -> None:
+    """`testbed doctor`: probe this kernel."""
     d = sub.add_parser("doctor", help="probe what this kernel can do (qdiscs, TCP, OVS, Mininet, SoftRoCE)",
                        description="Probe the running kernel by function: in a scratch network namespace try "
                        "each qdisc, classifier, action and TCP congestion control the project uses, Open vSwitch, "
@@ -163,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="probe only this capability (repeatable; see the names in the table)")
     d.set_defaults(func=_cmd_doctor)
 
+
+def _add_vm(sub) -> None:
+    """`testbed vm -- CMD`: run a command in the lab VM."""
     v = sub.add_parser("vm", help="run a command as root inside the lab VM (full stock kernel)",
                        description="Run CMD as root inside a throwaway microVM (virtme-ng + QEMU) booted with the "
                        "installed Debian kernel over the host filesystem. The working directory, PATH and "
@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("command", nargs=argparse.REMAINDER, metavar="CMD", help="the command to run")
     v.set_defaults(func=_cmd_vm)
 
+
+def _add_clean(sub) -> None:
+    """`testbed clean`: remove what a killed run left behind."""
     c = sub.add_parser("clean", help="remove namespaces, links, rxe devices, OVS bridges and agents left by a "
                        "killed run", description="Remove everything the project created and a killed run left "
                        "behind: network namespaces and links named with the project's prefix, rxe devices on "
@@ -187,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     c.set_defaults(func=_cmd_clean)
 
+
+def _add_report(sub) -> None:
+    """`testbed report RUN_DIR`."""
     rp = sub.add_parser("report", help="write report.html and report.md for a run directory",
                         description="Write report.html (one self-contained file: tables and plots embedded) and "
                         "report.md (text tables, plots as PNG files in report_files/) for RUN_DIR, and print their "
@@ -195,6 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default=None, metavar="DIR", help="write the report here (default: RUN_DIR)")
     rp.set_defaults(func=_cmd_report)
 
+
+def _add_compare(sub) -> None:
+    """`testbed compare RUN_DIR...`."""
     cp = sub.add_parser("compare", help="key metrics of several runs side by side, with ratios to the first",
                         description="Print the numeric summary metrics and the key metrics recomputed from the "
                         "data of each RUN_DIR side by side, with each run's ratio to the first. With --out, also "
@@ -203,6 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     cp.add_argument("--out", default=None, metavar="DIR", help="write compare.csv and compare.md into DIR")
     cp.set_defaults(func=_cmd_compare)
 
+
+def _add_sweep(sub) -> None:
+    """`testbed sweep SCENARIO --set NAME=V1,V2,...`."""
     sw = sub.add_parser("sweep", help="run a scenario once per value of one parameter, then tabulate and plot",
                         description="Run SCENARIO once per value of the one parameter given as a comma list "
                         "(--set senders=2,4,8) into DIR/<name>=<value>/, then write DIR/sweep.csv (one row per "
@@ -221,10 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--quiet", action="store_true", help="only the sweep's own progress lines")
     sw.set_defaults(func=_cmd_sweep)
 
-    explore.add_parser(sub)
-    classlabs.add_parser(sub)
-    audit.add_parser(sub)
 
+def _add_run(sub) -> None:
+    """`testbed run SCENARIO` (its own options are parsed by testbed.commands.runner)."""
     r = sub.add_parser("run", help="run a scenario (see --list)", add_help=False,
                        description="Run SCENARIO: build its fabric, run its traffic, write a run directory, "
                        "print a summary table. `testbed run --list` lists scenarios; `testbed run SCENARIO --help` "
@@ -233,6 +244,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--list", action="store_true", help="list the scenarios")
     r.add_argument("-h", "--help", action="store_true", help="show help (for a scenario: its parameters)")
     r.set_defaults(func=None, run=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `testbed` parser: one subparser per command (each added by the command's own function)."""
+    p = _Parser(prog="testbed", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=__version__)
+    sub = p.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=_Parser)
+    for add in (_add_doctor, _add_vm, _add_clean, _add_report, _add_compare, _add_sweep, explore.add_parser,
+                classlabs.add_parser, audit.add_parser, _add_run):
+        add(sub)
     return p
 
 

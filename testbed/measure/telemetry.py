@@ -451,24 +451,41 @@ class QueueSampler:
                 "cpu_busy_fraction": self.cpu.mean_busy, "cpu_busy_peak": self.cpu.peak_busy}
 
 
+def _open_ports(ports: list) -> dict[str, tuple[RawQdiscDump, list]]:
+    """Per namespace of the config's ``ports`` (node, ns, ifname, {minor: class label}): a dump socket and the
+    ports to read from it, as (node, ifname, ifindex, labels)."""
+    work: dict[str, tuple[RawQdiscDump, list]] = {}
+    for node, ns, ifn, labels in ports:
+        if ns not in work:
+            with netns.entered(ns):
+                idx_of = {name: i for i, name in socket.if_nameindex()}
+            work[ns] = (RawQdiscDump(ns), [], idx_of)
+        work[ns][1].append((node, ifn, work[ns][2][ifn], {int(k): v for k, v in labels.items()}))
+    return work
+
+
+def _sample_round(work: dict, rows: list) -> None:
+    """One round: a dump per namespace, a queues.csv row per watched leaf queue (timestamped at its dump)."""
+    for sock, items, _ in work.values():
+        t = time.monotonic()
+        per_if = sock.leaf_stats()
+        for node, ifn, idx, labels in items:
+            for q in per_if.get(idx, ()):
+                rows.append((t, node, ifn, labels.get(q.minor, f"1:{q.minor:x}"), q.backlog_bytes,
+                             q.backlog_packets, q.drops, q.marks, q.sent_bytes, q.sent_packets, q.overlimits))
+
+
 def _child_main() -> int:
-    """`python -m testbed.measure.telemetry`: the process-mode sampler. Reads one JSON config line on stdin, prints
-    "ready",
-    samples until stdin says stop (or closes), writes rows (tab-separated) to the file named in the config and prints
-    {"ticks", "t_first", "t_last"} as JSON."""
+    """`python -m testbed.measure.telemetry`: the process-mode sampler. Reads one JSON config line on stdin,
+    prints "ready", samples until stdin says stop (or closes), writes rows (tab-separated) to the file named in the
+    config and prints {"ticks", "t_first", "t_last"} as JSON."""
     import json
     import sys
 
     cfg = json.loads(sys.stdin.readline())
     interval = float(cfg["interval_s"])
-    work: dict[str, tuple[RawQdiscDump, list]] = {}
     try:
-        for node, ns, ifn, labels in cfg["ports"]:
-            if ns not in work:
-                with netns.entered(ns):
-                    idx_of = {name: i for i, name in socket.if_nameindex()}
-                work[ns] = (RawQdiscDump(ns), [], idx_of)
-            work[ns][1].append((node, ifn, work[ns][2][ifn], {int(k): v for k, v in labels.items()}))
+        work = _open_ports(cfg["ports"])
     except Exception as e:  # noqa: BLE001
         print(f"error: {e}", flush=True)
         return 1
@@ -483,14 +500,7 @@ def _child_main() -> int:
     try:
         while True:
             first = len(rows)
-            for sock, items, _ in work.values():
-                t = time.monotonic()
-                per_if = sock.leaf_stats()
-                for node, ifn, idx, labels in items:
-                    for q in per_if.get(idx, ()):
-                        rows.append((t, node, ifn, labels.get(q.minor, f"1:{q.minor:x}"), q.backlog_bytes,
-                                     q.backlog_packets, q.drops, q.marks, q.sent_bytes, q.sent_packets,
-                                     q.overlimits))
+            _sample_round(work, rows)
             ticks += 1
             t_last = time.monotonic()
             if live_file and t_last >= live_due:  # this round, for the live view

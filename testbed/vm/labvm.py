@@ -210,21 +210,35 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
     if options.kvm not in ("auto", "on", "off"):
         raise UsageError(f"--kvm must be auto, on or off (got {options.kvm!r})")
 
-    cwd = Path.cwd()
     results = Path(tempfile.mkdtemp(prefix="testbed-vm-", dir="/tmp"))
     os.chmod(results, 0o755)
-    rwdirs = {str(results), str(PROJECT_ROOT), str(cwd)}
+    rw_final = _rw_dirs(results, argv, options)
+    _compile_project()
+    pyimage = None if os.environ.get("TESTBED_VM_PYIMAGE") == "0" else \
+        vmimage.ensure_image(CACHE_DIR, say=lambda m: print(f"testbed vm: {m}", file=sys.stderr))
+    script = _guest_script(results, argv, options, pyimage)
+    cmd = _vng_command(vng, release, image, options, pyimage, rw_final, script)
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(vng).parent}:{env.get('PATH', '')}"
+    return _boot_and_collect(cmd, env, results, options)
+
+
+def _rw_dirs(results: Path, argv: list[str], options: VmOptions) -> list[str]:
+    """The folders the guest may write (the results folder, the checkout, the working directory, every --out DIR in
+    argv and every --rwdir), without those inside another one: a nested 9p mount is fragile and needs no mount."""
+    rwdirs = {str(results), str(PROJECT_ROOT), str(Path.cwd())}
     for d in list(options.rwdirs) + _out_dirs(argv):
         p = Path(d).resolve()
         p.mkdir(parents=True, exist_ok=True)
         rwdirs.add(str(p))
-    # A folder inside another rwdir needs no mount of its own (and nested 9p mounts are fragile).
     ordered = sorted(rwdirs, key=len)
-    rw_final = [d for d in ordered if not any(d != o and d.startswith(o.rstrip("/") + "/") for o in ordered)]
+    return [d for d in ordered if not any(d != o and d.startswith(o.rstrip("/") + "/") for o in ordered)]
 
-    _compile_project()
-    pyimage = None if os.environ.get("TESTBED_VM_PYIMAGE") == "0" else \
-        vmimage.ensure_image(CACHE_DIR, say=lambda m: print(f"testbed vm: {m}", file=sys.stderr))
+
+def _guest_script(results: Path, argv: list[str], options: VmOptions, pyimage) -> Path:
+    """results/guest.sh: what the guest runs as root: the passed environment, a writable /root and /tmp, the
+    guest's Python image (when there is one), then argv in the same working directory, its exit status in
+    results/rc (an interactive command reads its stdin through the relay)."""
     guest_python = vmimage.guest_script(pyimage[1], vmimage.font_cache(CACHE_DIR)) if pyimage else ""
     env_lines = []
     for k, v in os.environ.items():
@@ -241,12 +255,19 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
         # The root filesystem is read-only 9p: give the guest a private writable /root and a fresh tmpfs /tmp.
         "mount -t tmpfs tmpfs /root 2>/dev/null\n"
         + guest_python +
-        f"cd {shlex.quote(str(cwd))} || exit 97\n"
+        f"cd {shlex.quote(str(Path.cwd()))} || exit 97\n"
         + (_relay_lines(results, argv) if options.interactive else
            f"{shlex.join(argv)} >{shlex.quote(str(results / 'stdout'))} 2>{shlex.quote(str(results / 'stderr'))} "
            "</dev/null\n"
            f"echo $? > {shlex.quote(str(results / 'rc'))}\n")
     )
+    return script
+
+
+def _vng_command(vng: str, release: str, image, options: VmOptions, pyimage, rw_final: list[str],
+                 script: Path) -> list[str]:
+    """The virtme-ng command line that boots ``image`` and runs ``script``: memory, vCPUs, KVM or QEMU's software
+    CPU, the Python image's drive, the writable folders."""
     use_kvm = options.kvm == "on" or (options.kvm == "auto" and kvm_usable(release, image, options.verbose))
     cpus = options.cpus or os.cpu_count() or 1
     cmd = [vng, "--run", str(image), "-m", options.memory, "-p", str(cpus), "--force-9p",
@@ -264,9 +285,12 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
         cmd += ["--rwdir", d]
     if options.verbose:
         cmd.append("--verbose")
-    cmd += ["--", f"sh {shlex.quote(str(script))}"]
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(vng).parent}:{env.get('PATH', '')}"
+    return cmd + ["--", f"sh {shlex.quote(str(script))}"]
+
+
+def _boot_and_collect(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
+    """Boot the VM (once more, with the boot log, when the guest never reached the command) and return the
+    command's exit status from results/rc (125: the VM reported none; the log's tail goes to stderr)."""
     rc_file = results / "rc"
     returncode = _boot(cmd, env, results, options)
     if not rc_file.exists() and not (results / "started").exists() and returncode != -15:
