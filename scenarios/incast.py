@@ -52,8 +52,18 @@ PARAMS = [
 ]
 
 
-def experiment(p: dict, lab) -> dict:
+def _unfaithful(p: dict, q: dict, util: float, drops: int, tm: dict, bottleneck: str) -> list[str]:
+    """Why this run is not faithful (analysis.fidelity): a busy CPU, a slow queue sampler, a shaper over its rate,
+    a machine-limited bottleneck."""
     from analysis import fidelity
+
+    return fidelity.reasons(fidelity.cpu_busy(q["cpu_busy_fraction"]),
+                            fidelity.sampling_too_slow(q["queue_sample_interval_s"], p["sample_interval_ms"] / 1e3),
+                            fidelity.shaper_over_rate(util),
+                            fidelity.machine_limited(util, drops, tm.get("tcp_timeouts", 0), bottleneck))
+
+
+def experiment(p: dict, lab) -> dict:
     from analysis import summary as asum
     from analysis.metrics import round_times
 
@@ -79,11 +89,7 @@ def experiment(p: dict, lab) -> dict:
     q = queues.stats()
     busy_s = float(round_times(run.rounds)["round_s"].sum())
     util = port.total("sent_bytes") * 8 / busy_s / 1e6 / p["host_rate_mbps"] if busy_s > 0 else 0.0
-    reasons = fidelity.reasons(fidelity.cpu_busy(q["cpu_busy_fraction"]),
-                               fidelity.sampling_too_slow(q["queue_sample_interval_s"], p["sample_interval_ms"] / 1e3),
-                               fidelity.shaper_over_rate(util),
-                               fidelity.machine_limited(util, drops, tm.get("tcp_timeouts", 0),
-                                                        ":".join(bottleneck)))
+    reasons = _unfaithful(p, q, util, drops, tm, ":".join(bottleneck))
     got = q["queue_sample_interval_s"]
     return {
         "senders": n,

@@ -25,6 +25,9 @@ from typing import Any
 from testbed.errors import UsageError, require_root
 from testbed.params import parse_seed, resolve
 
+# `testbed --help` imports this module: the sweep and the runner (Mininet, pyroute2), pandas through analysis, the
+# lab VM and run directories are imported inside the functions that use them (testbed.cli).
+
 #: the audit table's columns, when the points have them
 COLUMNS = ("ranks", "leaves", "step_ms_p50", "step_ms_p95", "step_ms_p99", "step_cv", "cct_ms_p50", "cct_ms_p99",
            "comm_wait_fraction", "busbw_gbps", "efficiency", "efficiency_p99", "verdict", "switch_drops",

@@ -21,6 +21,10 @@ from pathlib import Path
 
 from testbed.errors import UsageError, require_root
 from testbed.params import Param, resolve
+from testbed.vm.needs import fabric_needs
+
+# `testbed --help` imports this module: topologies, Mininet, pyroute2, the lab VM and run directories are imported
+# inside the functions that use them (testbed.cli).
 
 PARAMS = (
     Param("spines", int, 2, "", "spine switches", 1, 16),
@@ -71,7 +75,6 @@ def build_topology(args: argparse.Namespace):
 def main(args: argparse.Namespace) -> int:
     from testbed.vm import labvm
     from testbed.commands import runner
-    from testbed.vm.needs import fabric_needs
     from testbed.rundir import check_out_dir, default_out
 
     spec = build_topology(args)

@@ -37,7 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.errors import RunFailed, UsageError
+from testbed.errors import RunFailed, UsageError, require_root
+from testbed.params import resolve
+
+# `testbed --help` imports this module: the lab's machinery (scenarios and Mininet, the runner, pyroute2, pandas
+# through analysis, the lab VM, run directories) is imported inside the functions that use it (testbed.cli).
 
 LABS_DIR = Path(__file__).resolve().parents[2] / "labs"
 _DIR_RE = re.compile(r"^(\d\d)-([a-z0-9-]+)$")
@@ -151,7 +155,6 @@ def load(folder: Path) -> ClassLab:
 def resolve_run(r: LabRun) -> tuple[Any, dict, list]:
     """(scenario, parameters, faults) of a lab run, validated as `testbed run` validates them."""
     from testbed import scenario as scenarios
-    from testbed.params import resolve
     from testbed.commands.runner import parse_faults
 
     sc = scenarios.get(r.scenario)
@@ -303,7 +306,6 @@ def main(args: argparse.Namespace) -> int:
     # run
     from testbed.vm import labvm
     from testbed.commands import runner
-    from testbed.errors import require_root
     from testbed.rundir import check_out_dir
 
     require_root(f"testbed lab run {lab.ref}")
