@@ -1,7 +1,7 @@
 """The fabric builder: a topology spec (topologies/) turned into kernel objects, all through netlink in-process.
 
     fabric = Fabric(topology, run_id)
-    fabric.build(ctx.state, ctx.on_teardown)     # namespaces, veths, addresses, routes, sysctls, qdiscs
+    fabric.build(lab.state, lab.on_teardown)     # namespaces, veths, addresses, routes, sysctls, qdiscs
     fabric.ns("leaf1"), fabric.ports(), fabric.describe()
     fabric.teardown()                            # (also registered with on_teardown)
 
