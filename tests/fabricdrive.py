@@ -12,7 +12,7 @@ import time
 from testbed.network.fabric import Fabric
 from testbed.kernel import netns, qdisc
 from testbed.kernel.state import RunState
-from testbed.measure.telemetry import RawQdiscDump
+from testbed.kernel.qdiscdump import RawQdiscDump
 from topologies import DumbbellSpec, LinkSpec, QueueSpec
 
 

@@ -5,10 +5,12 @@
     qs.write(rundir)            # queues.csv + cpu.csv
     qs.achieved_interval_s      # what the loop really managed (an emulation on slow CPUs rarely makes 1 ms)
 
-The queue sampler is one thread holding one pyroute2 socket per namespace; each tick dumps the leaf qdisc stats of
-every watched port (testbed.kernel.qdisc.leaf_stats) and timestamps the row with time.monotonic() (the clock every
-run-directory file uses). Rows are buffered in memory and written at the end, so the sampler never writes to disk
-while traffic runs. The CPU sampler reads /proc/stat (whole machine: in the lab VM that is every emulated node).
+The queue sampler holds one netlink socket per namespace (testbed.kernel.qdiscdump's raw dump, or pyroute2 as the
+reference); each tick dumps the leaf qdisc stats of every watched port and timestamps the row with time.monotonic()
+(the clock every run-directory file uses). It runs in its own process by default (``python -m
+testbed.measure.telemetry``, below), or as a thread. Rows are buffered and written at the end, so the sampler never
+writes to disk while traffic runs. The CPU sampler beside it is testbed.measure.cpu (/proc/stat, whole machine: in
+the lab VM that is every emulated node). :func:`port_totals` reads every port's cumulative counters once.
 """
 
 from __future__ import annotations
@@ -17,177 +19,19 @@ import contextlib
 import os
 import select
 import socket
-import struct
 import subprocess
 import threading
 import time
 from typing import Iterable
 
 from testbed.kernel import netns, qdisc
+from testbed.kernel.qdiscdump import RawQdiscDump
+from testbed.measure.cpu import CpuSampler
 from testbed.measure import liveview
 
 QUEUE_COLUMNS = ["t_s", "node", "port", "class", "backlog_bytes", "backlog_packets", "drops", "marks", "sent_bytes",
                  "sent_packets", "overlimits"]
 CPU_COLUMNS = ["t_s", "busy_fraction"]
-
-
-def read_cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of the whole machine from the first line of /proc/stat."""
-    with open("/proc/stat") as f:
-        parts = f.readline().split()
-    vals = [int(x) for x in parts[1:]]
-    idle = vals[3] + (vals[4] if len(vals) > 4 else 0)  # idle + iowait
-    total = sum(vals[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
-    return total - idle, total
-
-
-class CpuSampler:
-    """Busy fraction of all CPUs over each interval (default 100 ms)."""
-
-    def __init__(self, interval_s: float = 0.1):
-        self.interval_s = interval_s
-        self.rows: list[tuple[float, float]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._first: tuple[int, int] | None = None
-        self._last: tuple[int, int] | None = None
-
-    def start(self) -> "CpuSampler":
-        self._first = self._last = read_cpu_times()
-        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
-        self._thread.start()
-        return self
-
-    def _loop(self) -> None:
-        prev = self._last
-        while not self._stop.wait(self.interval_s):
-            cur = read_cpu_times()
-            db, dt = cur[0] - prev[0], cur[1] - prev[1]
-            if dt > 0:
-                self.rows.append((time.monotonic(), db / dt))
-            prev = cur
-        self._last = read_cpu_times()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=5)
-
-    @property
-    def mean_busy(self) -> float:
-        """Busy fraction over the whole sampled period."""
-        if not self._first or not self._last or self._last[1] <= self._first[1]:
-            return sum(r[1] for r in self.rows) / len(self.rows) if self.rows else 0.0
-        return (self._last[0] - self._first[0]) / (self._last[1] - self._first[1])
-
-    @property
-    def peak_busy(self) -> float:
-        return max((r[1] for r in self.rows), default=0.0)
-
-
-# ---- a lean RTM_GETQDISC dump ----------------------------------------------------------------------------------
-# pyroute2 builds a full object tree per message (about 1 ms per dump on a fast host, 100+ ms in the software-
-# emulated lab VM), too slow to sample queues every millisecond. This reads the same counters qdisc.leaf_stats reads
-# straight from the netlink reply with struct; tests check that both agree on the same port.
-
-_NLMSG_HDR = struct.Struct("=LHHLL")
-_TCMSG = struct.Struct("=BxxxiIII")
-_RTA = struct.Struct("=HH")
-_RTM_NEWQDISC, _RTM_GETQDISC, _NLMSG_DONE, _NLMSG_ERROR = 36, 38, 3, 2
-_TCA_KIND, _TCA_XSTATS, _TCA_STATS2 = 1, 4, 7
-_TCA_STATS_BASIC, _TCA_STATS_QUEUE, _TCA_STATS_PKT64 = 1, 3, 8
-_BASIC = struct.Struct("=QL")
-_QUEUE = struct.Struct("=LLLLL")  # qlen backlog drops requeues overlimits
-_RED_X = struct.Struct("=LLLL")  # early pdrop other marked
-
-
-def _attrs(buf, off: int, end: int):
-    while off + 4 <= end:
-        ln, typ = _RTA.unpack_from(buf, off)
-        if ln < 4:
-            return
-        yield typ & 0x3FFF, off + 4, off + ln
-        off += (ln + 3) & ~3
-
-
-class RawQdiscDump:
-    """One NETLINK_ROUTE socket opened inside a namespace; `leaf_stats()` -> {ifindex: [QueueSample, ...]} of every
-    qdisc whose parent is an HTB class 1:x (the leaf queues install_port makes), as qdisc.leaf_stats reports them."""
-
-    def __init__(self, ns: str | None):
-        self.sock = netns.netlink_socket(ns)
-        self.seq = 0
-        self.buf = bytearray(1 << 20)
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def leaf_stats(self) -> dict[int, list[qdisc.QueueSample]]:
-        """{ifindex: [QueueSample of each leaf queue under HTB 1:]}, one dump of the whole namespace."""
-        out: dict[int, list[qdisc.QueueSample]] = {}
-        for ifindex, parent, q in self.all_stats():
-            if parent != 0xFFFFFFFF and (parent >> 16) == 1:
-                out.setdefault(ifindex, []).append(q)
-        return out
-
-    def root_stats(self, ifindex: int) -> qdisc.QueueSample | None:
-        """The root qdisc's own counters on one interface (for HTB: what the shaper sent)."""
-        for i, parent, q in self.all_stats():
-            if i == ifindex and parent == 0xFFFFFFFF:
-                return q
-        return None
-
-    def all_stats(self) -> list[tuple[int, int, qdisc.QueueSample]]:
-        """(ifindex, parent, QueueSample) of every qdisc in the namespace (minor = handle major of the qdisc)."""
-        self.seq += 1
-        req = _NLMSG_HDR.pack(_NLMSG_HDR.size + _TCMSG.size, _RTM_GETQDISC, 0x301, self.seq, 0) + \
-            _TCMSG.pack(0, 0, 0, 0, 0)
-        self.sock.send(req)
-        out: list[tuple[int, int, qdisc.QueueSample]] = []
-        buf = self.buf
-        while True:
-            n = self.sock.recv_into(buf)
-            off = 0
-            while off + 16 <= n:
-                ln, typ, _, seq, _ = _NLMSG_HDR.unpack_from(buf, off)
-                if ln < 16:
-                    break
-                if typ == _NLMSG_DONE:
-                    return out
-                if typ == _NLMSG_ERROR:
-                    err = -struct.unpack_from("=i", buf, off + 16)[0]
-                    raise OSError(err, f"RTM_GETQDISC: {os.strerror(err)}")
-                if typ == _RTM_NEWQDISC and seq == self.seq:
-                    out.append(self._one(buf, off + 16, off + ln))
-                off += (ln + 3) & ~3
-
-    @staticmethod
-    def _one(buf, off: int, end: int) -> tuple[int, int, qdisc.QueueSample]:
-        _, ifindex, handle, parent, _ = _TCMSG.unpack_from(buf, off)
-        kind = ""
-        bbytes = bpk = 0
-        pk64 = None
-        q = (0, 0, 0, 0, 0)
-        marks = 0
-        xstats = None
-        for typ, a, b in _attrs(buf, off + _TCMSG.size, end):
-            if typ == _TCA_KIND:
-                kind = bytes(buf[a:b]).split(b"\0", 1)[0].decode()
-            elif typ == _TCA_STATS2:
-                for t2, c, d in _attrs(buf, a, b):
-                    if t2 == _TCA_STATS_BASIC and d - c >= 12:
-                        bbytes, bpk = _BASIC.unpack_from(buf, c)
-                    elif t2 == _TCA_STATS_QUEUE and d - c >= 20:
-                        q = _QUEUE.unpack_from(buf, c)
-                    elif t2 == _TCA_STATS_PKT64 and d - c >= 8:
-                        pk64 = struct.unpack_from("=Q", buf, c)[0]
-            elif typ == _TCA_XSTATS:
-                xstats = (a, b)
-        if kind == "red" and xstats and xstats[1] - xstats[0] >= 16:
-            marks = _RED_X.unpack_from(buf, xstats[0])[3]
-        return ifindex, parent, qdisc.QueueSample(
-            minor=handle >> 16, kind=kind, backlog_bytes=q[1], backlog_packets=q[0], drops=q[2], marks=marks,
-            sent_bytes=bbytes, sent_packets=pk64 if pk64 is not None else bpk, overlimits=q[4])
 
 
 def port_totals(ports: Iterable[tuple[str, str, str]]) -> dict[tuple[str, str], dict[str, int]]:

@@ -11,7 +11,7 @@ import threading
 import time
 
 from testbed.kernel import flowlet
-from testbed.measure.telemetry import RawQdiscDump
+from testbed.kernel.qdiscdump import RawQdiscDump
 from topologies.flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FlowletPlan, drain_delay_us, path_congestion
 
 

@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 
 from testbed.kernel import netns
 from testbed.kernel.plug import PlugSocket, delete_qdisc, tc_handle
-from testbed.measure.telemetry import QUEUE_COLUMNS, RawQdiscDump
+from testbed.kernel.qdiscdump import RawQdiscDump
+from testbed.measure.telemetry import QUEUE_COLUMNS
 from testbed.pfc.frame import PauseFrames
 from testbed.pfc.pausing import PauseLogic
 from testbed.pfc.queues import LosslessQueue, lossless_queues

@@ -15,7 +15,8 @@ import pytest
 from testbed.network.fabric import Fabric, tcp_connect_ok
 from testbed.kernel import counters, netns, qdisc, spray
 from testbed.kernel.state import RunState
-from testbed.measure.telemetry import QueueSampler, RawQdiscDump
+from testbed.kernel.qdiscdump import RawQdiscDump
+from testbed.measure.telemetry import QueueSampler
 from tests.fabricdrive import built, bulk, fab_ipr, shaped_path_ratio
 from topologies import ClassSpec, DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec
 
