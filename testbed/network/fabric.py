@@ -32,7 +32,6 @@ import contextlib
 import os
 import re
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -42,6 +41,7 @@ from testbed.errors import UsageError
 from testbed.network.cluster import build_servers, build_tunnels, place
 from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray
 from testbed.network.loadbalance import FlowletBalancing
+from testbed.network.portplan import PortPlan, plan_port
 from topologies.flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES, flowlet_plans
 from topologies.spray import shared_macs, spray_groups
 
@@ -59,75 +59,8 @@ _RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
 NUD_PERMANENT = 0x80  # a neighbour entry that never expires and is never probed (include/uapi/linux/neighbour.h)
 IMPAIR_PRIO = 10  # ingress filter feeding an impairment's IFB: after a dead link's cut (testbed.kernel.linkfail)
 ETH_P_IP = 0x0800
-FIRST_MINOR = 0x10
 NETEM_LIMIT_PACKETS = 100_000  # netem's own FIFO must never be the one that drops
 SHAPER_SLACK_MS = qdisc.SHAPER_SLACK_MS
-
-
-@dataclass(frozen=True)
-class PortPlan:
-    """What goes on one egress port: HTB rate, classes (minor, name, LeafQueue, prio, weight, dscps), default."""
-
-    node: str
-    ifname: str
-    peer: str
-    peer_ifname: str
-    tier: str
-    rate_mbps: float
-    mtu: int
-    classes: tuple[tuple[int, str, qdisc.LeafQueue, int, float, frozenset], ...]
-    default_minor: int
-
-    def class_label(self, minor: int) -> str:
-        for m, name, *_ in self.classes:
-            if m == minor:
-                return name
-        return f"1:{minor:x}"
-
-
-def leaf_queue(q) -> qdisc.LeafQueue:
-    """topologies.QueueSpec -> testbed.kernel.qdisc.LeafQueue (the qdisc under one HTB class)."""
-    if q.discipline == "droptail":
-        if q.buffer_bytes is not None:
-            return qdisc.LeafQueue("bfifo", limit=q.buffer_bytes, avpkt=q.avpkt_bytes)
-        return qdisc.LeafQueue("pfifo", limit=q.buffer_packets, avpkt=q.avpkt_bytes)
-    if q.discipline == "red":
-        return qdisc.LeafQueue("red", limit=q.limit_bytes, min_bytes=q.min_bytes, max_bytes=q.max_bytes,
-                               probability=q.probability, ecn=q.ecn, avpkt=q.avpkt_bytes, burst=q.burst_packets)
-    if q.discipline == "step":
-        k = q.threshold_bytes
-        if k + q.avpkt_bytes > q.limit_bytes:
-            raise UsageError(f"step queue: K ({k} bytes) + one packet ({q.avpkt_bytes}) must fit the buffer "
-                             f"({q.limit_bytes} bytes): step marking is RED with min K, max K + avpkt")
-        return qdisc.LeafQueue("step", limit=q.limit_bytes, k_bytes=k, avpkt=q.avpkt_bytes)
-    raise UsageError(f"unknown queue discipline {q.discipline!r}")
-
-
-def plan_port(ep) -> PortPlan:
-    """topologies.EgressPort -> PortPlan, at the egress's rate (its link's, or a per-port override's) with its
-    queue(s) (the tier's, or the override's). Classless: one class 1:10. With classes: 1:10, 1:11, ... in class order;
-    strict-priority classes get HTB prio = priority (served first, up to line rate); weighted classes get HTB prio 7
-    and their weight (round robin among themselves; see testbed.kernel.qdisc)."""
-    port = ep.port
-    mtu = ep.link.mtu
-    if port.classless:
-        return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.rate_mbps, mtu,
-                        ((FIRST_MINOR, f"1:{FIRST_MINOR:x}", leaf_queue(port.queue), 0, 1.0, frozenset()),),
-                        FIRST_MINOR)
-    out = []
-    default = FIRST_MINOR
-    for i, c in enumerate(port.classes):
-        minor = FIRST_MINOR + i
-        if c.priority is not None:
-            prio, weight = c.priority, 1.0
-        else:
-            prio, weight = 7, float(c.weight)
-        out.append((minor, c.name, leaf_queue(c.queue if c.queue is not None else port.queue), prio, weight,
-                    frozenset(c.dscp)))
-        if c.default:
-            default = minor
-    return PortPlan(ep.node, ep.ifname, ep.peer, ep.peer_ifname, port.tier, ep.rate_mbps, mtu, tuple(out),
-                    default)
 
 
 def rps_mask(cpus: int | None = None) -> str:

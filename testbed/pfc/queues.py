@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from testbed.network.fabric import FIRST_MINOR
+from testbed.network.portplan import FIRST_MINOR
 
 
 @dataclass

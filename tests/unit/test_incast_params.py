@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from testbed.errors import UsageError
-from testbed.network.fabric import Fabric, leaf_queue, plan_port
+from testbed.network.fabric import Fabric
+from testbed.network.portplan import leaf_queue, plan_port
 from testbed.params import resolve
 from testbed.scenario import get
 from testbed.workloads.bottleneck import build_spec

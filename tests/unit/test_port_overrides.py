@@ -1,5 +1,5 @@
 """Per-port overrides (topologies/overrides.py): parsing, validation (each error names its field), the TOML round
-trip, and the builder's plan (testbed.network.fabric.PortPlan, computed without building anything) of the overridden
+trip, and the builder's plan (testbed.network.portplan.PortPlan, computed without building anything) of the overridden
 port
 and its neighbours. The collective scenario's topology_file is checked here too (pure parameter logic)."""
 
