@@ -14,7 +14,8 @@ from testbed.network.fabric import Fabric
 from testbed.params import resolve
 from testbed.kernel.plug import (NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, PLUG_BUFFER,
                                  PLUG_RELEASE_INDEFINITE, RTM_NEWQDISC, plug_message, tc_handle)
-from testbed.pfc.controller import PfcController
+from testbed.kernel.qdisc import QueueSample
+from testbed.pfc.controller import PfcController, _Sockets
 from testbed.pfc.queues import feeders_of, headroom_needed
 from analysis.metrics import maxmin_share
 from testbed.workloads.lossless_incast import build_spec, effective
@@ -111,6 +112,59 @@ def test_hysteresis_pauses_feeders_and_cascades():
     assert ev.count("above_xoff") == 2 and ev.count("below_xon") == 1 and ev.count("xoff") == 4
     assert ev.count("xon") == 3
     assert all(q.pause_events <= 1 for q in leaf1)
+
+
+class FakeDump:
+    """A namespace's qdisc dump: each lossless queue at the backlog set in ``backlog`` (by (node, port))."""
+
+    def __init__(self, queues, backlog):
+        self.queues, self.backlog = queues, backlog
+
+    def leaf_stats(self):
+        return {q.ifindex: [QueueSample(q.minor, "bfifo", self.backlog.get((q.node, q.port), 0), 0, 0, 0, 1000, 1, 0)]
+                for q in self.queues}
+
+
+class NoCommands:
+    def poll(self):
+        return False
+
+
+def test_the_poll_loop_samples_every_queue_pauses_on_a_crossing_and_releases_everything_at_the_end():
+    """The controller process's tick (testbed.pfc.controller: _tick, _sample, _release_all) over fake dumps and
+    plugs: every tick writes one queues.csv row per sampled queue (hosts every host_every ticks), a switch queue above
+    XOFF pauses its feeders, and leaving the loop resumes every paused port with an xon row."""
+    ctl, _ = _controller()
+    ctl.host_every = 2
+    ctl._cmds = NoCommands()
+    plugs = FakePlugs()
+    for i, q in enumerate(ctl.queues.values()):
+        q.ifindex = i + 1
+    backlog = {}
+    socks = _Sockets()
+    for q in ctl.queues.values():
+        socks.queues.setdefault(q.ns, []).append(q)
+    socks.order = sorted(socks.queues, key=lambda ns: not any(q.is_switch for q in socks.queues[ns]))
+    socks.is_switch = {ns: any(q.is_switch for q in qs) for ns, qs in socks.queues.items()}
+    socks.dumps = {ns: FakeDump(qs, backlog) for ns, qs in socks.queues.items()}
+    socks.plugs = {ns: plugs for ns in socks.queues}
+    switch_queues = sum(q.is_switch for q in ctl.queues.values())
+
+    ctl._tick(socks)  # tick 0: switches and hosts
+    assert len(ctl.queue_rows) == len(ctl.queues) and not plugs.calls
+    ctl._tick(socks)  # tick 1: switches only
+    assert len(ctl.queue_rows) == len(ctl.queues) + switch_queues
+    backlog[("leaf1", "h1")] = 16_000  # above XOFF: leaf1's feeders pause
+    ctl._tick(socks)
+    assert {(q.node, q.port) for q in ctl.queues.values() if q.paused} == {("h2", "eth0"), ("h3", "eth0"),
+                                                                           ("spine1", "leaf1")}
+    assert [c[0] for c in plugs.calls] == ["block"] * 3 and ctl.ticks == 3
+    ctl.t_stop = ctl.queues[("h2", "eth0", 0x11)].paused_since + 0.5
+    ctl._release_all(socks.plugs)
+    assert not any(q.paused for q in ctl.queues.values())
+    assert [c[0] for c in plugs.calls].count("release") == 3
+    assert [e[4] for e in ctl.events].count("xon") == 3
+    assert ctl.queues[("h2", "eth0", 0x11)].paused_total == pytest.approx(0.5)
 
 
 def test_watchdog_releases_and_ignores_pauses_for_a_while():
