@@ -22,7 +22,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .metrics import _union_length, nearest_rank, op_table, pause_intervals, percentiles, step_times
+from .metrics import nearest_rank, op_table, pause_intervals, percentiles, step_times
+from .metrics.samples import _union_length
 
 __all__ = ["OP_NETWORK_COLUMNS", "correlate_ops", "correlate_run", "explain_op", "explain_slowest",
            "explain_slowest_step", "port_label", "step_ops"]
