@@ -87,15 +87,17 @@ def expected_outputs(
     if collective == "alltoall":
         m = (check_splits(splits, n, count) if splits is not None
              else tuple(tuple(split_evenly(count, n)) for _ in range(n)))
-        outs = []
-        for j in range(n):
-            parts = []
-            for i in range(n):
-                off = sum(m[i][:j])
-                parts.append(ins[i][off : off + m[i][j]])
-            outs.append(np.concatenate(parts) if parts else empty.copy())
-        return outs
+        return [_alltoall_output(ins, m, j, empty) for j in range(n)]
     raise ScheduleError(f"no expected result for collective {collective!r}")
+
+
+def _alltoall_output(ins: Sequence[np.ndarray], m: Sequence[Sequence[int]], j: int, empty: np.ndarray) -> np.ndarray:
+    """Rank ``j``'s all-to-all result: the j-th block of every rank's input, in source-rank order."""
+    parts = []
+    for i in range(len(ins)):
+        off = sum(m[i][:j])
+        parts.append(ins[i][off : off + m[i][j]])
+    return np.concatenate(parts) if parts else empty.copy()
 
 
 def random_input(schedule: ScheduleLike, seed: int, rank: int, low: int = -8, high: int = 8) -> np.ndarray:

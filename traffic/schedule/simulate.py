@@ -10,7 +10,24 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .base import ScheduleError
-from .steps import Region, ScheduleLike, where
+from .steps import RankProgram, Region, ScheduleLike, where
+
+
+def _index(progs: Sequence[RankProgram]) -> tuple[dict, dict, list[list[list[int]]]]:
+    """Where each transfer's two sides sit: (src, dst, tag) -> the step of the send, and of the receive; and per
+    rank and step, the later steps that depend on it."""
+    send_at: dict[tuple[int, int, int], int] = {}
+    recv_at: dict[tuple[int, int, int], int] = {}
+    dependents: list[list[list[int]]] = [[[] for _ in p.steps] for p in progs]
+    for p in progs:
+        for i, st in enumerate(p.steps):
+            for op in st.sends:
+                send_at[(p.rank, op.peer, op.tag)] = i
+            for rv in st.recvs:
+                recv_at[(rv.peer, p.rank, rv.tag)] = i
+            for d in st.deps:
+                dependents[p.rank][d].append(i)
+    return send_at, recv_at, dependents
 
 
 def drive(
@@ -24,21 +41,9 @@ def drive(
     side of each of its transfers has started.  Assumes matching has been checked.
     """
     progs = s.programs
-    send_at: dict[tuple[int, int, int], int] = {}
-    recv_at: dict[tuple[int, int, int], int] = {}
-    for p in progs:
-        for i, st in enumerate(p.steps):
-            for op in st.sends:
-                send_at[(p.rank, op.peer, op.tag)] = i
-            for rv in st.recvs:
-                recv_at[(rv.peer, p.rank, rv.tag)] = i
+    send_at, recv_at, dependents = _index(progs)
     waiting = [[len(st.sends) + len(st.recvs) for st in p.steps] for p in progs]
     pending = [[len(st.deps) for st in p.steps] for p in progs]
-    dependents: list[list[list[int]]] = [[[] for _ in p.steps] for p in progs]
-    for p in progs:
-        for i, st in enumerate(p.steps):
-            for d in st.deps:
-                dependents[p.rank][d].append(i)
     started = [[False] * len(p.steps) for p in progs]
     done = [[False] * len(p.steps) for p in progs]
     events: deque[tuple[bool, int, int]] = deque()  # (is_completion, rank, step)
