@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from traffic import schedule_json
+from traffic.channel import AgentError, Channel
 from traffic.rdma import RdmaTransport
 from traffic.schedule import Schedule, expected_output, random_input
 from traffic.tcp import TcpTransport
@@ -46,56 +47,6 @@ from traffic.transport import Transport, TransportError
 EXIT_MISMATCH = 1
 EXIT_ERROR = 3
 CONTROL_CHECK_S = 0.2
-
-
-class AgentError(RuntimeError):
-    pass
-
-
-class Channel:
-    """JSON lines over a stream socket."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.buf = b""
-
-    def send(self, obj: dict) -> None:
-        self.sock.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
-
-    def recv(self, timeout_s: float) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AgentError(f"no message from the controller in {timeout_s:g} s")
-            self.sock.settimeout(left)
-            try:
-                part = self.sock.recv(1 << 16)
-            except socket.timeout:
-                continue
-            if not part:
-                raise AgentError("the controller closed the control connection")
-            self.buf += part
-        line, self.buf = self.buf.split(b"\n", 1)
-        msg = json.loads(line)
-        if msg.get("type") == "abort":
-            raise AgentError(f"aborted by the controller: {msg.get('reason', '')}")
-        return msg
-
-    def check(self) -> None:
-        """Raise if the controller has gone or sent abort (non-blocking)."""
-        self.sock.setblocking(False)
-        try:
-            part = self.sock.recv(1 << 16)
-        except (BlockingIOError, InterruptedError):
-            return
-        finally:
-            self.sock.setblocking(True)
-        if not part:
-            raise AgentError("the controller closed the control connection")
-        self.buf += part
-        if b'"abort"' in self.buf:
-            raise AgentError("aborted by the controller")
 
 
 class OpState:
