@@ -22,7 +22,9 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from .metrics import _union_length, nearest_rank, op_table, pause_intervals, percentiles, step_times
+from .faults import describe, fault_intervals, overlapping
+from .metrics import nearest_rank, op_table, pause_intervals, percentiles, step_times
+from .metrics.samples import _union_length
 
 __all__ = ["OP_NETWORK_COLUMNS", "correlate_ops", "correlate_run", "explain_op", "explain_slowest",
            "explain_slowest_step", "port_label", "step_ops"]
@@ -88,8 +90,6 @@ def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
     ``events``, events.csv, that overlapped the op: "leaf1-spine1 down for 120 ms, ..."). Port fields are ""
     when nothing qualifies.
     """
-    from .faults import describe, fault_intervals, overlapping
-
     ot = op_table(ops)
     wanted = _normalise_links(links)
     series = _port_series(queues, wanted)
@@ -107,21 +107,7 @@ def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
     rows = []
     for op in ot.itertuples(index=False):
         s, e = float(op.start_s), float(op.end_s)
-        peak, peak_port = math.nan, ""
-        drops_total, marks_total = 0.0, 0.0
-        drop_port, drop_port_drops = "", 0.0
-        for label, ser in series.items():
-            t = ser["t"]
-            inside = (t >= s) & (t <= e)
-            if inside.any():
-                b = float(ser["backlog_bytes"][inside].max())
-                if math.isnan(peak) or b > peak:
-                    peak, peak_port = b, label
-            dr = _bracket_delta(t, ser["drops"], s, e)
-            drops_total += dr
-            marks_total += _bracket_delta(t, ser["marks"], s, e)
-            if dr > drop_port_drops:
-                drop_port, drop_port_drops = label, dr
+        peak, peak_port, drops_total, drop_port, drop_port_drops, marks_total = _queues_during(series, s, e)
         paused, pause_port = 0.0, ""
         for label, ivs in pauses.items():
             p = _union_length(ivs, s, e)
@@ -141,6 +127,28 @@ def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
                                           ("int64" if c in ("iteration", "op_index") else float))
                              for c in OP_NETWORK_COLUMNS})
     return df
+
+
+def _queues_during(series: dict[str, dict[str, np.ndarray]], s: float, e: float
+                   ) -> tuple[float, str, float, str, float, float]:
+    """What the watched queues did in [s, e]: (peak backlog, its port, drops summed over ports, the port with most
+    drops, its drops, marks summed over ports)."""
+    peak, peak_port = math.nan, ""
+    drops_total, marks_total = 0.0, 0.0
+    drop_port, drop_port_drops = "", 0.0
+    for label, ser in series.items():
+        t = ser["t"]
+        inside = (t >= s) & (t <= e)
+        if inside.any():
+            b = float(ser["backlog_bytes"][inside].max())
+            if math.isnan(peak) or b > peak:
+                peak, peak_port = b, label
+        dr = _bracket_delta(t, ser["drops"], s, e)
+        drops_total += dr
+        marks_total += _bracket_delta(t, ser["marks"], s, e)
+        if dr > drop_port_drops:
+            drop_port, drop_port_drops = label, dr
+    return peak, peak_port, drops_total, drop_port, drop_port_drops, marks_total
 
 
 def correlate_run(run, links: Iterable | None = None) -> pd.DataFrame:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import math
 
+from .faults import fault_intervals
+
 __all__ = ["BACKLOG_MIN_BYTES", "BACKLOGGED_MIN_S", "CPU_BUSY_MAX", "PORT_RATE_MIN", "SAMPLER_GAP_MAX_S",
            "SAMPLER_LATE_MAX_MS",
            "UNJUDGED_TIERS", "busy_during", "cpu_busy", "excluded_intervals", "goodput_below", "judged_ports",
@@ -163,9 +165,7 @@ def excluded_intervals(pfc, events) -> list[tuple[str, float, float]]:
                 out.append((key, since.pop(key), float(r.t_s)))
         out += [(k, t, math.inf) for k, t in since.items()]
     if events is not None and len(events):
-        from .faults import fault_intervals  # the one pairing of fault events (a timeline's close ends "all")
-
-        iv = fault_intervals(events, run_end=math.inf)
+        iv = fault_intervals(events, run_end=math.inf)  # the one pairing of fault events (a close ends "all")
         out += [(r.target, float(r.start_s), float(r.end_s))
                 for r in iv[iv["what"].isin(("slow", "storming"))].itertuples(index=False)]
     return out

@@ -135,6 +135,31 @@ def _load_typed(path: Path, schema: dict[str, str]) -> pd.DataFrame | None:
     return df[list(schema)].reset_index(drop=True)
 
 
+def _parse_columns(raw: pd.DataFrame, schema: dict) -> tuple[dict[str, pd.Series], np.ndarray]:
+    """Each column of a CSV read as text, parsed to its schema type (extra columns: numbers if all parse), and
+    a mask of the rows holding a value that does not parse."""
+    out: dict[str, pd.Series] = {}
+    bad = np.zeros(len(raw), dtype=bool)
+    for col in raw.columns:
+        s = raw[col].astype(object)
+        dt = schema.get(col)
+        if dt is None:  # extra column: let pandas guess
+            num = pd.to_numeric(s, errors="coerce")
+            out[col] = num if num.notna().all() else s.astype(object)
+            continue
+        if dt == STR:
+            out[col] = s.map(lambda v: v.strip() if isinstance(v, str) else v).astype(object)
+            continue
+        num = pd.to_numeric(s.str.strip() if hasattr(s, "str") else s, errors="coerce")
+        if dt == INT:
+            ok = num.notna() & np.isfinite(num.astype(float)) & (num.astype(float) % 1 == 0)
+        else:
+            ok = num.notna()
+        bad |= ~ok.to_numpy()
+        out[col] = num
+    return out, bad
+
+
 def load_csv(path: str | Path, name: str, *, tolerate_truncated_tail: bool = False,
              notes: list[str] | None = None) -> pd.DataFrame:
     """Read one run CSV and enforce its schema.
@@ -164,25 +189,7 @@ def load_csv(path: str | Path, name: str, *, tolerate_truncated_tail: bool = Fal
         return empty_frame(name).assign(**{c: pd.Series([], dtype=object) for c in raw.columns
                                             if c not in schema})
 
-    out: dict[str, pd.Series] = {}
-    bad = np.zeros(len(raw), dtype=bool)
-    for col in raw.columns:
-        s = raw[col].astype(object)
-        dt = schema.get(col)
-        if dt is None:  # extra column: let pandas guess
-            num = pd.to_numeric(s, errors="coerce")
-            out[col] = num if num.notna().all() else s.astype(object)
-            continue
-        if dt == STR:
-            out[col] = s.map(lambda v: v.strip() if isinstance(v, str) else v).astype(object)
-            continue
-        num = pd.to_numeric(s.str.strip() if hasattr(s, "str") else s, errors="coerce")
-        if dt == INT:
-            ok = num.notna() & np.isfinite(num.astype(float)) & (num.astype(float) % 1 == 0)
-        else:
-            ok = num.notna()
-        bad |= ~ok.to_numpy()
-        out[col] = num
+    out, bad = _parse_columns(raw, schema)
     if bad.any():
         first_bad = int(np.flatnonzero(bad)[0])
         only_tail = first_bad == len(raw) - 1

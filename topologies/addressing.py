@@ -18,12 +18,20 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Mapping
+from typing import Mapping, Protocol
 
-from .spec import Interface, SpecError
+from .spec import Interface, Link, Node, SpecError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .topology import Topology
+
+class Graph(Protocol):
+    """What the address plan reads of a topology: its nodes and links (:class:`~topologies.topology.Topology`
+    has them; naming them here keeps this module below topology.py, which calls it)."""
+
+    @property
+    def nodes(self) -> tuple[Node, ...]: ...
+
+    @property
+    def links(self) -> tuple[Link, ...]: ...
 
 BENCHMARK_NET = ipaddress.IPv4Network("198.18.0.0/15")
 HOST_NET = ipaddress.IPv4Network("198.18.0.0/16")
@@ -97,7 +105,28 @@ class AddressPlan:
         raise KeyError(ip)
 
 
-def plan_addresses(topology: "Topology") -> AddressPlan:
+def _edge_routers(topology: Graph, role: dict[str, str]
+                  ) -> tuple[dict[str, list[tuple[str, str, str]]], list[str]]:
+    """The routers with hosts, in node order, and each one's hosts as (host, host port, router port) in link order;
+    SpecError when they exceed the plan (255 edge routers, 253 hosts each)."""
+    attached: dict[str, list[tuple[str, str, str]]] = {}
+    for l in topology.links:
+        if role[l.a] == "host":
+            attached.setdefault(l.b, []).append((l.a, l.a_port, l.b_port))
+        elif role[l.b] == "host":
+            attached.setdefault(l.a, []).append((l.b, l.b_port, l.a_port))
+    edge_order = [n.name for n in topology.nodes if n.name in attached]
+    if len(edge_order) > MAX_EDGE_ROUTERS:
+        raise SpecError("addresses", f"{len(edge_order)} routers with hosts exceed the address plan (one "
+                                     f"198.18.<n>.0/24 each, max {MAX_EDGE_ROUTERS})")
+    for r in edge_order:
+        if len(attached[r]) > MAX_HOSTS_PER_SUBNET:
+            raise SpecError("addresses", f"{len(attached[r])} hosts on {r!r} exceed the /24 address plan "
+                                         f"(max {MAX_HOSTS_PER_SUBNET})")
+    return attached, edge_order
+
+
+def plan_addresses(topology: Graph) -> AddressPlan:
     """Assign every interface of ``topology`` an address and a MAC (see the module docstring)."""
     nodes = topology.nodes
     role = {n.name: n.role for n in nodes}
@@ -109,23 +138,8 @@ def plan_addresses(topology: "Topology") -> AddressPlan:
         port_count[node] = i + 1
         return mac_address(role[node], index[node], i)
 
-    # edge routers, numbered in node order
-    attached: dict[str, list[tuple[str, str, str]]] = {}  # router -> [(host, host_if, router_port)]
-    for l in topology.links:
-        if role[l.a] == "host":
-            attached.setdefault(l.b, []).append((l.a, l.a_port, l.b_port))
-        elif role[l.b] == "host":
-            attached.setdefault(l.a, []).append((l.b, l.b_port, l.a_port))
-    edge_order = [n.name for n in nodes if n.name in attached]
-    if len(edge_order) > MAX_EDGE_ROUTERS:
-        raise SpecError("addresses", f"{len(edge_order)} routers with hosts exceed the address plan (one "
-                                     f"198.18.<n>.0/24 each, max {MAX_EDGE_ROUTERS})")
+    attached, edge_order = _edge_routers(topology, role)
     number = {r: i + 1 for i, r in enumerate(edge_order)}
-    for r in edge_order:
-        if len(attached[r]) > MAX_HOSTS_PER_SUBNET:
-            raise SpecError("addresses", f"{len(attached[r])} hosts on {r!r} exceed the /24 address plan "
-                                         f"(max {MAX_HOSTS_PER_SUBNET})")
-
     interfaces: dict[tuple[str, str], Interface] = {}
     host_no: dict[str, int] = {}
     for r in edge_order:

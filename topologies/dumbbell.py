@@ -21,7 +21,8 @@ from .addressing import MAX_HOSTS_PER_SUBNET
 from .leafspine import DEFAULT_QUEUE, _check_type
 from .overrides import PortOverride, validate_port_overrides
 from .spec import (HOST_IFNAME, ClassSpec, HostTcpSpec, Link, LinkSpec, Node, PortSpec, QueueSpec, SpecError,
-                   _range, _set, resolve_port, spec_dict, validate_classes, validate_prefix)
+                   resolve_port, spec_dict, validate_classes, validate_prefix)
+from .spec.base import _range, _set
 from .topology import Topology
 
 

@@ -19,8 +19,8 @@ from .addressing import MAX_EDGE_ROUTERS, MAX_FABRIC_LINKS, MAX_HOSTS_PER_SUBNET
 from .overrides import PortOverride, validate_port_overrides
 from .flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES
 from .spec import (HOST_IFNAME, LOAD_BALANCING_MODES, ClassSpec, HostTcpSpec, Link, LinkSpec, Node, PortSpec,
-                   QueueSpec, SpecError, _choice, _got, _range, _set, resolve_port, spec_dict,
-                   validate_classes, validate_prefix)
+                   QueueSpec, SpecError, resolve_port, spec_dict, validate_classes, validate_prefix)
+from .spec.base import _choice, _got, _range, _set
 from .topology import Topology
 
 #: 256 KiB droptail: ~2 ms of queue at 1 Gbit/s.

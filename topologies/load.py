@@ -19,7 +19,8 @@ from typing import Any, Mapping, Union
 
 from .dumbbell import DumbbellSpec
 from .leafspine import LeafSpineSpec
-from .spec import SpecError, _got, spec_dict
+from .spec import SpecError, spec_dict
+from .spec.base import _got
 from .topology import Topology
 
 KINDS: dict[str, type] = {"leafspine": LeafSpineSpec, "dumbbell": DumbbellSpec}

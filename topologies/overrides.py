@@ -23,8 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Iterable, Mapping
 
-from .spec import (ClassSpec, Link, LinkSpec, PortSpec, QueueSpec, SpecError, _got, _set, resolve_port,
-                   validate_ifname, validate_node_name)
+from .spec import (ClassSpec, Link, LinkSpec, PortSpec, QueueSpec, SpecError, resolve_port, validate_ifname,
+                   validate_node_name)
+from .spec.base import _got, _set
 
 #: how many of a topology's egress ports an unknown-port error lists as examples
 EXAMPLE_PORTS = 6

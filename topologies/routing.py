@@ -14,19 +14,39 @@ from __future__ import annotations
 
 import ipaddress
 from collections import deque
-from typing import TYPE_CHECKING, Iterable
+from typing import Iterable, Protocol
 
-from .spec import Hop, NextHop, Route, SpecError
+from .addressing import AddressPlan, Graph
+from .spec import Hop, HostTcpSpec, NextHop, Node, Route, SpecError
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .topology import Topology
+
+class Routed(Graph, Protocol):
+    """What routing reads of a topology (:class:`~topologies.topology.Topology` has it all; naming it here keeps
+    this module below topology.py, which calls it): the graph, its hosts and routers, the host TCP settings (a
+    route's ``rto_min``), the address plan and, for the paths, the routes computed from them."""
+
+    tcp: HostTcpSpec
+
+    @property
+    def hosts(self) -> tuple[Node, ...]: ...
+
+    @property
+    def routers(self) -> tuple[Node, ...]: ...
+
+    @property
+    def address_plan(self) -> AddressPlan: ...
+
+    @property
+    def routes(self) -> tuple[Route, ...]: ...
+
+    def node(self, name: str) -> Node: ...
 
 
 class RoutingError(SpecError):
     """A destination is unreachable or the routes loop."""
 
 
-def compute_routes(topology: "Topology", down: Iterable = ()) -> list[Route]:
+def compute_routes(topology: Routed, down: Iterable = ()) -> list[Route]:
     """Every static route the builder installs, ordered by node (topology order) then destination.
 
     ``down``: links (:class:`~topologies.spec.Link`) taken out of service, as routing sees them once a failure is
@@ -117,7 +137,7 @@ def lookup(routes: Iterable[Route], node: str, dst_ip: str) -> Route | None:
     return best
 
 
-def path_links(topology: "Topology", src_host: str, dst_host: str) -> set[tuple[Hop, ...]]:
+def path_links(topology: Routed, src_host: str, dst_host: str) -> set[tuple[Hop, ...]]:
     """All paths a packet from ``src_host`` to ``dst_host`` can take under the topology's routes (every
     equal-cost choice at every ECMP route). Each path is a tuple of directed :class:`Hop` s; ``(hop.node,
     hop.port)`` are the egress queues crossed, first the source host's NIC, last the port into ``dst_host``."""
@@ -165,7 +185,7 @@ def ports_on_paths(paths: Iterable[tuple[Hop, ...]]) -> set[tuple[str, str]]:
     return {(h.node, h.port) for p in paths for h in p}
 
 
-def switch_ports_between(topology: "Topology", src_hosts: Iterable[str], dst_host: str) -> set[tuple[str, str]]:
+def switch_ports_between(topology: Routed, src_hosts: Iterable[str], dst_host: str) -> set[tuple[str, str]]:
     """The switches' egress ``(node, port)`` queues that traffic from any of ``src_hosts`` to ``dst_host`` can
     cross (every ECMP branch; the hosts' own NICs left out): the queues an incast can fill."""
     ports = set()
@@ -174,7 +194,7 @@ def switch_ports_between(topology: "Topology", src_hosts: Iterable[str], dst_hos
     return {(n, p) for n, p in ports if topology.node(n).role != "host"}
 
 
-def check_reachability(topology: "Topology") -> None:
+def check_reachability(topology: Routed) -> None:
     """Raise :class:`RoutingError` unless every host reaches every other host (all ECMP branches checked)."""
     hosts = [h.name for h in topology.hosts]
     for s in hosts:

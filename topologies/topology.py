@@ -1,8 +1,9 @@
 """The :class:`Topology` base every topology (leaf-spine, dumbbell) derives from: its graph of nodes and links,
 and what is derived from it (addresses, routes), computed lazily, once.
 
-It sits above ``spec`` (the records), ``addressing`` and ``routing`` (which it calls), so none of them imports it
-back at run time.
+It sits above ``spec`` (the records), ``addressing`` and ``routing`` (which it calls). Those two name what they read
+of it as Protocols (:class:`~topologies.addressing.Graph`, :class:`~topologies.routing.Routed`), so neither imports
+it back, not even for a type.
 """
 
 from __future__ import annotations

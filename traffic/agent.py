@@ -38,62 +38,15 @@ from pathlib import Path
 import numpy as np
 
 from traffic import schedule_json
+from traffic.channel import AgentError, Channel
+from traffic.rdma import RdmaTransport
 from traffic.schedule import Schedule, expected_output, random_input
+from traffic.tcp import TcpTransport
 from traffic.transport import Transport, TransportError
 
 EXIT_MISMATCH = 1
 EXIT_ERROR = 3
 CONTROL_CHECK_S = 0.2
-
-
-class AgentError(RuntimeError):
-    pass
-
-
-class Channel:
-    """JSON lines over a stream socket."""
-
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.buf = b""
-
-    def send(self, obj: dict) -> None:
-        self.sock.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
-
-    def recv(self, timeout_s: float) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while b"\n" not in self.buf:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AgentError(f"no message from the controller in {timeout_s:g} s")
-            self.sock.settimeout(left)
-            try:
-                part = self.sock.recv(1 << 16)
-            except socket.timeout:
-                continue
-            if not part:
-                raise AgentError("the controller closed the control connection")
-            self.buf += part
-        line, self.buf = self.buf.split(b"\n", 1)
-        msg = json.loads(line)
-        if msg.get("type") == "abort":
-            raise AgentError(f"aborted by the controller: {msg.get('reason', '')}")
-        return msg
-
-    def check(self) -> None:
-        """Raise if the controller has gone or sent abort (non-blocking)."""
-        self.sock.setblocking(False)
-        try:
-            part = self.sock.recv(1 << 16)
-        except (BlockingIOError, InterruptedError):
-            return
-        finally:
-            self.sock.setblocking(True)
-        if not part:
-            raise AgentError("the controller closed the control connection")
-        self.buf += part
-        if b'"abort"' in self.buf:
-            raise AgentError("aborted by the controller")
 
 
 class OpState:
@@ -150,6 +103,43 @@ class OpState:
                        f"{out[first].item()!r}, expected {self.expected[first].item()!r})")
 
 
+def _begin(t: Transport, op: OpState, i: int, hi: int, outstanding: list[int], finished: list[int]) -> None:
+    """Start step ``i``: its local copy/reduce ops, then post its receives (a ``reduce`` receive lands in its staging
+    buffer) and sends at once, on wire tags ``hi | tag``."""
+    st = op.steps[i]
+    for lo in st.local:
+        dst = op.view(lo.dst)
+        if lo.op == "copy":
+            dst[...] = op.view(lo.src)
+        else:
+            np.add(dst, op.view(lo.src), out=dst)
+    outstanding[i] = len(st.sends) + len(st.recvs)
+    for j, rv in enumerate(st.recvs):
+        if rv.op == "reduce":
+            buf = memoryview(op.staging[(i, j)].view(np.uint8))
+        else:
+            buf = op.bytes_view(rv.dst)
+        t.post_recv(rv.peer, hi | rv.tag, buf, context=(i, j))
+    for sd in st.sends:
+        t.post_send(sd.peer, hi | sd.tag, op.bytes_view(sd.src), context=(i, -1))
+    if outstanding[i] == 0:
+        finished.append(i)
+
+
+def _transferred(op: OpState, context: tuple[int, int], outstanding: list[int], finished: list[int]) -> None:
+    """One send or receive of step ``i`` completed (``j`` >= 0: its j-th receive, summed in from staging if it
+    reduces); the step is finished when none is outstanding."""
+    i, j = context
+    if j >= 0:
+        rv = op.steps[i].recvs[j]
+        if rv.op == "reduce":
+            dst = op.view(rv.dst)
+            np.add(dst, op.staging[(i, j)], out=dst)
+    outstanding[i] -= 1
+    if outstanding[i] == 0:
+        finished.append(i)
+
+
 def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None,
            seq: int = 0) -> tuple[float, float, float]:
     """Walk the rank's DAG of one op to completion; return (start, end, wait_s). ``seq`` numbers the op
@@ -157,38 +147,16 @@ def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None,
     seq << 32 | tag."""
     op.reset()
     hi = seq << 32
-    steps = op.steps
-    n = len(steps)
-    waiting = [len(st.deps) for st in steps]
+    n = len(op.steps)
+    waiting = [len(st.deps) for st in op.steps]
     outstanding = [0] * n
     done = 0
     finished: list[int] = []
     wait0 = t.blocked_recv_s
     start = time.monotonic()
-
-    def begin(i: int) -> None:
-        st = steps[i]
-        for lo in st.local:
-            dst = op.view(lo.dst)
-            if lo.op == "copy":
-                dst[...] = op.view(lo.src)
-            else:
-                np.add(dst, op.view(lo.src), out=dst)
-        outstanding[i] = len(st.sends) + len(st.recvs)
-        for j, rv in enumerate(st.recvs):
-            if rv.op == "reduce":
-                buf = memoryview(op.staging[(i, j)].view(np.uint8))
-            else:
-                buf = op.bytes_view(rv.dst)
-            t.post_recv(rv.peer, hi | rv.tag, buf, context=(i, j))
-        for sd in st.sends:
-            t.post_send(sd.peer, hi | sd.tag, op.bytes_view(sd.src), context=(i, -1))
-        if outstanding[i] == 0:
-            finished.append(i)
-
     for i in range(n):
         if waiting[i] == 0:
-            begin(i)
+            _begin(t, op, i, hi, outstanding, finished)
     next_check = start + CONTROL_CHECK_S
     while done < n:
         while finished:
@@ -197,19 +165,11 @@ def run_op(t: Transport, op: OpState, deadline: float, chan: Channel | None,
             for c in op.children[i]:
                 waiting[c] -= 1
                 if waiting[c] == 0:
-                    begin(c)
+                    _begin(t, op, c, hi, outstanding, finished)
         if done == n:
             break
         for req in t.progress(0.05):
-            i, j = req.context
-            if j >= 0:
-                rv = steps[i].recvs[j]
-                if rv.op == "reduce":
-                    dst = op.view(rv.dst)
-                    np.add(dst, op.staging[(i, j)], out=dst)
-            outstanding[i] -= 1
-            if outstanding[i] == 0:
-                finished.append(i)
+            _transferred(op, req.context, outstanding, finished)
         now = time.monotonic()
         if now > deadline:
             raise AgentError(f"op {op.key} not complete by the deadline ({done} of {n} steps done)")
@@ -246,82 +206,97 @@ def load_job(path: Path, rank: int | None = None) -> tuple[dict, dict[str, Sched
 def make_transport(kind: str, rank: int, **opts) -> Transport:
     """'tcp' -> traffic.tcp.TcpTransport(rank, **opts); 'rdma' -> traffic.rdma.RdmaTransport(rank, **opts)."""
     if kind == "tcp":
-        from traffic.tcp import TcpTransport
-
         return TcpTransport(rank, **opts)
     if kind == "rdma":
-        from traffic.rdma import RdmaTransport
-
         return RdmaTransport(rank, **opts)
     raise ValueError(f"unknown transport {kind!r} (known: tcp, rdma)")
 
 
+def _transport(tr: dict, rank: int, ip: str) -> Transport:
+    """The job's transport for this rank, with its congestion control (a host that behaves differently has its own)
+    and the RDMA-only options (traffic.rdma.RdmaTransport)."""
+    cc = tr.get("cc_by_rank", {}).get(str(rank), tr.get("cc"))
+    return make_transport(tr.get("kind", "tcp"), rank, ip=ip, cc=cc, dscp=int(tr.get("dscp", 0)),
+                          sndbuf=int(tr.get("sndbuf", 0)), rcvbuf=int(tr.get("rcvbuf", 0)), **tr.get("rdma", {}))
+
+
+def _join(t: Transport, chan: Channel, job: dict, scheds: dict[str, Schedule], rank: int,
+          timeout: float) -> tuple[dict[str, OpState], float]:
+    """The untimed start: hello with our listen address, the peers' addresses, the data connections, ready; then
+    the go. Returns this rank's op states and the instant every agent starts at."""
+    addr = t.listen()
+    chan.send({"type": "hello", "rank": rank, "addr": addr, "pid": os.getpid()})
+    msg = chan.recv(timeout)
+    seed = int(job["seed"])
+    states = {k: OpState(k, s, rank, seed + 7919 * i, bool(job.get("verify", True)))
+              for i, (k, s) in enumerate(sorted(scheds.items()))}
+    peers = sorted({p for st in states.values() for p in st.peers})
+    addrs = {int(k): v for k, v in msg["addrs"].items()}
+    t.connect({p: addrs[p] for p in peers}, timeout_s=timeout)
+    chan.send({"type": "ready", "rank": rank, **t.describe()})
+    go = chan.recv(timeout)
+    return states, float(go["t_start"])
+
+
+def _verify(result: dict, st: OpState, where: str) -> None:
+    ok, why = st.check()
+    if not ok:
+        result["verified"] = False
+        if len(result["mismatches"]) < 20:
+            result["mismatches"].append(f"{where}: {why}")
+
+
+def _run_plan(t: Transport, chan: Channel, job: dict, states: dict[str, OpState], rank: int, deadline: float,
+              result: dict) -> None:
+    """Every iteration of the job's plan: its compute time, then each op walked to completion. Measured iterations
+    fill ``result``'s ops and tcp_info rows; warm-up ones are verified at once (and move ``t_measure``), the last
+    execution of every op once the plan is over."""
+    rows = result["ops"]
+    info_rows = result["tcp_info"]
+    seq = 0
+    last: dict[str, str] = {}
+    report = bool(job.get("report_iterations")) and rank == 0
+    for it in job["plan"]:
+        iteration, record = it["iteration"], it["record"]
+        if report:  # the lab's fault timeline may start faults at an iteration
+            chan.send({"type": "iteration", "rank": rank, "iteration": iteration})
+        c_s = float(it["compute_s"][rank])
+        if c_s > 0:
+            sleep_until(time.monotonic() + c_s, chan)
+        for k, (name, key, *gap) in enumerate(it["ops"]):
+            if gap and gap[0] > 0:  # an imported trace's compute between the previous op and this one
+                sleep_until(time.monotonic() + gap[0] / 1000.0, chan)
+            st = states[key]
+            before = t.conn_info() if record else {}
+            t0, t1, wait = run_op(t, st, deadline, chan, seq)
+            seq += 1
+            if record:
+                after = t.conn_info()
+                for phase, d in (("start", before), ("end", after)):
+                    for peer, info in sorted(d.items()):
+                        info_rows.append([iteration, k, rank, peer, phase, info])
+                rows.append([iteration, name, k, st.s.collective, rank, round(t0, 6), round(t1, 6),
+                             st.bytes_sent, st.bytes_recv, round(wait, 6)])
+            if not record:
+                result["t_measure"] = t1
+                _verify(result, st, f"warm-up iteration {iteration} op {name}")
+            else:
+                last[key] = f"iteration {iteration} op {name}"
+    for key, where in last.items():  # outside the timed region: the last execution of every schedule
+        _verify(result, states[key], where)
+
+
 def run_agent(job: dict, scheds: dict[str, Schedule], rank: int, ip: str, chan: Channel) -> int:
-    tr = job["transport"]
     timeout = float(job.get("timeout_s", 300))
     deadline = time.monotonic() + timeout
-    cc = tr.get("cc_by_rank", {}).get(str(rank), tr.get("cc"))  # a host that behaves differently has its own
-    t = make_transport(tr.get("kind", "tcp"), rank, ip=ip, cc=cc, dscp=int(tr.get("dscp", 0)),
-                       sndbuf=int(tr.get("sndbuf", 0)), rcvbuf=int(tr.get("rcvbuf", 0)),
-                       **tr.get("rdma", {}))  # RDMA-only options (traffic.rdma.RdmaTransport)
+    t = _transport(job["transport"], rank, ip)
     result: dict = {"type": "result", "rank": rank, "ops": [], "tcp_info": [], "verified": True, "mismatches": [],
                     "error": None}
     try:
-        addr = t.listen()
-        chan.send({"type": "hello", "rank": rank, "addr": addr, "pid": os.getpid()})
-        msg = chan.recv(timeout)
-        seed = int(job["seed"])
-        states = {k: OpState(k, s, rank, seed + 7919 * i, bool(job.get("verify", True)))
-                  for i, (k, s) in enumerate(sorted(scheds.items()))}
-        peers = sorted({p for st in states.values() for p in st.peers})
-        addrs = {int(k): v for k, v in msg["addrs"].items()}
-        t.connect({p: addrs[p] for p in peers}, timeout_s=timeout)
-        chan.send({"type": "ready", "rank": rank, **t.describe()})
-        go = chan.recv(timeout)
-        t_start = float(go["t_start"])
+        states, t_start = _join(t, chan, job, scheds, rank, timeout)
         sleep_until(t_start, chan)
-        rows = result["ops"]
-        info_rows = result["tcp_info"]
         result["t_measure"] = t_start  # end of the last warm-up iteration on this rank: step-time origin
-        seq = 0
-        last: dict[str, str] = {}
-
-        def verify(st: OpState, where: str) -> None:
-            ok, why = st.check()
-            if not ok:
-                result["verified"] = False
-                if len(result["mismatches"]) < 20:
-                    result["mismatches"].append(f"{where}: {why}")
-
-        report = bool(job.get("report_iterations")) and rank == 0
-        for it in job["plan"]:
-            iteration, record = it["iteration"], it["record"]
-            if report:  # the lab's fault timeline may start faults at an iteration
-                chan.send({"type": "iteration", "rank": rank, "iteration": iteration})
-            c_s = float(it["compute_s"][rank])
-            if c_s > 0:
-                sleep_until(time.monotonic() + c_s, chan)
-            for k, (name, key, *gap) in enumerate(it["ops"]):
-                if gap and gap[0] > 0:  # an imported trace's compute between the previous op and this one
-                    sleep_until(time.monotonic() + gap[0] / 1000.0, chan)
-                st = states[key]
-                before = t.conn_info() if record else {}
-                t0, t1, wait = run_op(t, st, deadline, chan, seq)
-                seq += 1
-                if record:
-                    after = t.conn_info()
-                    for phase, d in (("start", before), ("end", after)):
-                        for peer, info in sorted(d.items()):
-                            info_rows.append([iteration, k, rank, peer, phase, info])
-                    rows.append([iteration, name, k, st.s.collective, rank, round(t0, 6), round(t1, 6),
-                                 st.bytes_sent, st.bytes_recv, round(wait, 6)])
-                if not record:
-                    result["t_measure"] = t1
-                    verify(st, f"warm-up iteration {iteration} op {name}")
-                else:
-                    last[key] = f"iteration {iteration} op {name}"
-        for key, where in last.items():  # outside the timed region: the last execution of every schedule
-            verify(states[key], where)
+        _run_plan(t, chan, job, states, rank, deadline, result)
         result["transport"] = t.describe()
         tm = os.times()
         result["cpu_s"] = tm.user + tm.system

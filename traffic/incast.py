@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Callable, ContextManager, Sequence
 
-from traffic.tcp import set_cc
+from traffic.tcpinfo import set_cc
 
 PORT = 5301
 ROUND_TIMEOUT_S = 60.0

@@ -22,10 +22,15 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from traffic import job as jobm
+from traffic import schedule_json
+from traffic.collectives import canonical_collective, make_schedule
+from traffic.collectives.grouped import grouped
 from traffic.job import JobError, JobSpec
-from traffic.parallelism import ParallelismError
+from traffic.parallelism import Model, Parallelism, ParallelismError, step_ops
 from traffic.placement import Placement, PlacementError, place
-from traffic.schedule import Schedule, ScheduleError, nccl_size_bytes
+from traffic.rxe import rxe_mtu_for_netdev
+from traffic.schedule import DTYPES, Schedule, ScheduleError, nccl_size_bytes
+from traffic.traces import TraceError, load_trace
 
 __all__ = ["JobError", "JobPlan", "plan_job", "payload_efficiency", "ops_rows", "tcpinfo_deltas", "OPS_COLUMNS"]
 
@@ -64,8 +69,6 @@ class JobPlan:
 
 
 def _from_file(k: Mapping[str, Any], n_hosts: int, schedules: dict) -> tuple[list, dict, int]:
-    from traffic import schedule_json
-
     try:
         s = schedule_json.load(k["schedule_file"])
     except OSError as e:
@@ -80,8 +83,6 @@ def _from_file(k: Mapping[str, Any], n_hosts: int, schedules: dict) -> tuple[lis
 
 
 def _generated(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, dict]:
-    from traffic.collectives import canonical_collective, make_schedule
-
     coll = canonical_collective(k["collective"])
     opts = {"dtype": k["dtype"], **({"algorithm": k["algorithm"]} if k["algorithm"] else {})}
     if k["algorithm"] == "hierarchical":  # NCCL's two-level all-reduce: the server is the first level
@@ -106,10 +107,6 @@ def _generated(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, 
 def _from_trace(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, dict, float]:
     """The trace's ops as one segment ((name, schedule, compute_before_ms) per op; equal (collective, size) share a
     schedule), their sizes, and the compute after its last op (it runs at the start of the next step)."""
-    from traffic.collectives import make_schedule
-    from traffic.schedule import DTYPES
-    from traffic.traces import TraceError, load_trace
-
     try:
         trace = load_trace(k["trace_file"])
     except TraceError as e:
@@ -135,8 +132,6 @@ def _from_trace(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list,
 def parallel_layout(k: Mapping[str, Any]):
     """The job's Parallelism and Model from its knobs (tp, pp, ep, rank_order, model_*, micro_batches, experts, topk,
     moe_skew, grad_bucket_bytes), or None for a plain collective job (tp = ep = 1)."""
-    from traffic.parallelism import Model, Parallelism
-
     if k.get("tp", 1) == 1 and k.get("ep", 1) == 1 and k.get("pp", 1) == 1:
         return None
     if k["ranks"] % (k["tp"] * k["pp"]):
@@ -151,11 +146,6 @@ def parallel_layout(k: Mapping[str, Any]):
 
 def _parallel(k: Mapping[str, Any], seed: int, schedules: dict) -> tuple[list, dict]:
     """A parallel training step (traffic.parallelism): one op per grouped collective, sizes per op."""
-    from traffic.collectives import make_schedule
-    from traffic.collectives.grouped import grouped
-    from traffic.parallelism import step_ops
-    from traffic.schedule import DTYPES
-
     if k.get("schedule_file") or k.get("trace_file") or k["buckets"].strip():
         raise JobError("tp/pp/ep: the parallel layout gives the ops; leave schedule_file, trace_file and buckets unset")
     par, model = parallel_layout(k)
@@ -218,8 +208,6 @@ def payload_efficiency(transport: str, link_mtu: int, rdma_mtu: int = 0) -> floa
     RoCEv2: payload = the path MTU, frame = payload + 14 (Eth) + 20 (IP) + 8 (UDP) + 12 (BTH) + 4 (ICRC)
     -> 1024/1082 = 0.946 (rxe's MTU on a 1500-byte link is 1024)."""
     if transport == "rdma":
-        from traffic.rdma import rxe_mtu_for_netdev
-
         pm = rdma_mtu or rxe_mtu_for_netdev(link_mtu)
         return pm / (pm + 58)
     return (link_mtu - 52) / (link_mtu + 14)

@@ -37,102 +37,24 @@ from typing import Any
 
 import numpy as np
 
+from traffic.rxe import (IB_MTU, IB_MTU_ENUM, RECOVERY_COUNTERS, check_path_mtu, find_device, ipv4_gid, make_qp,
+                         qp_to_rts, rxe_mtu_for_netdev, verbs, wc_status)
+from traffic.tcp import TcpTransport
 from traffic.transport import Request, Transport, TransportError
+
+#: RdmaTransport, and the device-side names (traffic.rxe) that callers outside traffic (testbed's collective
+#: workload, benchmarks/rdma_vs_ib_write_bw.py, tests) import from this module
+__all__ = ["RdmaTransport", "INFO_KEYS", "IB_MTU", "IB_MTU_ENUM", "RECOVERY_COUNTERS", "check_path_mtu", "find_device",
+           "ipv4_gid", "rxe_mtu_for_netdev"]
 
 INFO = struct.Struct("<II16sII")  # qpn, psn, gid, mtu enum, magic
 INFO_MAGIC = 0x7462524D
 CTS = struct.Struct("<QQQII")  # tag, remote address, length, rkey, slot
 CTL_SLOT = 64
-IB_MTU = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
-IB_MTU_ENUM = {v: k for k, v in IB_MTU.items()}
 K_RECV, K_CTL, K_WRITE = 1, 2, 3
 _SLEEP_MIN_S, _SLEEP_MAX_S = 0.0002, 0.002
 #: the per-connection statistics conn_info() reports (tcp_info.csv columns the agent fills; others read 0)
 INFO_KEYS = ("writes", "bytes_written", "cts_sent", "cts_recv", "recv_done")
-
-
-def rxe_mtu_for_netdev(netdev_mtu: int) -> int:
-    """The active IB MTU rxe gives a port on a netdev of this MTU (drivers/infiniband/sw/rxe/rxe_param.h:
-    eth_mtu_int_to_enum subtracts RXE_MAX_HDR_LENGTH = 80 bytes of headers and rounds down to an IB MTU)."""
-    left = int(netdev_mtu) - 80
-    best = 0
-    for m in sorted(IB_MTU_ENUM):
-        if m <= left:
-            best = m
-    return best or 256
-
-
-def check_path_mtu(mtu: int, link_mtu: int, on_rdma: bool = True) -> None:
-    """ValueError (one line) unless ``mtu`` is 0 (the rxe port's active MTU) or an IB MTU, and, ``on_rdma``, one
-    that rxe on a link of ``link_mtu`` can take (the link MTU less 80 header bytes)."""
-    if mtu and mtu not in IB_MTU_ENUM:
-        raise ValueError(f"must be 0 or one of {', '.join(map(str, sorted(IB_MTU_ENUM)))} (got {mtu})")
-    if on_rdma and mtu and mtu > rxe_mtu_for_netdev(link_mtu):
-        raise ValueError(f"{mtu} does not fit the host links' MTU {link_mtu} (rxe's largest MTU there is "
-                         f"{rxe_mtu_for_netdev(link_mtu)})")
-
-
-def ipv4_gid(ip: str) -> str:
-    """The RoCEv2 GID of an IPv4 address as pyverbs prints it (IPv4-mapped IPv6, 8 groups of 4 hex digits)."""
-    return ipaddress.IPv6Address("::ffff:" + ip).exploded
-
-
-def _imports():
-    try:
-        import pyverbs.enums as e
-        from pyverbs.addr import GID, AHAttr, GlobalRoute
-        from pyverbs.cq import CQ
-        from pyverbs.device import Context, get_device_list
-        from pyverbs.mr import MR
-        from pyverbs.pd import PD
-        from pyverbs.qp import QP, QPAttr, QPCap, QPInitAttr
-        from pyverbs.wr import SGE, RecvWR, SendWR
-    except ImportError as exc:
-        raise TransportError(f"pyverbs does not import ({exc}): install Debian's python3-pyverbs and use the "
-                             "project's venv") from None
-    return dict(e=e, GID=GID, AHAttr=AHAttr, GlobalRoute=GlobalRoute, CQ=CQ, Context=Context,
-                get_device_list=get_device_list, MR=MR, PD=PD, QP=QP, QPAttr=QPAttr, QPCap=QPCap,
-                QPInitAttr=QPInitAttr, SGE=SGE, RecvWR=RecvWR, SendWR=SendWR)
-
-
-def find_device(ip: str, name: str | None = None) -> tuple[str, int]:
-    """(device name, GID index) of the RDMA device holding ``::ffff:ip`` on port 1."""
-    v = _imports()
-    want = ipv4_gid(ip)
-    names = []
-    for dev in v["get_device_list"]():
-        dn = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
-        names.append(dn)
-        if name and dn != name:
-            continue
-        with v["Context"](name=dn) as ctx:
-            idx = _gid_index(ctx, want)
-            if idx is not None:
-                return dn, idx
-    what = f"device {name!r}" if name else f"any RDMA device ({', '.join(names) or 'none'})"
-    raise TransportError(f"no RoCEv2 GID for {ip} on {what}: is an rxe device on this host's interface?")
-
-
-def _gid_index(ctx, want: str) -> int | None:
-    """Index of GID ``want`` on port 1: one query of the valid entries (ibv_query_gid_table), else the first 16
-    slots one by one (scanning rxe's whole 1024-slot table costs seconds in the emulated VM)."""
-    target = ipaddress.IPv6Address(want)
-    try:
-        for ent in ctx.query_gid_table(64):
-            g = ent.gid_str() if callable(getattr(ent, "gid_str", None)) else ent.gid_str
-            if ent.port_num == 1 and ipaddress.IPv6Address(str(g)) == target:
-                return int(ent.gid_index)
-        return None
-    except Exception:  # noqa: BLE001 - older providers/bindings: fall back to single queries
-        pass
-    for i in range(min(16, ctx.query_port(1).gid_tbl_len)):
-        try:
-            g = str(ctx.query_gid(1, i))
-        except Exception:  # noqa: BLE001 - empty GID slots raise on some providers
-            continue
-        if ipaddress.IPv6Address(g) == target:
-            return i
-    return None
 
 
 class _Peer:
@@ -177,7 +99,7 @@ class RdmaTransport(Transport):
         self.timeout, self.retry_cnt, self.rnr_retry = int(timeout), int(retry_cnt), int(rnr_retry)
         self.min_rnr_timer = int(min_rnr_timer)
         self.send_depth, self.recv_depth = int(send_depth), int(recv_depth)
-        self.v = _imports()
+        self.v = verbs()
         self.dev_name, self.gid_index = find_device(ip, device)
         e = self.v["e"]
         self.ctx = self.v["Context"](name=self.dev_name)
@@ -212,8 +134,6 @@ class RdmaTransport(Transport):
     # ---- setup ----
 
     def listen(self) -> dict:
-        from traffic.tcp import TcpTransport
-
         self.boot = TcpTransport(self.rank, ip=self.ip)
         addr = self.boot.listen()
         addr.update({"rdma_device": self.dev_name, "gid_index": self.gid_index})
@@ -224,43 +144,6 @@ class RdmaTransport(Transport):
         if address is None:
             return MR(self.pd, length, self.access)
         return MR(self.pd, length, self.access, address=address)
-
-    def _make_qp(self):
-        v = self.v
-        e = v["e"]
-        cap = v["QPCap"](max_send_wr=self.send_depth, max_recv_wr=self.recv_depth, max_send_sge=1, max_recv_sge=1)
-        qp = v["QP"](self.pd, v["QPInitAttr"](qp_type=e.IBV_QPT_RC, scq=self.cq, rcq=self.cq, cap=cap))
-        a = v["QPAttr"](qp_state=e.IBV_QPS_INIT)
-        a.pkey_index = 0
-        a.port_num = 1
-        a.qp_access_flags = self.access
-        qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_PKEY_INDEX | e.IBV_QP_PORT | e.IBV_QP_ACCESS_FLAGS)
-        return qp
-
-    def _to_rts(self, p: _Peer, qpn: int, psn: int, gid: bytes, my_psn: int, mtu_enum: int) -> None:
-        v = self.v
-        e = v["e"]
-        g = v["GID"]()
-        g.gid = ipaddress.IPv6Address(gid).exploded
-        gr = v["GlobalRoute"](dgid=g, sgid_index=self.gid_index, hop_limit=64, traffic_class=self.tc)
-        ah = v["AHAttr"](port_num=1, is_global=1, gr=gr)
-        a = v["QPAttr"](qp_state=e.IBV_QPS_RTR)
-        a.path_mtu = mtu_enum
-        a.dest_qp_num = qpn
-        a.rq_psn = psn
-        a.max_dest_rd_atomic = 1
-        a.min_rnr_timer = self.min_rnr_timer
-        a.ah_attr = ah
-        p.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_AV | e.IBV_QP_PATH_MTU | e.IBV_QP_DEST_QPN | e.IBV_QP_RQ_PSN
-                    | e.IBV_QP_MAX_DEST_RD_ATOMIC | e.IBV_QP_MIN_RNR_TIMER)
-        a = v["QPAttr"](qp_state=e.IBV_QPS_RTS)
-        a.timeout = self.timeout
-        a.retry_cnt = self.retry_cnt
-        a.rnr_retry = self.rnr_retry
-        a.sq_psn = my_psn
-        a.max_rd_atomic = 1
-        p.qp.modify(a, e.IBV_QP_STATE | e.IBV_QP_TIMEOUT | e.IBV_QP_RETRY_CNT | e.IBV_QP_RNR_RETRY | e.IBV_QP_SQ_PSN
-                    | e.IBV_QP_MAX_QP_RD_ATOMIC)
 
     def connect(self, peers: dict[int, dict], timeout_s: float = 30.0) -> None:
         try:
@@ -280,7 +163,7 @@ class RdmaTransport(Transport):
         gid_bytes = ipaddress.IPv6Address(str(self.gid)).packed
         for rank in sorted(peers):
             p = _Peer(rank)
-            p.qp = self._make_qp()
+            p.qp = make_qp(self.v, self.pd, self.cq, self.access, self.send_depth, self.recv_depth)
             p.ctl_recv = self._mr(self.recv_depth * CTL_SLOT)
             p.ctl_send = self._mr(self.send_depth * CTL_SLOT)
             p.free_ctl = list(range(self.send_depth))
@@ -298,7 +181,9 @@ class RdmaTransport(Transport):
             qpn, psn, gid, mtu_enum, magic = INFO.unpack(self._read(p, INFO.size, deadline))
             if magic != INFO_MAGIC:
                 raise TransportError(f"rank {self.rank}: bad QP info from rank {rank}")
-            self._to_rts(p, qpn, psn, gid, psns[rank], min(my_mtu, mtu_enum))
+            qp_to_rts(self.v, p.qp, qpn=qpn, psn=psn, gid=gid, my_psn=psns[rank], mtu_enum=min(my_mtu, mtu_enum),
+                      gid_index=self.gid_index, traffic_class=self.tc, min_rnr_timer=self.min_rnr_timer,
+                      timeout=self.timeout, retry_cnt=self.retry_cnt, rnr_retry=self.rnr_retry)
         for p in self.peers.values():  # both ends in RTS before any clear-to-send flows
             p.sock.sendall(b"R")
         for p in self.peers.values():
@@ -447,7 +332,7 @@ class RdmaTransport(Transport):
             p = self.by_qpn.get(wc.qp_num)
             who = f"rank {p.rank}" if p else f"QP {wc.qp_num}"
             raise TransportError(f"rank {self.rank}: work completion error with {who}: status {wc.status} "
-                                 f"({_wc_status(wc.status)}), kind {kind}")
+                                 f"({wc_status(wc.status)}), kind {kind}")
         now = time.monotonic()
         if kind == K_RECV:
             p = self.by_qpn[wc.qp_num]
@@ -549,18 +434,3 @@ class RdmaTransport(Transport):
         if self.boot is not None:
             self.boot.close()
             self.boot = None
-
-
-_WC_STATUS = {1: "local length error", 2: "local QP operation error", 4: "local protection error",
-              5: "work request flushed", 7: "memory window bind error", 9: "remote invalid request",
-              10: "remote access error", 11: "remote operation error", 12: "transport retry counter exceeded",
-              13: "RNR retry counter exceeded"}
-
-
-def _wc_status(s: int) -> str:
-    return _WC_STATUS.get(int(s), "see ibv_wc_status")
-
-
-#: rxe counters that only move when packets are lost, reordered or retried (none of them moves on a clean path)
-RECOVERY_COUNTERS = ("completer_retry_err", "rcvd_seq_err", "out_of_seq_request", "duplicate_request",
-                     "retry_exceeded_err", "rcvd_rnr_err", "send_rnr_err", "retry_rnr_exceeded_err")

@@ -192,6 +192,34 @@ def _step_from(v: object, path: str) -> Step:
         raise _fail(path, str(e)) from None
 
 
+def _params_from(params: object) -> dict:
+    if not isinstance(params, dict):
+        raise _fail("params", f"must be an object, got {_tname(params)}")
+    for k, v in params.items():
+        if not (v is None or isinstance(v, (bool, int, float, str))):
+            raise _fail(f"params.{k}", f"must be a number, string, boolean or null, got {_tname(v)}")
+    return params
+
+
+def _program_from(pv: object, r: int, whole: bool) -> RankProgram:
+    """Rank ``r``'s program; without ``whole`` its buffers only (the steps are not read)."""
+    path = f"programs[{r}]"
+    po = _obj(pv, path, ("rank", "buffers", "steps"))
+    rank = _int(po["rank"], f"{path}.rank")
+    if rank != r:
+        raise _fail(f"{path}.rank", f"must be {r} (programs are in rank order), got {rank}")
+    bufs = po["buffers"]
+    if not isinstance(bufs, dict):
+        raise _fail(f"{path}.buffers", f"must be an object, got {_tname(bufs)}")
+    buffers = tuple((k, _int(v, f"{path}.buffers.{k}")) for k, v in bufs.items())
+    steps = (tuple(_step_from(sv, f"{path}.steps[{i}]") for i, sv in enumerate(_list(po["steps"], f"{path}.steps")))
+             if whole else ())
+    try:
+        return RankProgram(rank, buffers, steps)
+    except ScheduleError as e:
+        raise _fail(path, str(e)) from None
+
+
 def from_dict(d: object, for_rank: int | None = None) -> Schedule:
     """Build and validate a schedule from its JSON dict; raise :class:`ScheduleError` naming the bad field.
 
@@ -225,33 +253,12 @@ def from_dict(d: object, for_rank: int | None = None) -> Schedule:
             tuple(_int(x, f"splits[{i}][{j}]") for j, x in enumerate(_list(row, f"splits[{i}]")))
             for i, row in enumerate(_list(splits, "splits"))
         )
-    params = top.get("params", {})
-    if not isinstance(params, dict):
-        raise _fail("params", f"must be an object, got {_tname(params)}")
-    for k, v in params.items():
-        if not (v is None or isinstance(v, (bool, int, float, str))):
-            raise _fail(f"params.{k}", f"must be a number, string, boolean or null, got {_tname(v)}")
-    programs = []
+    params = _params_from(top.get("params", {}))
     progs = _list(top["programs"], "programs")
     if len(progs) != ranks:
         raise _fail("programs", f"has {len(progs)} entries, ranks is {ranks}")
-    for r, pv in enumerate(progs):
-        path = f"programs[{r}]"
-        po = _obj(pv, path, ("rank", "buffers", "steps"))
-        rank = _int(po["rank"], f"{path}.rank")
-        if rank != r:
-            raise _fail(f"{path}.rank", f"must be {r} (programs are in rank order), got {rank}")
-        bufs = po["buffers"]
-        if not isinstance(bufs, dict):
-            raise _fail(f"{path}.buffers", f"must be an object, got {_tname(bufs)}")
-        buffers = tuple((k, _int(v, f"{path}.buffers.{k}")) for k, v in bufs.items())
-        whole = for_rank is None or rank == for_rank or collective == "custom"
-        steps = (tuple(_step_from(sv, f"{path}.steps[{i}]") for i, sv in enumerate(_list(po["steps"], f"{path}.steps")))
-                 if whole else ())
-        try:
-            programs.append(RankProgram(rank, buffers, steps))
-        except ScheduleError as e:
-            raise _fail(path, str(e)) from None
+    programs = [_program_from(pv, r, for_rank is None or r == for_rank or collective == "custom")
+                for r, pv in enumerate(progs)]
     try:
         schedule = Schedule(
             collective=collective,

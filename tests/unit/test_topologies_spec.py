@@ -1,4 +1,4 @@
-"""Validation rules of the topology specs (topologies/spec.py, leafspine.py, dumbbell.py)."""
+"""Validation rules of the topology specs (topologies/spec/, leafspine.py, dumbbell.py)."""
 
 import re
 

@@ -32,77 +32,83 @@ def halving_doubling_allreduce(
     if p != n and non_power_of_two == "error":
         raise ScheduleError(f"halving_doubling needs a power-of-two rank count, got {n} "
                             "(or use non_power_of_two='prepost')")
-    rem = n - p
-    L = p.bit_length() - 1
-
-    def real(nr: int) -> int:
-        return 2 * nr + 1 if nr < rem else nr + rem
-
-    def new(r: int) -> int | None:
-        if r < 2 * rem:
-            return r // 2 if r % 2 else None
-        return r - rem
-
     b = ScheduleBuilder(n)
-    rounds = 2 * L + 2  # 0: pre, 1..L: halving, L+1..2L: doubling, 2L+1: post
+    handles = _step_handles(b, n, p, chunks)
+    for k, (s_off, s_size) in enumerate(pieces(0, count, chunks)):
+        _chunk(b, handles, k, s_off, s_size, n, p)
+    bufs = [{"input": count, "output": count}] * n
+    return b.build(collective="allreduce", algorithm="halving_doubling", count=count, dtype=dtype, buffers=bufs,
+                   params=params)
+
+
+def _step_handles(b: ScheduleBuilder, n: int, p: int, chunks: int) -> dict[tuple[int, int, int], tuple[int, int]]:
+    """(rank, chunk, round) -> step: round 0 the pre-step, 1..L halving, L+1..2L doubling, 2L+1 the post-step (pre-
+    and post-steps only on the ranks below 2 * rem that fold in, rounds 1..2L only on the p participants); each step
+    after the rank's previous one and after the same round of the previous chunk."""
+    rem = n - p
+    rounds = 2 * (p.bit_length() - 1) + 2
     handles: dict[tuple[int, int, int], tuple[int, int]] = {}
     for k in range(chunks):
         last: dict[int, tuple[int, int] | None] = {r: None for r in range(n)}
         for q in range(rounds):
             for r in range(n):
-                nr = new(r)
                 if q in (0, rounds - 1):
                     active = r < 2 * rem
                 else:
-                    active = nr is not None
+                    active = (r % 2 == 1) if r < 2 * rem else True  # the participants (new rank not None)
                 if not active:
                     continue
                 handles[(r, k, q)] = b.step(r, [last[r], handles.get((r, k - 1, q))], label=f"hd k={k} q={q}")
                 last[r] = handles[(r, k, q)]
+    return handles
 
-    for k, (s_off, s_size) in enumerate(pieces(0, count, chunks)):
-        segs = segments(s_size, p)
-        seg_off = [s_off + o for o, _ in segs] + [s_off + s_size]
 
-        def span(lo: int, hi: int) -> tuple[int, int]:
-            return seg_off[lo], seg_off[hi] - seg_off[lo]
+def _chunk(b: ScheduleBuilder, handles: dict, k: int, s_off: int, s_size: int, n: int, p: int) -> None:
+    """The transfers of chunk ``k`` (``s_size`` elements from ``s_off``): fold the extra ranks in, halve, double,
+    hand the result back."""
+    rem = n - p
+    L = p.bit_length() - 1
+    rounds = 2 * L + 2
 
-        whole = ("output", s_off, s_size)
-        # pre-step: even ranks below 2*rem hand their data to the odd neighbour
-        for r in range(0, 2 * rem, 2):
-            h_odd = handles[(r + 1, k, 0)]
-            b.local(h_odd, ("input", s_off, s_size), whole)
-            b.transfer(handles[(r, k, 0)], ("input", s_off, s_size), h_odd, whole, op="reduce")
-        for r in range(2 * rem, n):  # participants without a pre-step start from their own input
-            b.local(handles[(r, k, 1)], ("input", s_off, s_size), whole)
-        # recursive halving
-        window = {nr: (0, p) for nr in range(p)}
-        for i in range(L):
-            mask = p >> (i + 1)
-            new_window = {}
-            for nr in range(p):
-                lo, hi = window[nr]
-                mid = (lo + hi) // 2
-                keep, give = ((mid, hi), (lo, mid)) if nr & mask else ((lo, mid), (mid, hi))
-                new_window[nr] = keep
-                partner = nr ^ mask
-                off, cnt = span(*give)
-                b.transfer(handles[(real(nr), k, 1 + i)], ("output", off, cnt),
-                           handles[(real(partner), k, 1 + i)], ("output", off, cnt), op="reduce")
-            window = new_window
-        # recursive doubling
-        for i in range(L):
-            mask = 1 << i
-            for nr in range(p):
-                lo = (nr >> i) << i
-                off, cnt = span(lo, lo + (1 << i))
-                partner = nr ^ mask
-                b.transfer(handles[(real(nr), k, 1 + L + i)], ("output", off, cnt),
-                           handles[(real(partner), k, 1 + L + i)], ("output", off, cnt))
-        # post-step: odd ranks return the result
-        for r in range(0, 2 * rem, 2):
-            b.transfer(handles[(r + 1, k, rounds - 1)], whole, handles[(r, k, rounds - 1)], whole)
+    def real(nr: int) -> int:
+        return 2 * nr + 1 if nr < rem else nr + rem
 
-    bufs = [{"input": count, "output": count}] * n
-    return b.build(collective="allreduce", algorithm="halving_doubling", count=count, dtype=dtype, buffers=bufs,
-                   params=params)
+    segs = segments(s_size, p)
+    seg_off = [s_off + o for o, _ in segs] + [s_off + s_size]
+
+    def span(lo: int, hi: int) -> tuple[int, int]:
+        return seg_off[lo], seg_off[hi] - seg_off[lo]
+
+    whole = ("output", s_off, s_size)
+    # pre-step: even ranks below 2*rem hand their data to the odd neighbour
+    for r in range(0, 2 * rem, 2):
+        h_odd = handles[(r + 1, k, 0)]
+        b.local(h_odd, ("input", s_off, s_size), whole)
+        b.transfer(handles[(r, k, 0)], ("input", s_off, s_size), h_odd, whole, op="reduce")
+    for r in range(2 * rem, n):  # participants without a pre-step start from their own input
+        b.local(handles[(r, k, 1)], ("input", s_off, s_size), whole)
+    # recursive halving
+    window = {nr: (0, p) for nr in range(p)}
+    for i in range(L):
+        mask = p >> (i + 1)
+        new_window = {}
+        for nr in range(p):
+            lo, hi = window[nr]
+            mid = (lo + hi) // 2
+            keep, give = ((mid, hi), (lo, mid)) if nr & mask else ((lo, mid), (mid, hi))
+            new_window[nr] = keep
+            off, cnt = span(*give)
+            b.transfer(handles[(real(nr), k, 1 + i)], ("output", off, cnt),
+                       handles[(real(nr ^ mask), k, 1 + i)], ("output", off, cnt), op="reduce")
+        window = new_window
+    # recursive doubling
+    for i in range(L):
+        mask = 1 << i
+        for nr in range(p):
+            lo = (nr >> i) << i
+            off, cnt = span(lo, lo + (1 << i))
+            b.transfer(handles[(real(nr), k, 1 + L + i)], ("output", off, cnt),
+                       handles[(real(nr ^ mask), k, 1 + L + i)], ("output", off, cnt))
+    # post-step: odd ranks return the result
+    for r in range(0, 2 * rem, 2):
+        b.transfer(handles[(r + 1, k, rounds - 1)], whole, handles[(r, k, rounds - 1)], whole)
