@@ -13,7 +13,7 @@ with a confidence interval (analysis.stats), and this module makes the repeats:
 
       def one(out, seed):
           with Lab(DumbbellTopo(...), out=out, seed=seed, name="incast-look") as lab:
-              lab.summary = {"round_ms_p99": lab.burst(...).percentiles_ms()["p99"]}
+              lab.summary = {"round_ms_p99": lab.burst(...).percentiles_ms().p99}
 
       rep = repeat(one, runs=5, out="results/look-x5", seed=1)
       print(rep.estimate("round_ms_p99").text())     # median [low, high] (5 runs, 94% CI)
@@ -108,25 +108,30 @@ def repeat(experiment: Callable[[Path, int], Any], runs: int, out: str | Path, s
 
 
 def print_repeats(result: RepeatResult, table: Sequence[tuple[str, str]] = ()) -> None:
-    """Each metric over the repeats: median [CI] (coverage), n, CV. ``table``: (key, label) pairs shown first (a
-    scenario's table), then every other metric that varies between runs."""
+    """Each metric over the repeats: median [CI], n, the CI's real coverage and the CV. ``table``: (key, label)
+    pairs shown first (a scenario's table), then every other metric that varies between runs; metrics with one
+    value on every run (mostly parameters) are one line below."""
     from rich.console import Console
     from rich.table import Table
 
-    from analysis.stats import Estimate
+    from analysis.report import fmt
 
     metrics = result.summary.get("metrics", {})
-    keys = [k for k, _ in table if k in metrics]
-    keys += [k for k, e in metrics.items() if k not in keys and e["low"] != e["high"]]
+    varies = [k for k, e in metrics.items() if e["low"] != e["high"]]
+    keys = [k for k, _ in table if k in varies] + [k for k in varies if k not in dict(table)]
     labels = dict(table)
     t = Table(title=f"{result.summary.get('scenario') or 'repeats'}: {result.path} "
                     f"({len(result.summary.get('runs', []))} runs)")
-    for col in ("metric", "median [CI]", "n", "CV"):
+    for col in ("metric", "median", "CI", "n", "coverage", "CV"):
         t.add_column(col, justify="left" if col == "metric" else "right")
     for k in keys:
-        e = Estimate(**metrics[k])
-        t.add_row(labels.get(k, k), e.text(), str(e.n), "-" if e.cv is None else f"{e.cv:.2f}")
+        e = metrics[k]
+        t.add_row(labels.get(k, k), fmt(e["median"]), f"[{fmt(e['low'])}, {fmt(e['high'])}]", str(e["n"]),
+                  f"{e['coverage']:.1%}", "-" if e["cv"] is None else f"{e['cv']:.2f}")
     Console(width=None if sys.stdout.isatty() else 200).print(t)
+    same = [f"{labels.get(k, k)} {fmt(e['median'])}" for k, e in metrics.items() if k not in varies]
+    if same:
+        print(f"the same on every run: {', '.join(same)}")
     for kind in ("unfaithful", "incomplete"):
         if result.summary.get(kind):
             print(f"{kind} (left out of the statistics): {', '.join(result.summary[kind])}")

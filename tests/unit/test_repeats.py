@@ -181,3 +181,84 @@ def test_bad_repeat_counts_are_one_line_and_exit_2(argv, tmp_path, capsys):
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "repeat" in err, err
     assert not (tmp_path / "never").exists()
+
+
+# ------------------------------------------------------------------ --repeat on sweep, audit and run (fake runs)
+
+def _fake_runs(calls):
+    """runner.run_scenario replaced: a run directory whose goodput depends on the rate and the seed."""
+    def fake(scenario, params, seed, out, quiet=False, faults=()):
+        calls.append((params.get("rate_mbps"), seed, Path(out).parent.name, Path(out).name))
+        summary = {"goodput_mbps": params.get("rate_mbps", 10) * 0.9 + seed % 3, "fidelity_ok": seed != 13,
+                   "step_ms_p50": 100.0 * params.get("ranks", 4) ** 0.5 + seed % 2, "step_ms_p99": 500.0}
+        write_run(Path(out), seed, summary)
+        return summary
+    return fake
+
+
+def test_sweep_with_repeats_makes_a_repeat_folder_per_point(tmp_path, monkeypatch):
+    from testbed.commands import runner, sweep
+    from testbed.scenario import get
+
+    calls = []
+    monkeypatch.setattr(runner, "run_scenario", _fake_runs(calls))
+    pl = sweep.plan(get("smoke"), ["rate_mbps=10,20", "duration_s=1"])
+    df = sweep.run_sweep(pl, tmp_path, seed=11, quiet=True, repeat=3)
+    assert [c[1:] for c in calls] == [(s, f"rate_mbps={r}", f"seed-{s}") for r in (10, 20) for s in (11, 12, 13)]
+    for r in (10, 20):
+        got = json.loads((tmp_path / f"rate_mbps={r}" / "repeat.json").read_text())
+        assert got["runs"] == ["seed-11", "seed-12", "seed-13"] and got["unfaithful"] == ["seed-13"]
+    # seed 13 is unfaithful: the medians are over seeds 11 and 12 (goodput 0.9 r + 2 and 0.9 r + 0)
+    assert list(df["goodput_mbps"]) == pytest.approx([10.0, 19.0])
+    assert list(df["goodput_mbps_low"]) == pytest.approx([9.0, 18.0]) and list(df["repeats_n"]) == [2, 2]
+    assert list(df["left_out"]) == ["seed-13", "seed-13"]
+    csv = pd.read_csv(tmp_path / "sweep.csv")
+    assert {"goodput_mbps_low", "goodput_mbps_high", "repeats_n"} <= set(csv.columns)
+    assert "repeat folder" in (tmp_path / "sweep.md").read_text()
+    assert (tmp_path / "sweep_goodput_mbps.png").stat().st_size > 0
+
+
+def test_audit_efficiency_gets_its_interval_from_the_repeats(tmp_path, monkeypatch):
+    from testbed.commands import audit, runner, sweep
+    from testbed.scenario import get
+
+    monkeypatch.setattr(runner, "run_scenario", _fake_runs([]))
+    pl = audit.plan(get("collective"), ["ranks=4"], (1, 4), "weak")
+    df = sweep.run_sweep(pl, tmp_path, seed=1, quiet=True, repeat=4)
+    df = audit.efficiency_intervals(audit.audit_table(df, (1, 4), "weak"), tmp_path, pl, (1, 4), "weak")
+    # step p50 = 100 sqrt(ranks) + (seed odd): 200-201 ms at 4 ranks, 400-401 at 16: efficiency about 0.5
+    assert df["efficiency"].iloc[1] == pytest.approx(200.5 / 400.5)
+    assert df["efficiency_low"].iloc[1] <= df["efficiency"].iloc[1] <= df["efficiency_high"].iloc[1] < 0.51
+    assert list(df["step_vs_base"]) == ["not distinguishable (4 runs)", "A < B"]
+
+
+def test_run_repeat_goes_to_the_lab_vm_whole(tmp_path, monkeypatch, capsys):
+    from testbed.commands import runner
+    from testbed.vm import labvm
+
+    vm_calls = []
+    monkeypatch.setattr(labvm, "in_vm", lambda: False)
+    monkeypatch.setattr(labvm, "vm_kernel", lambda: ("7.0", Path("/nonexistent")))
+    monkeypatch.setattr(labvm, "run", lambda argv, options=None: vm_calls.append(argv) or 0)
+    monkeypatch.setattr(runner, "missing_capabilities", lambda needs: ["qdisc:red+ecn"])
+    monkeypatch.setattr(runner, "require_root", lambda what: None)
+    monkeypatch.setattr(runner, "run_scenario", lambda *a, **k: pytest.fail("ran on the host"))
+    assert cli.main(["run", "smoke", "--repeat", "4", "--seed", "5", "--out", str(tmp_path / "r")]) == 0
+    argv = vm_calls[0]
+    assert argv[argv.index("--repeat") + 1] == "4" and argv[argv.index("--seed") + 1] == "5"
+
+
+def test_run_repeat_in_this_kernel_prints_medians(tmp_path, monkeypatch, capsys):
+    from testbed.commands import runner
+    from testbed.vm import labvm
+
+    calls = []
+    monkeypatch.setattr(labvm, "in_vm", lambda: True)
+    monkeypatch.setattr(runner, "use_vm", lambda *a, **k: False)
+    monkeypatch.setattr(runner, "require_root", lambda what: None)
+    monkeypatch.setattr(runner, "run_scenario", _fake_runs(calls))
+    assert cli.main(["run", "smoke", "--repeat", "3", "--seed", "12", "--out", str(tmp_path / "r")]) == 0
+    assert [c[1] for c in calls] == [12, 13, 14]
+    out = capsys.readouterr().out
+    assert "unfaithful (left out of the statistics): seed-13" in out and str(tmp_path / "r" / "repeat.json") in out
+    assert repeats.values(tmp_path / "r", "goodput_mbps") == pytest.approx([18.0, 20.0])
