@@ -235,9 +235,9 @@ def write_sides(df: pd.DataFrame, a: Side, b: Side, out: str | Path, level: floa
              "`runs_needed` is about how many runs a side would tell a difference of the size seen. "
              "See docs/analysis.md.", ""]
     if a.repeat or b.repeat:
-        panels = [m for m in df["metric"] if m in HEADLINE and (a.values.get(m) or b.values.get(m))]
-        varying = [m for m in df["metric"] if m not in panels and m not in constant_metrics(df, a, b)]
-        panels = (panels + varying)[:PLOT_PANELS]
+        constant = set(constant_metrics(df, a, b))  # one value on every run: nothing to draw
+        drawn = [m for m in df["metric"] if m not in constant and (a.values.get(m) or b.values.get(m))]
+        panels = ([m for m in drawn if m in HEADLINE] + [m for m in drawn if m not in HEADLINE])[:PLOT_PANELS]
         verdicts = dict(zip(df["metric"], df["verdict"]))
         png = plot_distributions({m: {a.label: a.values.get(m, []), b.label: b.values.get(m, [])} for m in panels},
                                  out / "compare_distributions.png", verdicts=verdicts,

@@ -40,6 +40,16 @@ def _interval(median, low, high, n) -> str:
     return f"{_num(median)} [{_num(low)}, {_num(high)}]"
 
 
+def _runs_to_tell(need) -> str:
+    if need is None or (isinstance(need, float) and math.isnan(need)):
+        return "-"
+    return "> 1000 a side" if need > 1000 else f"~{int(need)} a side"
+
+
+def _cv(cv) -> str:
+    return "-" if cv is None or (isinstance(cv, float) and math.isnan(cv)) else f"{cv:.2f}"
+
+
 def sides(a: Path, b: Path, out: str | None, level: float) -> int:
     """Print the comparison of A and B (see the module docstring); write compare.csv/.md/.png with ``out``."""
     from rich.table import Table
@@ -60,11 +70,9 @@ def sides(a: Path, b: Path, out: str | None, level: float) -> int:
         ratio = "-" if math.isnan(r["ratio"]) else (
             f"{_num(r['ratio'])}" + ("" if math.isnan(r["ratio_low"]) else
                                      f" [{_num(r['ratio_low'])}, {_num(r['ratio_high'])}]"))
-        need = r["runs_needed"]
         t.add_row(str(r["metric"]), _interval(r["A_median"], r["A_low"], r["A_high"], r["A_n"]),
                   _interval(r["B_median"], r["B_low"], r["B_high"], r["B_n"]), ratio, str(r["verdict"]),
-                  "-" if need is None or (isinstance(need, float) and math.isnan(need)) else f"~{int(need)} a side",
-                  _num(r["A_cv"]), _num(r["B_cv"]))
+                  _runs_to_tell(r["runs_needed"]), _cv(r["A_cv"]), _cv(r["B_cv"]))
     _console().print(t)
     if constant:
         print(f"the same on every run of both sides: {', '.join(m for m in df['metric'] if m in constant)}")
