@@ -262,3 +262,20 @@ def test_run_repeat_in_this_kernel_prints_medians(tmp_path, monkeypatch, capsys)
     out = capsys.readouterr().out
     assert "unfaithful (left out of the statistics): seed-13" in out and str(tmp_path / "r" / "repeat.json") in out
     assert repeats.values(tmp_path / "r", "goodput_mbps") == pytest.approx([18.0, 20.0])
+
+
+def test_sweep_and_audit_repeat_go_to_the_lab_vm_whole(tmp_path, monkeypatch):
+    from testbed.commands import audit, runner, sweep
+    from testbed.vm import labvm
+
+    vm_calls = []
+    monkeypatch.setattr(labvm, "in_vm", lambda: False)
+    monkeypatch.setattr(labvm, "vm_kernel", lambda: ("7.0", Path("/nonexistent")))
+    monkeypatch.setattr(labvm, "run", lambda argv, options=None: vm_calls.append(argv) or 0)
+    monkeypatch.setattr(runner, "use_vm", lambda *a, **k: True)
+    monkeypatch.setattr(sweep, "require_root", lambda what: None)
+    monkeypatch.setattr(audit, "require_root", lambda what: None)
+    assert cli.main(["sweep", "smoke", "--set", "rate_mbps=10,20", "--repeat", "6", "--out", str(tmp_path / "s")]) == 0
+    assert cli.main(["audit", "--set", "ranks=2", "--scale", "1,2", "--repeat", "4", "--out", str(tmp_path / "a")]) == 0
+    for argv, n in zip(vm_calls, ("6", "4")):
+        assert argv[argv.index("--repeat") + 1] == n and argv[argv.index("--vm") + 1] == "never"
