@@ -5,7 +5,7 @@
     testbed run SCENARIO ...     build a fabric, run a scenario's traffic, write a run directory
     testbed clean                remove everything a killed run left behind
     testbed report RUN_DIR       write report.html / report.md for a run directory
-    testbed compare RUN_DIR...   key metrics of several runs side by side
+    testbed compare A B          is A different from B? runs or repeat folders: medians, CIs, a verdict
     testbed sweep SCENARIO ...   one run per value of one parameter, then a table and plots
     testbed cli [--set ...]      build a fabric and open Mininet's CLI on it (pingall, h1 ping h4, tc -s ...)
     testbed lab list|show|run|check   classroom labs: handouts, their runs, automatic checking
@@ -105,42 +105,42 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _side_arg(path: str):
+    """A compare argument: a run directory or a repeat folder (analysis.repeats), else UsageError (one line)."""
+    from pathlib import Path
+
+    from analysis.repeats import is_repeat_folder
+
+    p = Path(path)
+    if p.is_dir() and not (p / "manifest.json").is_file() and is_repeat_folder(p):
+        return p
+    if p.is_dir() and not (p / "manifest.json").is_file():
+        raise UsageError(f"not a run directory (no manifest.json) nor a repeat folder (no seed-N/ runs): {path}")
+    return _run_dir_arg(path)
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
-    import math
-
-    from rich.console import Console
-    from rich.table import Table
-
-    from analysis.compare import compare
     from analysis.load import RunDirError
-    from analysis.report import fmt
+    from analysis.repeats import is_repeat_folder
+    from testbed.commands import compare as comparing
     from testbed.rundir import check_out_dir
 
-    dirs = [_run_dir_arg(d) for d in args.run_dirs]
+    dirs = [_side_arg(d) for d in args.run_dirs]
+    repeats = [d for d in dirs if is_repeat_folder(d)]
+    if repeats and len(dirs) != 2:
+        raise UsageError(f"compare with a repeat folder takes two sides, A and B (got {len(dirs)} folders)")
+    if not 0.5 <= args.level < 1:
+        raise UsageError(f"--level is a confidence level between 0.5 and 1, e.g. 0.95 (got {args.level})")
     if args.out:  # one line and exit 2 before anything is written
         check_out_dir(args.out)
     try:
-        df = compare(dirs, out=args.out)
+        if repeats:
+            return comparing.sides(dirs[0], dirs[1], args.out, args.level)
+        return comparing.runs(dirs, args.out)
     except RunDirError as e:
         raise UsageError(str(e)) from None
     except PermissionError as e:
         raise UsageError(f"cannot write compare.csv/md: {e.strerror}: {e.filename}") from None
-    runs = [c for c in df.columns[2:] if "/" not in c]
-    t = Table(title=f"{len(runs)} runs; x first = ratio to {runs[0]}")
-    t.add_column("metric", no_wrap=True)
-    t.add_column("from")
-    for c in df.columns[2:]:
-        t.add_column(c if "/" not in c else f"{c.split('/')[0]} x first", justify="right")
-    for _, r in df.iterrows():
-        cells = [fmt(r[c]) if not (isinstance(r[c], float) and math.isnan(r[c])) else "-" for c in df.columns[2:]]
-        t.add_row(str(r["metric"]), str(r["source"]), *cells)
-    Console(width=None if sys.stdout.isatty() else 200).print(t)  # a pipe or log file: do not cut numbers
-    if args.out:
-        from pathlib import Path
-
-        print(Path(args.out) / "compare.csv")
-        print(Path(args.out) / "compare.md")
-    return 0
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -204,13 +204,19 @@ def _add_report(sub) -> None:
 
 
 def _add_compare(sub) -> None:
-    """`testbed compare RUN_DIR...`."""
-    cp = sub.add_parser("compare", help="key metrics of several runs side by side, with ratios to the first",
-                        description="Print the numeric summary metrics and the key metrics recomputed from the "
-                        "data of each RUN_DIR side by side, with each run's ratio to the first. With --out, also "
-                        "write compare.csv and compare.md there. Needs no root.")
-    cp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories; the first is the baseline")
+    """`testbed compare A B` (or several run directories)."""
+    cp = sub.add_parser("compare", help="is A different from B? runs or repeat folders, with intervals and a verdict",
+                        description="A B, each a run directory or a repeat folder (--repeat N): per metric each "
+                        "side's median with its 95% confidence interval, the ratio A/B with its interval, and a "
+                        "verdict: A > B, A < B or not distinguishable (n runs), with about how many runs would tell; "
+                        "unfaithful runs are named and left out. Several run directories (no repeat folder): their "
+                        "metrics side by side with each run's ratio to the first. With --out, also write compare.csv, "
+                        "compare.md (and compare_distributions.png for repeats) there. Needs no root.")
+    cp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                    help="run directories or repeat folders; the first is A (the baseline)")
     cp.add_argument("--out", default=None, metavar="DIR", help="write compare.csv and compare.md into DIR")
+    cp.add_argument("--level", type=float, default=0.95, metavar="L",
+                    help="confidence level of the intervals and the test (default 0.95)")
     cp.set_defaults(func=_cmd_compare)
 
 
@@ -232,6 +238,9 @@ def _add_sweep(sub) -> None:
     sw.add_argument("--vm", default="auto", choices=["auto", "always", "never"],
                     help="run in the lab VM: auto (when this kernel lacks a capability), always, never")
     sw.add_argument("--quiet", action="store_true", help="only the sweep's own progress lines")
+    sw.add_argument("--repeat", type=int, default=None, metavar="N",
+                    help="N runs a point (seeds --seed .. --seed+N-1), each point a repeat folder; the table holds "
+                    "medians with their 95%% CI (docs/analysis.md)")
     sw.set_defaults(func=_cmd_sweep)
 
 

@@ -63,7 +63,7 @@ class Scenario:
     def help(self) -> str:
         lines = [f"testbed run {self.name}: {self.summary}", "",
                  f"usage: testbed run {self.name} [--set NAME=VALUE ...] [--seed N] [--out DIR] "
-                 "[--vm auto|always|never] [--cli] [--live] [--fault SPEC ...] [--faults FILE]", "",
+                 "[--vm auto|always|never] [--cli] [--live] [--fault SPEC ...] [--faults FILE] [--repeat N]", "",
                  f"  --seed N   {SEED_HELP} (default 1): seeds the run's random choices (schedules, placement,",
                  "             jitter) and the multipath hash, unless a parameter named seed is set (not 0)",
                  "  --out DIR  the run directory (default results/SCENARIO-TIME); refused when it cannot be created",
@@ -75,6 +75,8 @@ class Scenario:
                  "             'flap leaf1-spine1 at_s=1 down_s=0.2 up_s=0.3 count=3' or 'slow-port spine1:leaf2",
                  "             at_s=0 fraction=0.25'; kinds link-down, flap, slow-port, netem (docs/faults.md)",
                  "  --faults FILE  faults, one SPEC per line (# comments)",
+                 "  --repeat N N runs, seeds --seed .. --seed+N-1, into DIR/seed-<seed>/, and DIR/repeat.json: each",
+                 "             metric's median with a 95% CI, n and CV (docs/analysis.md; compare them with compare)",
                  "", "parameters:"]
         lines += [p.describe() for p in self.params]
         lines += ["", f"needs: {', '.join(self.needs)}"]

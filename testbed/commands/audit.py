@@ -10,7 +10,9 @@ fixed, so the oversubscription stays the same), then one table and one HTML page
 * what grew with scale: switch drops, TCP retransmissions and timeouts, ECN marks, PFC pauses;
 * for the largest point, the correlation's explanation of its slowest op (what the fabric did meanwhile).
 
-Every point is a normal run directory (``OUT/ranks=<n>/``), run through the sweep machinery: validated before the
+With ``--repeat N`` every point is a repeat folder of N runs (analysis.repeats); the table holds medians and the
+efficiency gets its confidence interval (:func:`efficiency_intervals`). Every point is a normal run directory
+(``OUT/ranks=<n>/``), run through the sweep machinery: validated before the
 first run, progress shown, a failed point recorded and the audit goes on (exit status 1), the whole audit in one
 lab VM when this kernel lacks something. This module may import ``analysis``; the fabric never does."""
 
@@ -29,9 +31,10 @@ from testbed.params import parse_seed, resolve
 # lab VM and run directories are imported inside the functions that use them (testbed.cli).
 
 #: the audit table's columns, when the points have them
-COLUMNS = ("ranks", "leaves", "step_ms_p50", "step_ms_p95", "step_ms_p99", "step_cv", "cct_ms_p50", "cct_ms_p99",
-           "comm_wait_fraction", "busbw_gbps", "efficiency", "efficiency_p99", "verdict", "switch_drops",
-           "tcp_retrans_segs", "tcp_timeouts", "ecn_marks", "pfc_pause_events", "fidelity_ok")
+COLUMNS = ("ranks", "leaves", "repeats_n", "step_ms_p50", "step_ms_p95", "step_ms_p99", "step_cv", "cct_ms_p50",
+           "cct_ms_p99", "comm_wait_fraction", "busbw_gbps", "efficiency", "efficiency_low", "efficiency_high",
+           "efficiency_p99", "verdict", "step_vs_base", "switch_drops", "tcp_retrans_segs", "tcp_timeouts", "ecn_marks",
+           "pfc_pause_events", "fidelity_ok", "left_out")
 GROWN = ("switch_drops", "tcp_retrans_segs", "tcp_timeouts", "ecn_marks", "pfc_pause_events")
 
 
@@ -93,6 +96,26 @@ def audit_table(df: Any, factors: tuple[int, ...], scaling: str) -> Any:
     return df
 
 
+def efficiency_intervals(df: Any, out: Path, pl: Any, factors: tuple[int, ...], scaling: str) -> Any:
+    """With repeats: each point's efficiency on the median step with its confidence interval,
+    ``efficiency_low``/``efficiency_high``: the bootstrap interval of median T_N / median T_kN over the runs
+    (analysis.stats.compare; strong scaling divides by k), and ``efficiency_verdict``: whether the point's median
+    step differs from the base's at all (``A > B`` etc., A the base)."""
+    from analysis import repeats, stats
+
+    df = df.copy()
+    base = repeats.values(out / pl.points[0].dirname, "step_ms_p50")
+    low, high, told = [], [], []
+    for pt, k in zip(pl.points[:len(df)], factors):
+        d = stats.compare(base, repeats.values(out / pt.dirname, "step_ms_p50"))
+        div = k if scaling == "strong" else 1
+        low.append(d.ratio_low / div)
+        high.append(d.ratio_high / div)
+        told.append(d.verdict)
+    df["efficiency_low"], df["efficiency_high"], df["step_vs_base"] = low, high, told
+    return df
+
+
 def write_outputs(df: Any, out: Path, scaling: str, suspect: str) -> list[Path]:
     """audit.csv, audit.md and audit.html."""
     from analysis.report import Block, md_table, render_html
@@ -114,6 +137,8 @@ def write_outputs(df: Any, out: Path, scaling: str, suspect: str) -> list[Path]:
                 grown.append(f"{g}: " + " -> ".join(map(str, vals)))
     unfaithful = [f"{int(r['ranks'])} ranks: {r.get('fidelity_reasons') or 'see its fidelity.csv'}"
                   for _, r in df.iterrows() if "fidelity_ok" in df.columns and r.get("fidelity_ok") in (0, False)]
+    unfaithful += [f"{int(r['ranks'])} ranks, left out of the medians: {r['left_out']}" for _, r in df.iterrows()
+                   if isinstance(r.get("left_out"), str) and r["left_out"]]
     blocks = [Block("h1", "Scaling audit"), Block("p", head + "."),
               Block("table", table, "one row per scale; efficiency against the first row (weak: T_N/T_kN, strong: "
                     "T_N/(k T_kN)); verdict: poor < 0.75 <= marginal <= 0.80 < good"),
@@ -138,8 +163,9 @@ def print_audit(df: Any) -> None:
 
     from analysis.report import fmt
 
-    cols = [c for c in ("ranks", "leaves", "step_ms_p50", "step_ms_p99", "cct_ms_p99", "comm_wait_fraction",
-                        "efficiency", "efficiency_p99", "verdict", "switch_drops", "tcp_retrans_segs", "fidelity_ok",
+    cols = [c for c in ("ranks", "leaves", "repeats_n", "step_ms_p50", "step_ms_p99", "cct_ms_p99",
+                        "comm_wait_fraction", "efficiency", "efficiency_low", "efficiency_high", "efficiency_p99",
+                        "verdict", "step_vs_base", "switch_drops", "tcp_retrans_segs", "fidelity_ok", "left_out",
                         "error") if c in df.columns]
     t = Table(title="scaling audit")
     for c in cols:
@@ -161,8 +187,14 @@ def _reasons(run_dir: Path) -> str:
 
 def _suspect(run_dir: Path) -> str:
     from analysis.correlate import explain_slowest
+    from analysis.repeats import is_repeat_folder, run_infos
     from analysis.summary import load_quietly
 
+    if is_repeat_folder(run_dir):  # the first run that counts (complete and faithful) stands for the point
+        counting = [i.path for i in run_infos(run_dir) if i.counts]
+        if not counting:
+            return "(no explanation: no run of the largest point counted)"
+        run_dir = counting[0]
     try:
         return explain_slowest(load_quietly(run_dir))
     except Exception as e:  # noqa: BLE001 - the audit's table stands without it
@@ -179,6 +211,10 @@ def main(args: argparse.Namespace) -> int:
     sc = scenarios.get("collective")
     factors = parse_scale(args.scale)
     pl = plan(sc, args.set or [], factors, args.scaling)
+    if args.repeat is not None:
+        from testbed.commands.repeat import check_repeat
+
+        check_repeat(args.repeat, args.seed)
     require_root("testbed audit")
     out = check_out_dir(args.out) if args.out else check_out_dir(default_out(), "--out (default)")
     needs = sorted({x for pt in pl.points for x in sc.needs_of(pt.params)})
@@ -187,11 +223,14 @@ def main(args: argparse.Namespace) -> int:
         labvm.vm_kernel()
         return labvm.run([sys.executable, "-m", "testbed.cli", "audit", *sum((["--set", s] for s in args.set), []),
                           "--scale", args.scale, "--scaling", args.scaling, "--seed", str(args.seed),
-                          "--out", str(out), "--vm", "never"])
-    df = run_sweep(pl, out, seed=args.seed, quiet=True)
+                          "--out", str(out), "--vm", "never",
+                          *(["--repeat", str(args.repeat)] if args.repeat is not None else [])])
+    df = run_sweep(pl, out, seed=args.seed, quiet=True, repeat=args.repeat)
     df["leaves"] = [pt.params["leaves"] for pt in pl.points][:len(df)]
     df["fidelity_reasons"] = [_reasons(out / pt.dirname) for pt in pl.points][:len(df)]
     df = audit_table(df, factors, args.scaling)
+    if args.repeat is not None:
+        df = efficiency_intervals(df, out, pl, factors, args.scaling)
     largest = out / pl.points[len(df) - 1].dirname
     paths = write_outputs(df, out, args.scaling, _suspect(largest) if largest.exists() else "")
     print_audit(df)
@@ -219,10 +258,13 @@ def add_parser(sub) -> None:
     p.add_argument("--scaling", default="weak", choices=["weak", "strong"],
                    help="weak: same work per rank; strong: same total work, each rank's compute_ms / k")
     p.add_argument("--seed", type=parse_seed, default=1, metavar="N", help="seed of every point (default 1)")
+    p.add_argument("--repeat", type=int, default=None, metavar="N",
+                   help="N runs a scale (seeds --seed .. --seed+N-1): medians, and the efficiency with its 95%% CI")
     p.add_argument("--out", default=None, metavar="DIR", help="folder (default results/audit-TIME)")
     p.add_argument("--vm", default="auto", choices=["auto", "always", "never"],
                    help="run in the lab VM: auto (when this kernel lacks a capability), always, never")
     p.set_defaults(func=main)
 
 
-__all__ = ["COLUMNS", "add_parser", "audit_table", "main", "parse_scale", "plan", "write_outputs"]
+__all__ = ["COLUMNS", "add_parser", "audit_table", "efficiency_intervals", "main", "parse_scale", "plan",
+           "write_outputs"]

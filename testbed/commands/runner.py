@@ -24,7 +24,7 @@ from testbed.vm import labvm
 from topologies.mininet_topo import spec_from_topo
 from topologies.spec import SpecError
 
-__all__ = ["Scenario", "main", "run_scenario", "use_vm", "print_table", "missing_capabilities"]
+__all__ = ["Scenario", "main", "run_repeats", "run_scenario", "use_vm", "print_table", "missing_capabilities"]
 
 
 def _options(extra: list[str]) -> argparse.Namespace:
@@ -38,6 +38,7 @@ def _options(extra: list[str]) -> argparse.Namespace:
     p.add_argument("--live", action="store_true")
     p.add_argument("--fault", action="append", default=[], metavar="SPEC")
     p.add_argument("--faults", default=None, metavar="FILE")
+    p.add_argument("--repeat", type=int, default=None, metavar="N")
     return p.parse_args(extra)
 
 
@@ -115,6 +116,29 @@ def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: 
     return lab.summary
 
 
+def run_repeats(scenario: Scenario, params: dict, runs: int, out: Path, seed: int = 1, quiet: bool = False,
+                faults: Sequence = (), say: Callable[[str], None] | None = None):
+    """A scenario run ``runs`` times in this kernel, seeds seed .. seed+runs-1, into the repeat folder ``out``
+    (testbed.commands.repeat.repeat around :func:`run_scenario`); returns its RepeatResult."""
+    from testbed.commands import repeat
+
+    def one(d: Path, s: int) -> None:
+        run_scenario(scenario, params, s, d, quiet=quiet, faults=faults)
+
+    return repeat.repeat(one, runs, out, seed, scenario.name, say or repeat.say_stderr)
+
+
+def _main_repeats(scenario: Scenario, params: dict, opts: argparse.Namespace, out: Path, faults: Sequence) -> int:
+    """`testbed run SCENARIO --repeat N`: N runs into OUT/seed-<s>/, repeat.json, the table of medians and CIs.
+    Exit status 1 when a run failed (the others are still summarized)."""
+    from testbed.commands.repeat import print_repeats
+
+    result = run_repeats(scenario, params, opts.repeat, out, opts.seed, quiet=opts.quiet, faults=faults)
+    print_repeats(result, scenario.table)
+    print(out / "repeat.json")
+    return 1 if result.failed else 0
+
+
 def main(args: argparse.Namespace, extra: list[str]) -> int:
     if args.list:
         for s in scenarios.all_scenarios():
@@ -127,6 +151,12 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         print(scenario.help())
         return 0
     opts = _options(extra)
+    if opts.repeat is not None:
+        from testbed.commands.repeat import check_repeat
+
+        check_repeat(opts.repeat, opts.seed)
+        if opts.cli or opts.live:
+            raise UsageError(f"--repeat runs {opts.repeat} runs unattended: drop --cli/--live (they watch one run)")
     params = resolve(scenario.params, opts.set)
     scenario.validate(params)
     faults = parse_faults(scenario, params, opts.seed, opts.fault, opts.faults)
@@ -140,6 +170,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         argv = ["testbed", "run", scenario.name, *sum((["--set", s] for s in opts.set), []),
                 *sum((["--fault", str(f)] for f in faults), []),
                 "--seed", str(opts.seed), "--out", str(out), "--vm", "never"]
+        if opts.repeat is not None:
+            argv += ["--repeat", str(opts.repeat)]
         if opts.quiet:
             argv.append("--quiet")
         else:
@@ -153,6 +185,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         return labvm.run(["env", "PYTHONUNBUFFERED=1", sys.executable, "-m", "testbed.cli", *argv[1:]],
                          labvm.VmOptions(interactive=opts.cli))
 
+    if opts.repeat is not None:
+        return _main_repeats(scenario, params, opts, out, faults)
     if opts.live:
         liveview.enable()
     summary = run_scenario(scenario, params, opts.seed, out, quiet=opts.quiet, cli=opts.cli, faults=faults)

@@ -7,6 +7,11 @@ Every point is a normal run directory, ``OUT/<name>=<value>/``; afterwards the s
 * ``OUT/sweep.md`` — the same as a Markdown table;
 * ``OUT/sweep_<metric>.png`` — each key metric present (:data:`PLOT_METRICS`) against the parameter.
 
+With ``--repeat N`` every point is a repeat folder (analysis.repeats: ``OUT/<name>=<value>/seed-<s>/`` and its
+``repeat.json``); its row holds each metric's median over the complete, faithful runs, ``<metric>_low`` /
+``<metric>_high`` (the median's 95% CI) for the plotted metrics, ``repeats_n`` and ``left_out``; the plots draw
+the medians with their CI.
+
 A comma that belongs to a value (e.g. the collective scenario's in-run size list) is written ``\\,``:
 ``--set ranks=2,4 --set 'size=1K\\,1M'`` sweeps ranks and passes size ``1K,1M`` to every point.
 
@@ -133,9 +138,43 @@ def _fmt_eta(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
-def run_sweep(pl: Plan, out: Path, seed: int = 1, quiet: bool = False) -> "Any":
+def _one_run(pl: Plan, pt: Point, out: Path, seed: int, quiet: bool) -> tuple[dict, str]:
+    """One point, one run: its summary's numeric values and the key metrics' line. Raises when the run failed."""
+    from testbed.commands.runner import run_scenario
+
+    summary = run_scenario(pl.scenario, pt.params, seed, out / pt.dirname, quiet=quiet)
+    key = ", ".join(f"{k}={summary[k]:.4g}" for k in PLOT_METRICS
+                    if isinstance(summary.get(k), (int, float)) and not isinstance(summary.get(k), bool))
+    return _numeric(summary), key
+
+
+def _repeated(pl: Plan, pt: Point, out: Path, seed: int, quiet: bool, repeat: int) -> tuple[dict, str]:
+    """One point, ``repeat`` runs into a repeat folder: each metric's median over the complete, faithful runs,
+    ``<metric>_low``/``_high`` (its confidence interval) for the plotted metrics, ``repeats_n`` (runs counted) and
+    ``left_out`` (unfaithful or incomplete runs). Raises RunFailed when no run counted."""
+    from testbed.commands.runner import run_repeats
+
+    res = run_repeats(pl.scenario, pt.params, repeat, out / pt.dirname, seed, quiet=quiet, say=lambda _msg: None)
+    metrics = res.summary["metrics"]
+    left = res.summary["unfaithful"] + res.summary["incomplete"]
+    counted = max((e["n"] for e in metrics.values()), default=0)
+    if not counted:
+        why = "; ".join(f"{n}: {w}" for n, w in res.failed) or "no run was complete and faithful"
+        raise RunFailed(f"no run of {repeat} counted ({why})")
+    row: dict[str, Any] = {k: e["median"] for k, e in metrics.items()}
+    for k in PLOT_METRICS + tuple(_COMPANIONS.values()):
+        if k in metrics:
+            row[f"{k}_low"], row[f"{k}_high"] = metrics[k]["low"], metrics[k]["high"]
+    row["repeats_n"], row["left_out"] = counted, ", ".join(left)
+    key = ", ".join(f"{k}={metrics[k]['median']:.4g} [{metrics[k]['low']:.4g}, {metrics[k]['high']:.4g}]"
+                    for k in PLOT_METRICS if k in metrics)
+    return row, f"{counted}/{repeat} runs counted" + (f": {key}" if key else "")
+
+
+def run_sweep(pl: Plan, out: Path, seed: int = 1, quiet: bool = False, repeat: int | None = None) -> "Any":
     """Run every point of ``pl`` in this kernel into ``out/<name>=<value>/`` and write the combined outputs.
-    Returns the sweep table (a pandas DataFrame). Progress goes to stderr."""
+    ``repeat``: each point is a repeat folder of that many runs (seeds seed .. seed+repeat-1) and its row holds
+    the medians (:func:`_repeated`). Returns the sweep table (a pandas DataFrame). Progress goes to stderr."""
     import pandas as pd
 
     out = Path(out)
@@ -152,7 +191,8 @@ def run_sweep(pl: Plan, out: Path, seed: int = 1, quiet: bool = False) -> "Any":
             row: dict[str, Any] = {pl.name: pt.value, "run_dir": pt.dirname}
             t0 = time.monotonic()
             try:
-                summary = runner.run_scenario(pl.scenario, pt.params, seed, out / pt.dirname, quiet=quiet)
+                values, key = (_one_run(pl, pt, out, seed, quiet) if repeat is None
+                               else _repeated(pl, pt, out, seed, quiet, repeat))
             except (KeyboardInterrupt, UsageError):
                 raise
             except Exception as e:  # noqa: BLE001 - record the point, go on with the rest
@@ -166,10 +206,8 @@ def run_sweep(pl: Plan, out: Path, seed: int = 1, quiet: bool = False) -> "Any":
                 continue
             row["complete"] = True
             row["error"] = ""
-            row.update({k: v for k, v in _numeric(summary).items() if k not in row})
+            row.update({k: v for k, v in values.items() if k not in row})
             rows.append(row)
-            key = ", ".join(f"{k}={summary[k]:.4g}" for k in PLOT_METRICS
-                            if isinstance(summary.get(k), (int, float)) and not isinstance(summary.get(k), bool))
             _say(f"[{i}/{n}] {pl.name}={pt.text} done in {time.monotonic() - t0:.1f} s" + (f": {key}" if key else ""))
     finally:
         if rows:
@@ -189,7 +227,10 @@ def write_outputs(df: "Any", name: str, out: Path, scenario: str = "") -> list[P
     paths = [out / "sweep.csv", out / "sweep.md"]
     df.to_csv(paths[0], index=False)
     lines = [f"# Sweep of {scenario or 'a scenario'} over {name}", "",
-             f"One row per point; each point's run directory is `{out}/<run_dir>`.", "", md_table(df), ""]
+             f"One row per point; each point's run directory is `{out}/<run_dir>`."
+             + (" Each point is a repeat folder: a row holds each metric's median over its complete, faithful runs "
+                "(`repeats_n`), `<metric>_low`/`_high` the 95% CI of that median (analysis.stats), `left_out` the "
+                "runs not counted." if "repeats_n" in df.columns else ""), "", md_table(df), ""]
     x = list(df[name])
     numeric_x = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x)
     if not numeric_x:
@@ -201,6 +242,10 @@ def write_outputs(df: "Any", name: str, out: Path, scenario: str = "") -> list[P
         comp = _COMPANIONS.get(metric)
         if comp in df.columns and not df[comp].isna().all():
             series = {comp: list(df[comp]), metric: list(df[metric])}
+        if f"{metric}_low" in df.columns:  # repeats: the medians, and the CI of the metric's median as two lines
+            series = {f"{k} (median)": v for k, v in series.items()}
+            series.update({f"{metric} CI low": list(df[f"{metric}_low"]),
+                           f"{metric} CI high": list(df[f"{metric}_high"])})
         logx = numeric_x and min(x) > 0 and max(x) / min(x) >= 16
         p = plots.plot_metric_vs_param(x, series, out / f"sweep_{metric}.png", xlabel=name, ylabel=metric,
                                        title=f"{scenario}: {metric} vs {name}".strip(": "), logx=logx)
@@ -237,6 +282,10 @@ def main(args: argparse.Namespace) -> int:
     """The `testbed sweep` command (parsed by testbed.cli)."""
     scenario = scenarios.get(args.scenario)
     pl = plan(scenario, args.set or [])
+    if args.repeat is not None:
+        from testbed.commands.repeat import check_repeat
+
+        check_repeat(args.repeat, args.seed)
     require_root(f"testbed sweep {scenario.name}")
 
     # an output folder that cannot be written is refused here: before doctor probes, a VM boot or a fabric
@@ -249,6 +298,8 @@ def main(args: argparse.Namespace) -> int:
         if go_vm:
             argv = ["sweep", scenario.name, *sum((["--set", s] for s in args.set), []), "--seed", str(args.seed),
                     "--out", str(out), "--vm", "never"]
+            if args.repeat is not None:
+                argv += ["--repeat", str(args.repeat)]
             if args.quiet:
                 argv.append("--quiet")
             why = "--vm always" if args.vm == "always" else f"this kernel lacks what {scenario.name} needs"
@@ -256,7 +307,7 @@ def main(args: argparse.Namespace) -> int:
             labvm.vm_kernel()  # fail early with the install hint
             return labvm.run([sys.executable, "-m", "testbed.cli", *argv])
 
-    df = run_sweep(pl, out, seed=args.seed, quiet=args.quiet)
+    df = run_sweep(pl, out, seed=args.seed, quiet=args.quiet, repeat=args.repeat)
     print_table(df, pl.name)
     print(out / "sweep.csv")
     failed = int((~df["complete"].astype(bool)).sum()) if "complete" in df.columns else 0
