@@ -205,15 +205,26 @@ def test_the_readme_program_commands_pass_with_a_python3_on_path_that_lacks_torc
 
 def test_each_host_runs_under_its_own_hostname(tmp_path):
     """Every process of a program answers gethostname() with its host's name, under both launchers (mpirun and its
-    daemons included: Open MPI keys its session directory /tmp/ompi.<hostname>.<uid> by it)."""
+    daemons included: Open MPI keys its session directory /tmp/ompi.<hostname>.<uid> by it), and so do a Mininet
+    host's shell and popen."""
     before = netns.list_ours()
     for launcher, rank in (("torch", "$RANK"), ("mpi", "$OMPI_COMM_WORLD_RANK")):
         r, _ = cli(tmp_path, launcher, f"launcher={launcher}", "timeout_s=60",
-                   f'cmd=sh -c \'hostname > "$TESTBED_RUN_DIR/name-{rank}"\'')
+                   f'cmd=sh -c \'echo $(hostname) ${{OMPI_FILE_LOCATION:-none}} > "$TESTBED_RUN_DIR/name-{rank}"\'')
         assert r.returncode == 0, r.stderr
-        names = [(tmp_path / launcher / f"name-{k}").read_text().split()[0] for k in range(4)]
-        assert names == ["h1", "h2", "h3", "h4"], (launcher, names)
+        said = [(tmp_path / launcher / f"name-{k}").read_text().split() for k in range(4)]
+        assert [x[0] for x in said] == ["h1", "h2", "h3", "h4"], (launcher, said)
+        if launcher == "mpi":  # each daemon's session directory is its own host's (Open MPI names it by hostname)
+            assert all(x[1].startswith(f"/tmp/ompi.{x[0]}.") for x in said), said
     assert subprocess.run(["hostname"], capture_output=True, text=True).stdout.strip() not in ("h1", "h2")
+    # Mininet's API on the same hosts: the shell and popen say the host's name; a switch keeps the machine's
+    from testbed.lab import Lab
+    from topologies.mininet_topo import LeafSpineTopo
+
+    with Lab(LeafSpineTopo(spines=1, leaves=2, hosts_per_leaf=1), out=tmp_path / "mn", quiet=True) as lab:
+        assert lab.net["h2"].cmd("hostname").strip() == "h2"
+        assert lab.net["h1"].popen(["hostname"], text=True).communicate()[0].strip() == "h1"
+        assert "1 received" in lab.net["h1"].cmd("ping -c1 -W2", lab.net["h2"].IP())
     nothing_left(before)
 
 
