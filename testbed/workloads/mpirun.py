@@ -66,6 +66,26 @@ def argv(hostfile_path: Path, agent: Path, ranks: int, output_dir: Path, exports
             *[a for e in dict.fromkeys(exports) for a in ("-x", e)], "--wdir", cwd, "sh", "-c", cmd]
 
 
+def session_dir(hostname: str, pid: int) -> Path:
+    """mpirun's own session directory (Open MPI 4: ``<tmp>/ompi.<hostname>.<uid>/pid.<mpirun's pid>``)."""
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"ompi.{hostname}.{os.geteuid()}" / f"pid.{pid}"
+
+
+def remove_session_dir(hostname: str, pid: int) -> None:
+    """Remove what a killed mpirun left of its session directory (it removes it itself when it ends normally), and
+    the host's top directory when that is then empty."""
+    import shutil
+
+    d = session_dir(hostname, pid)
+    shutil.rmtree(d, ignore_errors=True)
+    try:
+        d.parent.rmdir()
+    except OSError:
+        pass  # not empty (another launch's) or already gone
+
+
 @dataclass
 class Proc:
     """A process of the program: its pid, command name, environment variable names and network namespace inode."""

@@ -295,6 +295,8 @@ class Program:
                 time.sleep(0.05)
             if not marked_pids(self.token) and all(p.poll() is not None for p in self.procs.values()):
                 break
+        if self.launcher == "mpi" and 0 in self.procs:  # a killed mpirun leaves its session directory behind
+            mpirun.remove_session_dir(uts.hostname_for(self.hosts[0]), self.procs[0].pid)
         for f in self._files:
             f.close()
         self._files.clear()

@@ -233,6 +233,7 @@ def test_a_launch_that_starts_no_rank_ends_naming_where_the_daemons_got_to(tmp_p
     init, before it calls back) leaves mpirun waiting for a daemon that is gone, as in the hang this bound was made
     for: the run ends at start_timeout_s with one line naming the hosts whose daemons came up, not at timeout_s."""
     before = netns.list_ours()
+    sessions = set(Path("/tmp").glob("ompi.h*.*/pid.*"))
     env = {**os.environ, "OMPI_MCA_orte_daemon_fail": "2"}
     r, took = cli(tmp_path, "run", "launcher=mpi", f"cmd={MPI}", "start_timeout_s=8", "timeout_s=120", env=env)
     print(r.returncode, took, r.stderr)
@@ -242,6 +243,7 @@ def test_a_launch_that_starts_no_rank_ends_naming_where_the_daemons_got_to(tmp_p
                      r"not on h3; .*killed", last), last
     assert took < 60, took
     assert json.loads((tmp_path / "run" / "manifest.json").read_text())["complete"] is False
+    assert set(Path("/tmp").glob("ompi.h*.*/pid.*")) == sessions  # the killed mpirun's session directory is gone
     nothing_left(before)
 
 

@@ -88,3 +88,20 @@ def test_a_host_process_runs_under_the_hosts_own_name():
         assert uts.hostname_for(node) == name
         r = subprocess.run(uts.named(node, ["hostname"]), capture_output=True, text=True)
         assert r.returncode == 0 and r.stdout.strip() == name, (node, r)
+
+
+def test_a_killed_mpiruns_session_directory_is_removed_and_only_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # re-read TMPDIR
+    d = mpirun.session_dir("h1", 4242)
+    assert d == tmp_path / f"ompi.h1.{os.geteuid()}" / "pid.4242"
+    (d / "0" / "0").mkdir(parents=True)
+    other = mpirun.session_dir("h1", 4343)
+    other.mkdir()
+    mpirun.remove_session_dir("h1", 4242)
+    assert not d.exists() and other.exists()
+    mpirun.remove_session_dir("h1", 4343)
+    assert not other.parent.exists()  # the host's top directory goes once empty
+    mpirun.remove_session_dir("h1", 4343)  # nothing there: no error
