@@ -12,6 +12,11 @@ step-time tails, comm wait, the slowest steps joined with queue and drop activit
 the fabric's telemetry and the program's wall time. A rank that fails, or a program past timeout_s, ends the run
 (exit status 1, the rank named, complete: false) with nothing left behind. Same as
 `sudo .venv/bin/python scenarios/program.py --set ...`.
+
+Which Python the ranks get: a command that starts with `python`/`python3` (or is a `.py` file) runs under the
+interpreter testbed itself runs on (its virtualenv, which sees Debian's python3-torch and python3-mpi4py), as
+torchrun starts its ranks, whatever `python3` PATH finds first (pyenv, conda, a virtualenv). Name an interpreter by
+its path (`cmd='/opt/conda/bin/python train.py'`) to use another one.
 """
 
 import sys
@@ -23,17 +28,20 @@ from topologies import HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecErro
 from topologies.mininet_topo import SpecTopo
 
 P, MBPS, B = Param, "Mbit/s", "bytes"
-#: the default program: the data-parallel example (Debian's python3, which has python3-torch)
-DEFAULT_CMD = f"/usr/bin/python3 {PROJECT_ROOT}/examples/programs/ddp_train.py --steps 10"
+#: the default program: the data-parallel example (under testbed's own interpreter, which sees python3-torch)
+DEFAULT_CMD = f"python3 {PROJECT_ROOT}/examples/programs/ddp_train.py --steps 10"
 PARAMS = [
     P("cmd", str, DEFAULT_CMD, "", "the program, a shell command line run in every rank's host from this directory "
-      "(e.g. 'python3 train.py'; default: the DDP example)"),
+      "(e.g. 'python3 train.py'; default: the DDP example). A leading python/python3 or a .py file runs under "
+      f"testbed's own interpreter ({sys.executable}), as torchrun starts ranks; name another by its path"),
     P("launcher", str, "torch", "", "torch: the environment torchrun gives, one process per rank; mpi: Open MPI's "
       "mpirun with a hostfile of the fabric's hosts", choices=("torch", "mpi")),
     P("ranks", int, 4, "", "ranks", min=1, max=1024),
     P("ranks_per_host", int, 1, "", "ranks per host (packed: ranks 0..k-1 on the first host)", min=1, max=64),
     P("timeout_s", float, 300.0, "s", "the program must end within this (else its ranks are killed, the run fails)",
       min=1, max=86_400),
+    P("start_timeout_s", float, 60.0, "s", "launcher=mpi: mpirun must start a rank within this (else the run fails "
+      "naming the hosts whose daemons came up)", min=1, max=86_400),
     P("warmup_steps", int, 1, "", "each rank's first steps left out of ops.csv (connection set-up, first buckets)",
       min=0, max=1000),
     P("master_port", int, 29500, "", "MASTER_PORT (rank 0's rendezvous port)", min=1024, max=65535),
@@ -114,7 +122,7 @@ def experiment(p: dict, lab) -> dict:
     bg = lab.flows(background(p, hosts), cc=p["cc"], rate_mbps=p["bg_rate_mbps"]) if p["background"].strip() else None
     prog = lab.launch(p["cmd"], hosts=hosts, ranks=p["ranks"], ranks_per_host=p["ranks_per_host"],
                       launcher=p["launcher"], timeout_s=p["timeout_s"], warmup_steps=p["warmup_steps"],
-                      master_port=p["master_port"])
+                      master_port=p["master_port"], start_timeout_s=p["start_timeout_s"])
     res = prog.wait()  # RunFailed (the rank named) when a rank fails or the timeout passes
     bg_stats = bg.stop() if bg else []
     delta = ports.stop()

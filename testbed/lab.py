@@ -333,7 +333,7 @@ class Lab:
                launcher: str = "torch", **kw) -> "Program":
         """Start a real distributed program, one process per rank in its host's namespace, as torchrun
         (``launcher="torch"``) or Open MPI's mpirun (``"mpi"``) starts it; ``.wait()`` for its end. See
-        :mod:`testbed.workloads.program` (timeout_s, env, warmup_steps, master_port, cwd)."""
+        :mod:`testbed.workloads.program` (timeout_s, start_timeout_s, env, warmup_steps, master_port, cwd)."""
         from testbed.workloads.program import Program
 
         return Program(self, cmd, hosts, ranks, ranks_per_host, launcher, **kw).start()

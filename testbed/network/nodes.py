@@ -11,6 +11,8 @@ namespaces Mininet's node API (``cmd``, ``popen``, ``sendCmd``, ``IP``, ``intfLi
   inside the named namespace, and only on the first command: building a fabric spawns no process per node (a
   process spawn costs ~100 ms under the lab VM's software CPU);
 * ``popen``/``pexec`` run a program in the namespace through ``nsenter`` (no shell needed);
+* an end host's shell and processes run under the host's own name (testbed.kernel.uts: a UTS namespace per process
+  tree, so ``h1 hostname`` in the CLI says h1, as a cluster's servers each have their own hostname);
 * leaves, spines and dumbbell switches are :class:`TestbedRouter`: to Mininet they are switches (``net.switches``,
   not pinged by ``pingAll``), to the kernel L3 routers (forwarding, static and ECMP routes, set up by the fabric).
 """
@@ -20,6 +22,8 @@ from __future__ import annotations
 from typing import Any
 
 from mininet.node import Host, Node
+
+from testbed.kernel import uts
 
 
 class NamedNamespaceNode(Node):
@@ -47,7 +51,11 @@ class NamedNamespaceNode(Node):
             Node.startShell(self)
 
     def _popen(self, cmd, **params):
-        return super()._popen(["nsenter", f"--net=/run/netns/{self.namespace}", *cmd], **params)
+        return super()._popen(["nsenter", f"--net=/run/netns/{self.namespace}", *self._named(list(cmd))], **params)
+
+    def _named(self, cmd: list) -> list:
+        """The command as this node runs it: as is (routers)."""
+        return cmd
 
     def cmd(self, *args, **kwargs):
         self._ensure_shell()
@@ -94,6 +102,10 @@ class TestbedHost(NamedNamespaceNode, Host):
     """An end host (a rank's server) in its named namespace."""
 
     __test__ = False  # not a pytest class
+
+    def _named(self, cmd: list) -> list:
+        """Under the host's own hostname (a UTS namespace of its own)."""
+        return uts.named(self.name, cmd)
 
 
 class TestbedRouter(NamedNamespaceNode):

@@ -9,10 +9,16 @@ the way ``torchrun`` or ``mpirun`` starts it on a cluster, its output and events
 GROUP_RANK, MASTER_ADDR (rank 0's host address on the fabric), MASTER_PORT, GLOO_SOCKET_IFNAME and
 NCCL_SOCKET_IFNAME (its host's fabric interface), OMP_NUM_THREADS=1 (as torchrun sets with several ranks per node).
 ``launcher="mpi"``: a real Open MPI ``mpirun`` in the first host's namespace with a hostfile of the hosts' fabric
-addresses; it starts its daemons on the other hosts through an rsh agent (``program/rsh``: what ssh is on a cluster,
-here ``nsenter`` into the host that owns the address), and its TCP transport and out-of-band channel are held to
-the fabric's addresses. Both add TESTBED_EVENTS (traffic.progevents: the program's steps and ops), TESTBED_RUN_DIR
-and the project root on PYTHONPATH (so ``from traffic.progevents import Events`` imports).
+addresses (testbed.workloads.mpirun); it starts its daemons on the other hosts through an rsh agent
+(``program/rsh``: what ssh is on a cluster, here ``nsenter`` into the host that owns the address), and its TCP
+transport and out-of-band channel are held to the fabric's addresses. A launch that starts no rank within
+``start_timeout_s`` ends the run with one line saying which hosts' daemons came up. Both add TESTBED_EVENTS
+(traffic.progevents: the program's steps and ops), TESTBED_RUN_DIR and the project root on PYTHONPATH (so ``from
+traffic.progevents import Events`` imports).
+
+Every process of the program runs under its host's own hostname (testbed.kernel.uts: ``hostname`` on h2 says h2),
+and a ``python``/``python3`` command or a ``.py`` file runs under the interpreter testbed runs on, as torchrun starts
+its ranks (testbed.workloads.interpreter): the ranks see the packages testbed sees, whatever ``python3`` PATH finds.
 
 Files: ``program/rank-<r>.stdout|stderr`` (torch; under mpirun ``program/mpirun.stdout|stderr`` and mpirun's own
 per-rank ``program/mpi/1/rank.<r>/stdout|stderr``), ``program/events/rank-<r>.jsonl``, ``program.csv`` (rank,
@@ -24,21 +30,22 @@ Every process of the program carries TESTBED_PROGRAM=<token> in its environment:
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.errors import RunFailed, UsageError
+from testbed.kernel import uts
+from testbed.workloads import mpirun
+from testbed.workloads.interpreter import rank_command
 
 LAUNCHERS = ("torch", "mpi")
 ROOT = Path(__file__).resolve().parents[2]
 PROGRAM_COLUMNS = ["rank", "host", "local_rank", "exit_status", "end_s"]
-#: the fabric's host addresses (topologies.addressing): what mpirun's transports are held to
-HOST_NET = "198.18.0.0/16"
 
 
 @dataclass
@@ -74,22 +81,26 @@ class Program:
     module docstring. ``hosts``: the hosts in rank order (default: all, in the fabric's order); ``ranks``: default
     one per host slot; ``timeout_s``: the whole program must end within it; ``env``: added to every rank's
     environment; ``warmup_steps``: steps of each rank left out of ops.csv; ``cwd``: where ranks start (default: this
-    process's directory)."""
+    process's directory); ``start_timeout_s`` (mpi): mpirun must start a rank within it (bounded by timeout_s)."""
 
     def __init__(self, lab, cmd: str, hosts=None, ranks: int | None = None, ranks_per_host: int = 1,
                  launcher: str = "torch", master_port: int = 29500, timeout_s: float = 600.0,
-                 env: dict | None = None, warmup_steps: int = 0, cwd: str | None = None):
+                 env: dict | None = None, warmup_steps: int = 0, cwd: str | None = None,
+                 start_timeout_s: float = 60.0):
         if launcher not in LAUNCHERS:
             raise UsageError(f"launcher: {launcher!r} is not one of {', '.join(LAUNCHERS)}")
         if not str(cmd).strip():
             raise UsageError("cmd: empty command (e.g. cmd='python3 train.py')")
         self.lab, self.cmd, self.launcher = lab, str(cmd), launcher
+        self.python = sys.executable  # the ranks' Python (testbed.workloads.interpreter), as torchrun's ranks get
+        self.run_cmd = rank_command(self.cmd, self.python)
         names = [getattr(h, "name", h) for h in (hosts if hosts is not None else lab.net.hosts)]
         self.ranks = ranks if ranks is not None else len(names) * ranks_per_host
         self.ranks_per_host = ranks_per_host
         self.where = placement(names, self.ranks, ranks_per_host)
         self.hosts = list(dict.fromkeys(h for h, _ in self.where))
         self.master_port, self.timeout_s, self.warmup_steps = master_port, timeout_s, warmup_steps
+        self.start_timeout_s = min(float(start_timeout_s), float(timeout_s))
         self.extra_env = {str(k): str(v) for k, v in (env or {}).items()}
         self.cwd = cwd or os.getcwd()
         self.dir = lab.rundir.path / "program"
@@ -121,7 +132,8 @@ class Program:
 
         (self.dir / "events").mkdir(parents=True, exist_ok=True)
         self.lab.on_teardown(self.stop)
-        self.lab.rundir.manifest["program"] = {"cmd": self.cmd, "launcher": self.launcher, "ranks": self.ranks,
+        self.lab.rundir.manifest["program"] = {"cmd": self.cmd, "cmd_run": self.run_cmd, "python": self.python,
+                                               "launcher": self.launcher, "ranks": self.ranks,
                                                "ranks_per_host": self.ranks_per_host,
                                                "placement": {str(r): h for r, (h, _) in enumerate(self.where)},
                                                "versions": program_versions(self.launcher)}
@@ -130,7 +142,7 @@ class Program:
         self.t_start = time.monotonic()
         self.lab.start_workload()
         if self.launcher == "mpi":
-            argv = self._mpirun_argv()
+            argv = uts.named(self.hosts[0], self._mpirun_argv())
             self.procs[0] = netns.popen(self.lab.net.ns(self.hosts[0]), argv, env=base, cwd=self.cwd,
                                         stdout=self._out("mpirun.stdout"), stderr=self._out("mpirun.stderr"),
                                         stdin=subprocess.DEVNULL, start_new_session=True)
@@ -140,13 +152,14 @@ class Program:
                        "LOCAL_WORLD_SIZE": str(sum(1 for h, _ in self.where if h == host)),
                        "GROUP_RANK": str(self.hosts.index(host)),
                        "GLOO_SOCKET_IFNAME": self._ifname(host), "NCCL_SOCKET_IFNAME": self._ifname(host)}
-                self.procs[rank] = netns.popen(self.lab.net.ns(host), ["sh", "-c", self.cmd], env=env, cwd=self.cwd,
+                argv = uts.named(host, ["sh", "-c", self.run_cmd])
+                self.procs[rank] = netns.popen(self.lab.net.ns(host), argv, env=env, cwd=self.cwd,
                                                stdout=self._out(f"rank-{rank}.stdout"),
                                                stderr=self._out(f"rank-{rank}.stderr"),
                                                stdin=subprocess.DEVNULL, start_new_session=True)
         for p in self.procs.values():
             self.lab.state.add("pids", p.pid)
-        self.lab.progress(f"program ({self.launcher}): {self.ranks} rank(s) on {', '.join(self.hosts)}: {self.cmd}")
+        self.lab.progress(f"program ({self.launcher}): {self.ranks} rank(s) on {', '.join(self.hosts)}: {self.run_cmd}")
         return self
 
     def _ifname(self, host: str) -> str:
@@ -155,28 +168,16 @@ class Program:
     def _mpirun_argv(self) -> list[str]:
         """mpirun with a hostfile of the fabric addresses and the rsh agent that enters each address's host."""
         fabric = self.lab.net.fabric
+        nodes = [mpirun.Node(fabric.host_ip(h), self.lab.net.ns(h), h) for h in self.hosts]
         slots = {h: sum(1 for x, _ in self.where if x == h) for h in self.hosts}
-        (self.dir / "hostfile").write_text("".join(f"{fabric.host_ip(h)} slots={slots[h]}\n" for h in self.hosts))
-        cases = "".join(f"  {fabric.host_ip(h)}) ns={shlex.quote(self.lab.net.ns(h))} ;;\n" for h in self.hosts)
+        (self.dir / "hostfile").write_text(mpirun.hostfile(nodes, slots))
         agent = self.dir / "rsh"
-        agent.write_text(
-            "#!/bin/sh\n# mpirun's remote shell on the emulated fabric: ssh HOST CMD becomes CMD in HOST's namespace\n"
-            "while [ $# -gt 0 ] && [ \"${1#-}\" != \"$1\" ]; do shift; done\n"
-            "host=$1; shift\ncase \"$host\" in\n" + cases +
-            "  *) echo \"testbed rsh: $host is not a host of this fabric\" >&2; exit 255 ;;\nesac\n"
-            "exec nsenter --net=/run/netns/$ns sh -c \"$*\"\n")
+        agent.write_text(mpirun.rsh_agent(nodes))
         agent.chmod(0o755)
         exports = ["TESTBED_PROGRAM", "TESTBED_RUN_DIR", "TESTBED_EVENTS", "PYTHONPATH", "OMP_NUM_THREADS",
                    *self.extra_env]
-        return ["mpirun", "--allow-run-as-root", "--hostfile", str(self.dir / "hostfile"), "-np", str(self.ranks),
-                "--map-by", "slot", "--mca", "plm_rsh_agent", str(agent), "--mca", "plm_rsh_no_tree_spawn", "1",
-                "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", HOST_NET,
-                "--mca", "oob_tcp_if_include", HOST_NET,
-                # every emulated host shares this machine's CPUs: a rank waiting for the network yields its CPU
-                # instead of spinning (Open MPI's oversubscribed mode), or it starves the other ranks and the shapers
-                "--mca", "mpi_yield_when_idle", "1", "--output-filename", str(self.dir / "mpi"),
-                *[a for e in dict.fromkeys(exports) for a in ("-x", e)], "--wdir", self.cwd,
-                "sh", "-c", self.cmd]
+        return mpirun.argv(self.dir / "hostfile", agent, self.ranks, self.dir / "mpi", exports, self.cwd,
+                           self.run_cmd)
 
     # ---- end ----
 
@@ -187,7 +188,9 @@ class Program:
         deadline = self.t_start + self.timeout_s
         status: dict[int, int | None] = {}
         end_s: dict[int, float] = {}
-        failed = None
+        failed, no_rank = None, None
+        watch = mpirun.StartWatch(self.token, {h: self.lab.net.ns(h) for h in self.hosts}, self.start_timeout_s) \
+            if self.launcher == "mpi" else None
         while len(status) < len(self.procs):
             self._watch_steps()
             for rank, p in self.procs.items():
@@ -195,7 +198,10 @@ class Program:
                     status[rank], end_s[rank] = p.returncode, time.monotonic()
                     if p.returncode != 0 and failed is None:
                         failed = rank
-            if failed is not None or time.monotonic() > deadline:
+            if watch is not None and len(status) < len(self.procs):
+                no_rank = watch.check(time.monotonic() - self.t_start,
+                                      lambda: _last_line(self.dir / "mpirun.stderr"))
+            if failed is not None or no_rank is not None or time.monotonic() > deadline:
                 break
             time.sleep(0.02)
         t_end = time.monotonic()
@@ -204,6 +210,8 @@ class Program:
         result = self._collect(status, end_s, t_end)
         if failed is not None:
             raise RunFailed(self._failure(failed, status[failed]))
+        if no_rank is not None:
+            raise RunFailed(f"{no_rank}; killed (output: {self.dir})")
         if running:
             raise RunFailed(f"program: {self._who(running)} still running after timeout_s={self.timeout_s:g}; "
                             f"killed (output: {self.dir})")
@@ -287,6 +295,8 @@ class Program:
                 time.sleep(0.05)
             if not marked_pids(self.token) and all(p.poll() is not None for p in self.procs.values()):
                 break
+        if self.launcher == "mpi" and 0 in self.procs:  # a killed mpirun leaves its session directory behind
+            mpirun.remove_session_dir(uts.hostname_for(self.hosts[0]), self.procs[0].pid)
         for f in self._files:
             f.close()
         self._files.clear()
@@ -294,15 +304,7 @@ class Program:
 
 def marked_pids(token: str) -> list[int]:
     """Processes whose environment carries TESTBED_PROGRAM=token."""
-    mark, out = f"TESTBED_PROGRAM={token}".encode(), []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                if mark in (d / "environ").read_bytes().split(b"\0"):
-                    out.append(int(d.name))
-            except OSError:
-                pass
-    return out
+    return [p.pid for p in mpirun.program_processes(token)]
 
 
 def _last_line(path: Path) -> str:
