@@ -1,6 +1,7 @@
 """The `testbed` command: one entry point, one subcommand per job.
 
     testbed doctor [--json]      what this kernel can do, probed by function
+    testbed doctor --noise       this machine's noise floor: a reference battery's spread over repeated runs
     testbed vm [--] CMD ...      run CMD as root inside the lab VM (a full stock kernel)
     testbed run SCENARIO ...     build a fabric, run a scenario's traffic, write a run directory
     testbed clean                remove everything a killed run left behind
@@ -38,6 +39,10 @@ _Parser = OneLineErrorParser
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
+    if args.noise:
+        from testbed.commands import noise
+
+        return noise.main(repeats=args.repeat, out=args.out, as_json=args.json)
     from testbed.kernel import doctor
 
     return doctor.main(as_json=args.json, only=args.only)
@@ -159,6 +164,13 @@ def _add_doctor(sub) -> None:
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.add_argument("--only", action="append", metavar="NAME",
                    help="probe only this capability (repeatable; see the names in the table)")
+    d.add_argument("--noise", action="store_true",
+                   help="measure this machine's noise floor instead: a small incast and a small ring all-reduce, "
+                   "each run --repeat times, and the spread of their key metrics (docs/analysis.md); run it in the "
+                   "lab VM too: testbed vm -- testbed doctor --noise")
+    d.add_argument("--repeat", type=int, default=5, metavar="N", help="--noise: runs of each reference run (default 5)")
+    d.add_argument("--out", metavar="FILE", default=None,
+                   help="--noise: where to write the floor (default results/noise/host.json or lab-vm.json)")
     d.set_defaults(func=_cmd_doctor)
 
 

@@ -149,3 +149,17 @@ def shaped_path_ratio(rate: float, seconds: float = 3.0) -> dict:
     why = (f"{result}: if the 1 ms sleeps woke late by milliseconds ({late[0]:.2f} / {late[1]:.2f} ms p50 / p95), "
            "the (emulated) machine is starved of CPU and no software shaper holds its rate")
     return {"ratio": result["ratio"], "received": got[0], "late_ms": late, "why": why}
+
+
+def uplink_share(run_dir, spine: str = "spine1") -> tuple[float, dict[str, int]]:
+    """Of the bytes the leaves sent up to the spines during a run (queues.csv: the kernel's per-qdisc sent_bytes
+    counters of every leaf->spine egress port, increase over the run's samples), the fraction that went up to
+    ``spine``; and the bytes per ``leaf:spine`` port. How a load balancer split the traffic, as the switch counted
+    it: one run suffices, no timing involved."""
+    from analysis import summary as asum
+
+    q = asum.load_quietly(run_dir).queues
+    ports = sorted({(n, p) for n, p in zip(q["node"], q["port"]) if n.startswith("leaf") and p.startswith("spine")})
+    sent = {f"{n}:{p}": asum.port_backlog(q, n, p)["sent_bytes"] for n, p in ports}
+    total = sum(sent.values())
+    return (sum(v for k, v in sent.items() if k.endswith(f":{spine}")) / total if total else float("nan")), sent

@@ -143,11 +143,27 @@ def test_straggler_raises_p99_step_by_its_slowdown(tmp_path):
 
 
 def test_background_flows_raise_cct_tail(tmp_path):
-    kw = dict(collective="allreduce", size="256K", iterations=3, warmup=1, sample_interval_ms=0)
+    """Two bulk TCP flows share the ranks' links (h1>h3, h4>h2): the all-reduce's ops take longer. Compared over
+    the 8 measured ops of each run (analysis.stats.compare: Mann-Whitney U and the ratio of medians' bootstrap
+    interval), not one run's p99 against another's (it was the p99 of 3 ops, i.e. their max). Measured in the lab
+    VM (shared 2-CPU machine, other developers' runs alongside, 2 runs of each): op CCT median 820 and 1279 ms with
+    the background against 193 and 189 ms without; ratio 4.25 [2.76, 4.75] and 6.76 [3.73, 7.96], p 0.00016 (all 8
+    ops of one run above all 8 of the other). The verdict needs p < 0.05 and the ratio's interval above 1: the
+    nearest measured interval's low end is 2.76, so a false failure is far rarer than 1 in 100. Five ops more a
+    run than before: ~+10 s of VM time."""
+    from analysis import stats
+    from analysis.load import load_run
+    from analysis.metrics import op_table
+
+    kw = dict(collective="allreduce", size="256K", iterations=8, warmup=1, sample_interval_ms=0)
     base = run(tmp_path, "quiet", **kw)
     busy = run(tmp_path, "busy", background="h1>h3,h4>h2", **kw)
     show("no background", base)
     show("background", busy)
     assert base["data_verified"] and busy["data_verified"]
     assert busy["background_flows"] == 2 and busy["bg_goodput_mbps"] > 1.0, busy
-    assert busy["cct_ms_p99"] > 1.3 * base["cct_ms_p99"], (base, busy)
+    cct = {n: op_table(load_run(tmp_path / n).ops)["cct_s"] * 1e3 for n in ("busy", "quiet")}
+    d = stats.compare(cct["busy"], cct["quiet"])
+    print(f"op CCT with vs without background: {d.a.text()} vs {d.b.text()}; ratio {d.ratio:.2f} "
+          f"[{d.ratio_low:.2f}, {d.ratio_high:.2f}], p {d.p_value:.2g}: {d.verdict}")
+    assert d.verdict == "A > B", d

@@ -2,11 +2,12 @@
 
 4 hosts on a 2x2 leaf-spine at 20 Mbit/s. All-reduce (512 kB) and all-to-all (64 kB) complete with every rank's
 result verified; the same all-reduce runs over TCP and over RDMA, with and without 1% random loss on the packets
-arriving at h1 (four runs, made once for the module): the loss moves rxe's recovery counters and slows the
-collective; TCP is measured under the same loss. Every run is captured at h1's port (tcpdump -s 128) and the
+arriving at h1 (four runs, made once for the module): the loss moves rxe's recovery counters and makes it send
+packets again; TCP is measured under the same loss. Every run is captured at h1's port (tcpdump -s 128) and the
 wire's own count of go-back-N retransmitted RoCE packets and retransmitted TCP segments (analysis.capture) is
 printed beside rxe's and the kernel's counters. An RDMA incast (gather) into drop-tail buffers goes back N
-thousands of times; in a lossless class (PFC) it does not, and finishes sooner.
+thousands of times; in a lossless class (PFC) it does not, and sends far fewer packets for the same data.
+Timings are printed, never compared between single runs: the assertions are on kernel (rxe, qdisc) counters.
 """
 
 from __future__ import annotations
@@ -146,12 +147,18 @@ def test_tcp_vs_rdma_with_and_without_loss(allreduce_runs):
             sign = 1 if row["phase"] == "after" else -1
             ecn[row["counter"]] = ecn.get(row["counter"], 0) + sign * int(row["value"])
     print("rdma run, IP packets received by hosts by ECN codepoint:", ecn)
-    # with loss rxe shows go-back-N recovery (responders saw PSN gaps, requesters replayed) and the collective is
-    # slower: measured x1.72 (1187 -> 2045 ms) for rdma, x1.77 for tcp; identical no-loss runs differ by up to 20%.
-    # Every run of the four is captured at h1, so the capture's cost is the same on both sides of the comparison.
+    # with loss rxe shows go-back-N recovery (responders saw PSN gaps, requesters replayed), and the replays are
+    # packets sent again: rxe's own count of packets sent rises against the run without loss (same payload).
+    # The op times are not compared: one run a side cannot tell (measured x1.72 once, 1187 -> 2045 ms; in a
+    # fresh-clone CI run 9.30 s with 1% loss against 9.26 s without, the clean run stalled by 13 ACK-timer retries;
+    # identical no-loss runs differ by up to 20%). Measured for the counters (lab VM, 1 run, shared machine):
+    # rxe sent 9288 packets without loss, 10727 with it (+15%, 22 PSN gaps; CCT 404 -> 1477 ms). The clean run's
+    # only replays are ACK-timer retries (0 here, 13 in the worst CI run, each a window of a few dozen packets), so
+    # the margin is the loss's ~90 go-back-N replays of a window each: 1 run cannot give a flake rate, the mechanism
+    # does (a false failure needs the clean run to replay more than the lossy one).
     assert r1["rdma_recovery_counters"] > 0 and r1["rdma_retransmit_events"] > 0, r1
     assert r1["rdma_sequence_gaps"] > 0 and r1["rdma_rcvd_seq_err"] > 0, r1
-    assert r1["cct_ms_mean"] > 1.15 * r0["cct_ms_mean"], (r0, r1)
+    assert r1["rdma_sent_pkts"] > r0["rdma_sent_pkts"], (r0, r1)
     assert t1["tcp_retrans_segs"] > 0 or t1["tcpinfo_total_retrans"] > 0
 
     # the wire at h1:eth0 against the end hosts' counters
@@ -206,8 +213,12 @@ def test_rdma_incast_goes_back_n_when_lossy_and_pfc_removes_it(tmp_path):
     # PFC removes (most of) the loss and with it go-back-N (the emulation's band, docs/pfc.md; measured: all)
     assert pfc["lossless_drops"] + pfc["host_nic_drops"] <= 0.05 * lossy["switch_drops"], (lossy, pfc)
     assert pfc["rdma_sequence_gaps"] <= 0.25 * lossy["rdma_sequence_gaps"], (lossy, pfc)
-    # and the collective finishes sooner without the replays (measured 1.46-2.32x)
-    assert pfc["cct_ms_p50"] < lossy["cct_ms_p50"], (lossy, pfc)
+    # and without the replays far fewer packets are sent for the same data: why it finishes sooner (measured CCT
+    # 1.46-2.32x; not asserted, one run a side: the packets rxe sent are the mechanism, counted). Not measured on
+    # the counter itself yet (this branch's base cannot start the PFC controller, fixed on main): from the drops
+    # measured above, the lossy run sends its ~1500 data packets plus 2721-3510 replays of dropped ones, the
+    # lossless one the data plus a few ACK-timer replays: ~0.35-0.5 of the lossy count against the asserted 0.8.
+    assert pfc["rdma_sent_pkts"] < 0.8 * lossy["rdma_sent_pkts"], (lossy, pfc)
 
 
 def test_rdma_mtu_the_link_cannot_take_is_one_line():
