@@ -1,10 +1,13 @@
 """A collective job on a live lab: one agent process per rank inside its host's namespace, driven by the controller
 (traffic.controller) over a Unix socket in the run directory, with the kernel's counters around it.
 
-    job = CollectiveJob(lab, plan, transport="tcp", cc="cubic")   # plan: traffic.jobplan.plan_job(...)
+    job = CollectiveJob(lab, plan, transport="tcp", cc="cubic")   # plan: CollectiveSettings(...).plan(spec, seed)
     ... loss, a capture, PFC: whatever the experiment adds to the fabric ...
     job.run()                 # agents connect; then counters, queue sampler, background flows; go; results
     summary = job.summary()   # sweep.csv, the nccl-tests table on stdout, the collective's summary.json numbers
+
+Scripts and scenarios reach it through ``lab.collective(...)`` (its settings: testbed.workloads.settings; its
+handle: testbed.workloads.handles.Collective); this is the machinery under them.
 
 Agents are forks of one interpreter that imported numpy and the agent code (traffic.forkserver: a fresh interpreter
 per agent cost ~6 s of CPU each in the emulated lab VM); :class:`CollectiveJob` starts it at once, so its imports
@@ -25,97 +28,14 @@ import os
 import sys
 
 from testbed.measure import liveview
-from testbed.params import Param
+from testbed.workloads.settings import JOB_PARAMS, job_plan
 from traffic.jobplan import OPS_COLUMNS, JobPlan, ops_rows, payload_efficiency, tcpinfo_deltas
 
-P, MBPS, B = Param, "Mbit/s", "bytes"
-#: the knobs of a collective job, declared once: what traffic.jobplan.plan_job reads (collective .. bg_rate_mbps,
-#: seed) and what :class:`CollectiveJob` takes (verify, timeout_s, transport, the rdma_* RC options)
-JOB_PARAMS = [
-    P("collective", str, "allreduce", "", "allreduce|allgather|reducescatter|alltoall|broadcast|reduce|gather|"
-      "pipeline (aliases all_reduce, incast, ...)"),
-    P("algorithm", str, "", "", "schedule algorithm (empty: the collective's default, e.g. ring)"),
-    P("size", str, "1M", B, "per-rank message size, or a comma list (1K,64K,1M) for a sweep in one run"),
-    P("buckets", str, "", B, "gradient buckets: comma list of sizes, one collective each per iteration "
-      "(replaces size)"),
-    P("ranks", int, 4, "", "ranks (gpus_per_host per host, packed)", min=2, max=1024),
-    P("gpus_per_host", int, 1, "", "ranks (GPUs) per host: a server's ranks are consecutive and talk over its "
-      "scale-up domain (the host's shaped loopback, scaleup_rate_mbps); algorithm=hierarchical uses it as NCCL's "
-      "first level", min=1, max=16),
-    P("iterations", int, 5, "", "measured iterations (per size of a sweep)", min=1, max=100_000),
-    P("warmup", int, 1, "", "unreported warm-up iterations before the measured ones", min=0, max=1000),
-    P("chunks", int, 1, "", "pieces per transfer (pipelining)", min=1, max=4096),
-    P("dtype", str, "float32", "", "element type", choices=("float32", "float16", "float64", "int32", "int64")),
-    P("placement", str, "packed", "", "rank -> host placement", choices=("packed", "spread", "random")),
-    P("schedule_file", str, "", "", "a testbed-schedule JSON file to run instead of a generated schedule"),
-    P("trace_file", str, "", "", "a Chakra execution trace (.et) or ASTRA-sim text workload to run instead: its "
-      "collectives in order with its compute between them (docs/programs.md#traces); replaces collective, size"),
-    P("trace_bytes_scale", float, 1.0, "", "trace_file: every comm size times this (a 400 Gbit/s trace on a "
-      "20 Mbit/s fabric: 5e-5 keeps its ratios)", min=1e-9, max=1e6),
-    P("trace_compute_scale", float, 1.0, "", "trace_file: every compute time times this", min=0, max=1e6),
-    P("tp", int, 1, "", "tensor-parallel size: with tp (or ep) > 1 the step's ops come from the parallel layout and "
-      "the model (traffic.parallelism): TP all-reduces per layer, EP all-to-alls, DP gradient buckets; dp = ranks / "
-      "tp", min=1, max=64),
-    P("pp", int, 1, "", "pipeline-parallel stages (divides model_layers): activations stage to stage per micro-batch; "
-      "dp = ranks / (tp x pp)", min=1, max=64),
-    P("ep", int, 1, "", "expert-parallel size (divides dp; needs experts > 0)", min=1, max=64),
-    P("rank_order", str, "tp-dp", "", "tp-dp: a TP group is consecutive ranks (inside a server with gpus_per_host = "
-      "tp); dp-tp: TP groups strided across servers and leaves", choices=("tp-dp", "dp-tp")),
-    P("model_params", int, 1_000_000, "", "model parameters (the DP gradient all-reduce moves params / tp elements)",
-      min=1, max=10**12),
-    P("model_layers", int, 2, "", "transformer layers", min=1, max=1000),
-    P("model_hidden", int, 256, "", "hidden size (a TP all-reduce moves tokens x hidden elements)", min=1,
-      max=1 << 20),
-    P("model_tokens", int, 64, "", "tokens per micro-batch per DP rank", min=1, max=1 << 24),
-    P("micro_batches", int, 2, "", "micro-batches per step", min=1, max=1000),
-    P("experts", int, 0, "", "MoE experts per layer (0: dense); with ep > 1 every layer all-to-alls its tokens",
-      min=0, max=4096),
-    P("topk", int, 1, "", "experts each token goes to", min=1, max=64),
-    P("moe_skew", float, 0.0, "", "MoE all-to-all skew: hot experts get more tokens (0: even)", min=0, max=10),
-    P("grad_bucket_bytes", int, 1 << 20, B, "DP gradient bucket size", min=4, max=1 << 34),
-    P("compute_ms", float, 0.0, "ms", "compute phase per iteration", min=0, max=600_000),
-    P("jitter", float, 0.0, "", "compute time uniform in [1-jitter, 1+jitter] x compute_ms", min=0, max=0.99),
-    P("stragglers", str, "", "", "straggler ranks, comma list (e.g. 1,3)"),
-    P("straggler_factor", float, 1.0, "", "a straggler's compute time multiplier", min=1, max=1000),
-    P("straggler_prob", float, 1.0, "", "probability a straggler straggles in an iteration", min=0, max=1),
-    P("background", str, "", "", "background bulk flows SRC>DST host pairs, e.g. h1>h3,h2>h4"),
-    P("bg_dscp", int, 0, "", "DSCP of background flows", min=0, max=63),
-    P("bg_rate_mbps", float, 0.0, MBPS, "pace each background flow (0: unpaced bulk)", min=0, max=100_000),
-    P("seed", int, 0, "", "inputs, placement, jitter and stragglers (0: the run's --seed)", min=0, max=2**31 - 1),
-    P("verify", bool, True, "", "check every rank's result against expected_outputs"),
-    P("timeout_s", float, 600.0, "s", "agent start-up, and then the whole job, must each finish within this", min=1,
-      max=86_400),
-    P("transport", str, "tcp", "", "data plane of the agents: kernel TCP, or RDMA (RC verbs over an rxe SoftRoCE "
-      "device per host; needs rxe:netns)", choices=("tcp", "rdma")),
-    P("rdma_mtu", int, 0, B, "RDMA path MTU (256|512|1024|2048|4096; 0: the rxe port's active MTU, set by the link "
-      "MTU)", min=0, max=4096),
-    P("rdma_timeout", int, 16, "", "RC local ACK timeout exponent: 4.096 us x 2^value", min=1, max=31),
-    P("rdma_retry_cnt", int, 7, "", "RC transport retries before the QP fails", min=0, max=7),
-    P("rdma_rnr_retry", int, 7, "", "RC receiver-not-ready retries (7: forever)", min=0, max=7),
-    P("rdma_min_rnr_timer", int, 12, "", "RC minimum RNR NAK timer, IB encoding (12: 0.64 ms; rdma_cm's default 0 "
-      "means 655 ms)", min=0, max=31),
-]
+__all__ = ["JOB_PARAMS", "CollectiveJob", "RdmaCounters", "job_plan"]  # the knobs and their plan: settings.py
 
 SWEEP_COLUMNS = ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps", "busbw_gbps",
                  "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"]
 RDMA_COLUMNS = ["host", "device", "phase", "counter", "value"]
-
-
-def job_plan(p: dict, spec, seed: int) -> JobPlan:
-    """The plan of a job whose knobs are :data:`JOB_PARAMS`' values ``p``, on the fabric ``spec`` (its hosts and
-    leaves; rdma_mtu is checked against its host links): UsageError, one line, on bad input."""
-    from testbed.errors import UsageError
-    from traffic.jobplan import JobError, plan_job
-    from traffic.rdma import check_path_mtu
-
-    try:
-        check_path_mtu(p["rdma_mtu"], spec.host_link.mtu, on_rdma=p["transport"] == "rdma")
-    except ValueError as e:
-        raise UsageError(f"rdma_mtu: {e}") from None
-    try:
-        return plan_job(p, [(h.name, spec.leaf_of(h.name)) for h in spec.hosts], seed)
-    except JobError as e:
-        raise UsageError(str(e)) from None
 
 
 class RdmaCounters:
