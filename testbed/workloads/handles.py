@@ -187,7 +187,8 @@ class Collective:
     (testbed.workloads.collective.CollectiveJob: ops.csv, tcp_info.csv, tcp.csv, queues.csv, ...); then
     :meth:`summary` (summary.json's numbers; it writes sweep.csv and prints the nccl-tests table, once),
     :attr:`verified` (every rank's result checked equal to the expected one), :attr:`cct_ms` (the measured
-    completion time of each headline op: a sweep's largest size, or every bucket) and :meth:`percentiles_ms`."""
+    completion time of each headline op: a sweep's largest size, or every bucket), :meth:`percentiles_ms` and
+    :attr:`port_deltas` (the ports' kernel counters over the job)."""
 
     def __init__(self, lab, settings: "CollectiveSettings"):
         from testbed.workloads.collective import CollectiveJob
@@ -223,6 +224,13 @@ class Collective:
         if self.job.res is None:
             self.job.run()
         return self
+
+    @property
+    def port_deltas(self) -> dict[tuple[str, str], dict[str, int]]:
+        """What the kernel counted on every shaped port while the job ran: (node, ifname) -> the increases of drops,
+        marks, sent_packets and sent_bytes from the agents being connected to the job's end
+        (testbed.measure.portrecord)."""
+        return dict(self.job.port_delta)
 
     @property
     def verified(self) -> bool:

@@ -71,3 +71,24 @@ def test_a_real_ddp_job_slows_with_one_slow_host_link(tmp_path):
     assert m["step_ms_after_p50"] > 2.5 * m["step_ms_before_p50"], m
     events = (tmp_path / "run" / "events.csv").read_text()
     assert "iteration_reached,leaf1:h1,iteration=6" in events and "port_slow,h1:eth0" in events, events
+
+
+def test_an_allreduce_behind_a_bulk_flow_slows_and_the_shared_port_drops(tmp_path):
+    """examples/allreduce_tail.py: a 4-rank ring all-reduce (lab.collective) alone, then with a bulk flow h1 -> h3
+    into the port its hop h2 -> h3 uses (leaf2's 32 kB drop-tail port towards h3)."""
+    m = run_example("allreduce_tail", tmp_path / "run", "--iterations", "10")
+    alone, busy = m["alone"], m["busy"]
+    assert alone["verified"] and busy["verified"], m
+    # the kernel's qdisc counters: alone the ring's hop never overflows the port; beside the flow it does
+    assert alone["port_drops"] == 0 and alone["port_sent_packets"] > 500, m
+    assert busy["port_drops"] > 0 and busy["bg_goodput_mbps"] > 1, m
+    # ten iterations a side, compared by analysis.stats (rank test and the ratio's bootstrap interval)
+    assert m["verdict"] == "A > B" and m["ratio_low"] > 1.2, m
+    for side in ("alone", "busy"):
+        d = tmp_path / "run" / side
+        ops = (d / "ops.csv").read_text().splitlines()
+        assert len(ops) == 1 + 4 * 10, len(ops)  # one row per rank and measured iteration
+        manifest = json.loads((d / "manifest.json").read_text())
+        assert manifest["complete"] is True and manifest["placement"], manifest
+        summary = json.loads((d / "summary.json").read_text())
+        assert summary["data_verified"] is True and summary["ranks"] == 4, summary
