@@ -299,9 +299,9 @@ class Lab:
         (``Parallel(tp=2)``, ``Trace("x.et")``, ``Program("schedule.json")``) or whole settings (the keywords go on
         top). Needs a leaf-spine fabric; what it cannot take is a UsageError (one line). Blocks until the job ends
         and returns a :class:`~testbed.workloads.handles.Collective` (``summary()``, ``verified``, ``cct_ms``,
-        ``percentiles_ms()``); ``run=False`` returns it planned, its fork server started, for ``.run()`` after
-        the script adds to the fabric. Files: ops.csv, tcp_info.csv, tcp.csv, queues.csv, sweep.csv (at
-        ``summary()``; testbed.workloads.collective)."""
+        ``percentiles_ms()``, ``port_deltas``); ``run=False`` returns it planned, its fork server started, for
+        ``.run()`` after the script adds to the fabric. Files: ops.csv, tcp_info.csv, tcp.csv, queues.csv, sweep.csv
+        (at ``summary()``; testbed.workloads.collective)."""
         job = Collective(self, settings_for(what, **fields))
         return job.run() if run else job
 

@@ -113,25 +113,13 @@ class CollectiveJob:
         from testbed.kernel import netns
         from testbed.measure.telemetry import QueueSampler
         from traffic.background import BackgroundFlows
-        from traffic.controller import ControlError, Controller, Member
+        from traffic.controller import ControlError
 
         lab, fabric, pl = self.lab, self.lab.net.fabric, self.plan
         lab.rundir.manifest["topology"] = fabric.describe()  # with what the experiment added (loss)
         lab.rundir.manifest["placement"] = pl.placement.as_dict()
         lab.rundir.write_manifest()
-        members = [Member(r, h, fabric.ns(h), fabric.host_ip(h)) for r, h in enumerate(pl.placement.hosts)]
-        faults = getattr(lab, "faults", None)
-        at_fault = faults.iteration if faults is not None and faults.by_iteration else None
-        total = pl.job.warmup + pl.job.iterations
-
-        def on_iteration(k: int) -> None:
-            liveview.progress(f"iteration {k + 1} of {total}")
-            if at_fault is not None:
-                at_fault(k)
-
-        ctl = Controller(lab.rundir.path, self._job_doc(fabric), pl.schedules, members,
-                         self.forks.popen if self.forks else netns.popen, progress=lab.progress,
-                         on_iteration=on_iteration if at_fault is not None or liveview.enabled() else None)
+        ctl = self._controller(fabric)
         lab.on_teardown(ctl.stop)
         bg = None
         if pl.job.background:
@@ -174,6 +162,27 @@ class CollectiveJob:
         lab.rundir.write_manifest()
         self._write(sampler)
         return self
+
+    def _controller(self, fabric):
+        """The control plane of the job's agents (traffic.controller), reporting each iteration's start to the fault
+        timeline (faults at an iteration) and the live view when either wants it."""
+        from testbed.kernel import netns
+        from traffic.controller import Controller, Member
+
+        lab, pl = self.lab, self.plan
+        members = [Member(r, h, fabric.ns(h), fabric.host_ip(h)) for r, h in enumerate(pl.placement.hosts)]
+        faults = getattr(lab, "faults", None)
+        at_fault = faults.iteration if faults is not None and faults.by_iteration else None
+        total = pl.job.warmup + pl.job.iterations
+
+        def on_iteration(k: int) -> None:
+            liveview.progress(f"iteration {k + 1} of {total}")
+            if at_fault is not None:
+                at_fault(k)
+
+        return Controller(lab.rundir.path, self._job_doc(fabric), pl.schedules, members,
+                          self.forks.popen if self.forks else netns.popen, progress=lab.progress,
+                          on_iteration=on_iteration if at_fault is not None or liveview.enabled() else None)
 
     def _write(self, sampler) -> None:
         from traffic.tcp import INFO_KEYS
@@ -224,36 +233,38 @@ class CollectiveJob:
 
     def summary(self) -> dict:
         """summary.json's numbers of the job (see docs/collective.md): analysis.summary's collective metrics over
-        ops.csv and tcp.csv, the alpha-beta bound, data verification, port and rxe counter increases, background
-        goodput, fidelity."""
-        from analysis import fidelity
-        from analysis import metrics as am
+        ops.csv and tcp.csv, the alpha-beta bound, data verification (:meth:`_job_numbers`), port and rxe counter
+        increases, background goodput, fidelity (:meth:`_network_numbers`)."""
         from analysis import summary as asum
 
-        pl, res, spec = self.plan, self.res, self.lab.net.spec
+        pl, spec = self.plan, self.lab.net.spec
         run = asum.load_quietly(self.lab.rundir.path)
         efficiency = payload_efficiency(self.transport, spec.host_link.mtu, self.rdma_opts.get("mtu", 0))
         nrows = self._sweep(run, efficiency)
+        bound_of = {r["op"]: r["bound_us"] / 1e6 for r in nrows}
+        out = {**self._job_numbers(run, nrows, bound_of, efficiency), **self._network_numbers(run)}
+        seg_ops = pl.job.segments[0].ops
+        if any(len(o) > 2 for o in seg_ops):  # an imported trace: its step against the no-congestion prediction
+            comp = pl.job.compute_ms + sum(o[2] for o in seg_ops if len(o) > 2)
+            out["trace_compute_ms"] = comp
+            out["step_bound_ms"] = comp + sum(bound_of[o[0]] for o in seg_ops) * 1e3
+            out["step_vs_bound"] = (out["step_ms_p50"] / out["step_bound_ms"] if out.get("step_ms_p50")
+                                    and out["step_bound_ms"] > 0 else None)
+        if self.transport == "rdma":
+            out.update(self._rdma_summary())
+        return out
+
+    def _job_numbers(self, run, nrows: list[dict], bound_of: dict[str, float], efficiency: float) -> dict:
+        """What the job is and how its ops went: the headline ops' CCTs and steps against the bound, verification."""
+        from analysis import metrics as am
+        from analysis import summary as asum
+
+        pl, res = self.plan, self.res
         # the headline ops (analysis.summary.headline_ops): a sweep reports its largest size, buckets every op
         head = am.op_table(asum.headline_ops(run.ops))
-        bound_of = {r["op"]: r["bound_us"] / 1e6 for r in nrows}
         ratios = [c / bound_of[o] for o, c in zip(head["op"], head["cct_s"]) if bound_of[o] > 0]
-        ti = tcpinfo_deltas(res.tcp_info)
-        tm = asum.tcp_metrics(run.tcp)
-
-        def pdelta(key: str, switch: bool) -> dict[str, int]:
-            return {f"{n}:{i}": v[key] for (n, i), v in self.port_delta.items()
-                    if (spec.node(n).role != "host") == switch}
-
-        switch_drops = pdelta("drops", True)
-        q = self.queue_stats
-        # agents and switching lag? judged on the CPU while the ops ran, the whole run's figure without samples then
-        busy_ops = (fidelity.busy_during(run.cpu, float(run.ops["start_s"].min()), float(run.ops["end_s"].max()))
-                    if len(run.ops) else None)
-        reasons = fidelity.reasons(fidelity.cpu_busy(q.get("cpu_busy_fraction")) if busy_ops is None
-                                   else fidelity.cpu_busy(busy_ops, during="while the ops ran"))
         mism = [m for r in res.per_rank.values() for m in r.get("mismatches", [])]
-        out = {
+        return {
             "collective": str(head["collective"].iloc[0]),
             "algorithm": pl.first.algorithm,
             "ranks": pl.ranks,
@@ -274,6 +285,29 @@ class CollectiveJob:
             "mismatches": "; ".join(mism[:5]),
             "job_s": res.t_end - res.t_start,
             "agent_cpu_s_max": max((r.get("cpu_s") or 0.0 for r in res.per_rank.values()), default=0.0),
+        }
+
+    def _network_numbers(self, run) -> dict:
+        """What the fabric and the hosts did meanwhile: retransmissions, the ports' drops and marks, background
+        goodput, queue sampling, and whether this machine kept up (fidelity)."""
+        from analysis import fidelity
+        from analysis import summary as asum
+
+        spec, q = self.lab.net.spec, self.queue_stats
+        ti = tcpinfo_deltas(self.res.tcp_info)
+        tm = asum.tcp_metrics(run.tcp)
+
+        def pdelta(key: str, switch: bool) -> dict[str, int]:
+            return {f"{n}:{i}": v[key] for (n, i), v in self.port_delta.items()
+                    if (spec.node(n).role != "host") == switch}
+
+        switch_drops = pdelta("drops", True)
+        # agents and switching lag? judged on the CPU while the ops ran, the whole run's figure without samples then
+        busy_ops = (fidelity.busy_during(run.cpu, float(run.ops["start_s"].min()), float(run.ops["end_s"].max()))
+                    if len(run.ops) else None)
+        reasons = fidelity.reasons(fidelity.cpu_busy(q.get("cpu_busy_fraction")) if busy_ops is None
+                                   else fidelity.cpu_busy(busy_ops, during="while the ops ran"))
+        return {
             "tcp_retrans_segs": tm.get("tcp_retrans_segs", 0),
             "tcp_timeouts": tm.get("tcp_timeouts", 0),
             # every class of every port, collective and background alike (drop-tail overflow, RED drops)
@@ -295,16 +329,6 @@ class CollectiveJob:
             "fidelity_reasons": "; ".join(reasons),
             "transport": self.transport,
         }
-        seg_ops = pl.job.segments[0].ops
-        if any(len(o) > 2 for o in seg_ops):  # an imported trace: its step against the no-congestion prediction
-            comp = pl.job.compute_ms + sum(o[2] for o in seg_ops if len(o) > 2)
-            out["trace_compute_ms"] = comp
-            out["step_bound_ms"] = comp + sum(bound_of[o[0]] for o in seg_ops) * 1e3
-            out["step_vs_bound"] = (out["step_ms_p50"] / out["step_bound_ms"] if out.get("step_ms_p50")
-                                    and out["step_bound_ms"] > 0 else None)
-        if self.transport == "rdma":
-            out.update(self._rdma_summary())
-        return out
 
     def _rdma_summary(self) -> dict:
         from traffic.rdma import RECOVERY_COUNTERS
