@@ -5,12 +5,13 @@ background TCP flow into a host the ring also sends to, behind a small drop-tail
     sudo .venv/bin/python examples/allreduce_tail.py [--out DIR] [--iterations 10] [--size 256K] [--buffer 32000]
 
 The ring (h1 -> h2 -> h3 -> h4 -> h1) crosses the fabric twice; its hop h2 -> h3 shares leaf2's 20 Mbit/s port
-towards h3 with the flow h1 -> h3. Alone, that port carries the ring's hop at the rate h2's own link allows and
-never drops; with the flow beside it the port's 32 kB buffer overflows, the hop gets about half the port, and every
-iteration waits for its slowest hop: the collective's completion time (CCT) grows, and the port's drop counter in the
-kernel says why. Each run is its own Lab (run directories DIR/alone and DIR/busy) and ``lab.collective`` runs the
-job: one agent per rank, real buffers over kernel TCP, every result checked. Prints both runs' CCT p50/p99, the
-port's drops, and the two sets of per-iteration CCTs compared (analysis.stats); the last line is JSON.
+towards h3 with the flow h1 -> h3. Alone, that port carries the ring's hop at the rate h2's own link allows (and
+h4's ACKs to h3) and drops next to nothing; with the flow beside it the port's 32 kB buffer overflows, the hop gets
+about half the port, and every iteration waits for its slowest hop: the collective's completion time (CCT) grows,
+and the port's drop counter in the kernel says why. Each run is its own Lab (run directories DIR/alone and DIR/busy)
+and ``lab.collective`` runs the job: one agent per rank, real buffers over kernel TCP, every result checked. Prints
+both runs' CCT p50/p99, the port's drops, and the two sets of per-iteration CCTs compared (analysis.stats); the last
+line is JSON.
 """
 
 import argparse
