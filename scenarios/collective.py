@@ -10,25 +10,21 @@ size sweep, or gradient buckets) as per-rank DAGs with real buffers over kernel 
 every result is checked. The fabric comes from the parameters or from a topology file (topology_file, per-port
 overrides included: docs/topologies.md). Optional: background bulk flows, the collective in a lossless class that
 PFC pauses hop by hop, random loss at one host's NIC, a packet capture. Prints an nccl-tests table; the summary is
-analysis' over the files the run wrote (testbed.workloads.collective lists them). Same as
+analysis' over the files the run wrote (testbed.workloads.collective lists them). The job is ``lab.collective``'s
+(testbed.workloads.settings), its fabric testbed.workloads.jobfabric's. Same as
 `sudo .venv/bin/python scenarios/collective.py --set ...`.
 """
 
 import sys
 
 from testbed.errors import RunFailed, UsageError
-from testbed.workloads.collective import JOB_PARAMS, CollectiveJob, job_plan
 from testbed.params import Param
 from testbed.scenario import Scenario
-from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError, load_topology
+from testbed.workloads.jobfabric import FILE_REPLACES, PFC_PCP, collective_dscp, fabric_summary, leaf_spine
+from testbed.workloads.settings import JOB_PARAMS, CollectiveSettings
 from topologies.mininet_topo import SpecTopo
 
 P, MBPS, B = Param, "Mbit/s", "bytes"
-#: the parameters a topology_file replaces (its shape, links, queues, per-port overrides, classes, load balancing
-#: and [tcp]): they must keep their defaults when it is given
-FILE_REPLACES = ("spines", "leaves", "hosts_per_leaf", "host_rate_mbps", "fabric_rate_mbps", "delay_ms", "mtu",
-                 "buffer_bytes", "discipline", "k_bytes", "ecn", "load_balancing", "flowlet_gap_ms", "isolation",
-                 "pfc_xoff_bytes", "pfc_xon_bytes", "pfc_headroom_bytes", "cc", "rto_min_ms")
 PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute, stragglers, background, transport
     P("host_rate_mbps", float, 20.0, MBPS, "host link rate", min=0.1, max=100_000),
     P("fabric_rate_mbps", float, 20.0, MBPS, "leaf-spine link rate", min=0.1, max=100_000),
@@ -81,107 +77,26 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
       f"{', '.join(FILE_REPLACES)} (those must stay unset; its [tcp] congestion_control is the agents' cc; with "
       "pfc=on it must have a lossless class with the collective's DSCP). Empty: built from the parameters"),
 ]
-#: 802.1p priority and default DSCP of the collective's lossless class with pfc=on (26: AF31, common for RoCEv2)
-PFC_PCP, PFC_DSCP = 3, 26
 
 
-def collective_dscp(p: dict) -> int:
-    """``dscp``, or with pfc=on and dscp 0 the lossless class's (DSCP 0 is the lossy default class)."""
-    return p["dscp"] or (PFC_DSCP if p["pfc"] == "on" else 0)
+def fabric(p: dict, seed: int):
+    """The leaf-spine of these parameters, or of topology_file (testbed.workloads.jobfabric)."""
+    return leaf_spine(p, seed, PARAMS)
 
 
-def isolation_classes(p: dict) -> tuple:
-    """The collective's class and the background's: strict priority (collective 0, background 1) or weighted
-    round robin 4:1 (ETS-like), each on every port, classified by DSCP."""
-    if p["pfc"] == "on":
-        raise UsageError("isolation and pfc=on cannot be combined yet (pfc=on defines its own classes)")
-    if not p["background"].strip():
-        raise UsageError(f"isolation={p['isolation']}: there are no background flows to isolate (set background)")
-    if p["bg_dscp"] == collective_dscp(p):
-        raise UsageError(f"isolation={p['isolation']}: bg_dscp ({p['bg_dscp']}) must differ from the collective's "
-                         f"DSCP ({collective_dscp(p)}); e.g. bg_dscp=8 (CS1, a scavenger class)")
-    strict = p["isolation"] == "strict"
-    return (ClassSpec("collective", dscp=[collective_dscp(p)], default=True,
-                      **({"priority": 0} if strict else {"weight": 4})),
-            ClassSpec("background", dscp=[p["bg_dscp"]], **({"priority": 1} if strict else {"weight": 1})))
-
-
-def file_leaf_spine(p: dict) -> LeafSpineSpec:
-    """The fabric of ``topology_file``. UsageError, one line, before anything is built: a parameter it replaces
-    (FILE_REPLACES) set too, a file that cannot be read or is not a valid leaf-spine, fewer hosts than ranks,
-    pfc=on without a lossless class for the collective's DSCP."""
-    path = p["topology_file"]
-    defaults = {q.name: q.default for q in PARAMS}
-    clash = [n for n in FILE_REPLACES if p[n] != defaults[n]]
-    if clash:
-        raise UsageError(f"topology_file: the file sets {', '.join(clash)}: leave {'it' if len(clash) == 1 else 'them'}"
-                         f" unset, or set {'it' if len(clash) == 1 else 'them'} in {path}")
-    try:
-        spec = load_topology(path)
-    except SpecError as e:
-        raise UsageError(f"topology_file: {e}") from None
-    if not isinstance(spec, LeafSpineSpec):
-        raise UsageError(f"topology_file: {path} is a {spec.kind}; the collective runs on a leaf-spine "
-                         f"(kind = \"leafspine\")")
-    if not p["schedule_file"] and p["ranks"] > spec.host_count:
-        raise UsageError(f"ranks: {p['ranks']} ranks but topology_file {path} has only {spec.host_count} hosts "
-                         f"({spec.leaves} leaves x {spec.hosts_per_leaf} hosts)")
-    if p["pfc"] == "on" and not any(c.lossless and collective_dscp(p) in c.dscp for c in spec.classes):
-        raise UsageError(f"pfc=on: topology_file {path} has no lossless class with the collective's DSCP "
-                         f"{collective_dscp(p)} (add one to its [[classes]], or set dscp)")
-    return spec
-
-
-def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
-    """``topology_file``'s fabric (:func:`file_leaf_spine`), or one from the parameters: ``discipline`` on every
-    switch port, drop-tail host NICs; with pfc=on two classes of equal weight on every port (weighted round robin,
-    as ETS shares a port): ``bulk`` (lossy: background flows, anything unmarked) and ``collective`` (lossless)."""
-    from testbed.workloads.bottleneck import bottleneck_queue, check_marking
-
-    if p["topology_file"]:
-        return file_leaf_spine(p)
-    nic, extra = QueueSpec("droptail", buffer_bytes=p["buffer_bytes"]), {}
-    if p["cc"] == "dctcp" and not p["ecn"]:
-        raise UsageError("cc=dctcp needs ecn=true")
-    check_marking(p)
-    try:
-        q = bottleneck_queue(p)
-        if p["isolation"] != "none":
-            extra["classes"] = isolation_classes(p)
-        if p["pfc"] == "on":
-            if collective_dscp(p) == p["bg_dscp"] and p["background"].strip():
-                raise UsageError(f"pfc=on: the background flows' bg_dscp ({p['bg_dscp']}) must differ from the "
-                                 f"collective's lossless DSCP ({collective_dscp(p)})")
-            extra["classes"] = (ClassSpec("bulk", dscp=[0], weight=1, default=True), ClassSpec(
-                "collective", dscp=[collective_dscp(p)], weight=1, lossless=True, pcp=PFC_PCP,
-                xoff_bytes=p["pfc_xoff_bytes"], xon_bytes=p["pfc_xon_bytes"],
-                headroom_bytes=p["pfc_headroom_bytes"] or max(0, p["buffer_bytes"] - p["pfc_xoff_bytes"])))
-        return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
-                             host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"], mtu=p["mtu"]),
-                             fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"], mtu=p["mtu"]),
-                             host_queue=nic, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, seed=seed % 256,
-                             load_balancing=p["load_balancing"], flowlet_gap_ms=p["flowlet_gap_ms"],
-                             tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"],
-                                             rto_min_ms=p["rto_min_ms"] or None), **extra)
-    except SpecError as e:
-        raise UsageError(str(e)) from None
-
-
-def fabric_summary(p: dict, spec: LeafSpineSpec) -> dict:
-    """The summary's ``discipline`` (of the switch tiers; several joined by '/') and ``load_balancing``, as built:
-    the parameters', or topology_file's (then also named)."""
-    if not p["topology_file"]:
-        return {"discipline": p["discipline"], "load_balancing": p["load_balancing"]}
-    tiers = (spec.leaf_down_queue, spec.leaf_up_queue, spec.spine_queue)
-    return {"discipline": "/".join(dict.fromkeys(q.discipline for q in tiers)),
-            "load_balancing": spec.load_balancing, "topology_file": p["topology_file"]}
+def job_settings(p: dict) -> CollectiveSettings:
+    """The job of these parameters, as lab.collective takes it: the collective's DSCP (pfc=on: its lossless class),
+    the sampler's interval, the scale-up domain's rate and buffer."""
+    return CollectiveSettings.from_params(p, dscp=collective_dscp(p), sample_interval_ms=p["sample_interval_ms"],
+                                          scaleup_rate_mbps=p["scaleup_rate_mbps"],
+                                          scaleup_buffer_bytes=p["buffer_bytes"])
 
 
 def validate(p: dict) -> None:
     from testbed.measure.capture import parse_spec
 
-    spec = leaf_spine(p, p["seed"] or 1)
-    job_plan(p, spec, p["seed"] or 1)
+    spec = fabric(p, p["seed"] or 1)
+    job_settings(p).check(spec, p["seed"] or 1)
     if p["loss_percent"] > 0 and p["loss_host"] not in [h.name for h in spec.hosts]:
         raise UsageError(f"loss_host: unknown host {p['loss_host']!r}")
     parse_spec(p["capture"], spec.addresses)
@@ -201,21 +116,11 @@ def experiment(p: dict, lab) -> dict:
     from testbed.pfc.run import start_pfc
 
     spec = lab.net.spec  # the parameters' fabric or topology_file's: its [tcp] congestion control is the agents'
-    job = CollectiveJob(lab, job_plan(p, spec, p["seed"] or lab.seed), p["transport"], spec.tcp.congestion_control,
-                        collective_dscp(p), {k[5:]: v for k, v in p.items() if k.startswith("rdma_")},  # mtu, ...
-                        p["verify"], p["timeout_s"], p["sample_interval_ms"])
+    job = lab.collective(job_settings(p), run=False)  # planned; its agents' fork server starts now
     if p["loss_percent"] > 0:
         nic = lab.net[p["loss_host"]].defaultIntf().name
         lab.net.fabric.add_loss(p["loss_host"], nic, p["loss_percent"])
         lab.progress(f"{p['loss_percent']:g}% random loss on packets arriving at {p['loss_host']}:{nic}")
-    if p["gpus_per_host"] > 1:
-        from testbed.kernel.qdisc import shape_loopback
-
-        for host in dict.fromkeys(job.plan.placement.hosts):
-            shape_loopback(lab.net.ns(host), p["scaleup_rate_mbps"], p["buffer_bytes"])
-        lab.rundir.manifest["scale_up"] = {"gpus_per_host": p["gpus_per_host"], "rate_mbps": p["scaleup_rate_mbps"]}
-        lab.progress(f"{p['gpus_per_host']} GPUs per host; scale-up domain (loopback) at {p['scaleup_rate_mbps']:g} "
-                     "Mbit/s")
     cap = start_capture(p["capture"], lab.net.fabric, lab.rundir.path, lab.on_teardown, lab.progress)
     pfc = None
     if p["pfc"] == "on":  # the controller forks now, before the agents and the sampler add threads
@@ -226,11 +131,7 @@ def experiment(p: dict, lab) -> dict:
                      f"XON {p['pfc_xon_bytes']} B, {len(pfc.queues)} lossless queues")
     job.run()
     cap_stats = cap.stop() if cap else {}
-    summary = {**job.summary(), **{k: p[k] for k in ("chunks", "placement", "compute_ms", "stragglers",
-                                                      "straggler_factor", "loss_percent", "gpus_per_host")},
-               **fabric_summary(p, spec)}
-    if p["gpus_per_host"] > 1:
-        summary["scaleup_rate_mbps"] = p["scaleup_rate_mbps"]
+    summary = {**job.summary(), "loss_percent": p["loss_percent"], **fabric_summary(p, spec)}
     if pfc:
         summary.update(pfc="on", **pfc.finish())
     if cap:
@@ -248,7 +149,7 @@ SCENARIO = Scenario(
     params=PARAMS,
     needs=("qdisc:htb", "qdisc:bfifo"),
     needs_for=needs_for,
-    topology=lambda p, seed: SpecTopo(leaf_spine(p, p["seed"] or seed)),
+    topology=lambda p, seed: SpecTopo(fabric(p, p["seed"] or seed)),
     run=experiment,
     validate=validate,
     rxe_for=lambda p: p["transport"] == "rdma",

@@ -9,6 +9,8 @@
         flows = lab.flows([("h1", "h4")], duration_s=5)     # long-lived TCP flows, in the background
         burst = lab.burst(["h2", "h3"], "h4", 4000, rounds=10, at_s=2)  # synchronized rounds (blocks)
         print(flows.wait(), burst.percentiles_ms())          # per-flow goodput; round completion p50/p99
+        job = lab.collective("allreduce", size="256K", ranks=4, iterations=5)   # real data, blocks until done
+        print(job.percentiles_ms(), job.summary()["busbw_gbps"])               # CCT p50/p99; nccl-tests busbw
         lab.cli()                       # Mininet's CLI on the live fabric; the samplers keep running
     # leaving the block stops the samplers and flows, writes the run directory and tears everything down
 
@@ -22,7 +24,8 @@ normally.
 Traffic writes the run directory's files as it ends: ``flows.csv`` (one row per long-lived flow: ``flow, src, dst,
 src_port, dst_port, dscp, start_s, end_s, bytes, seconds, goodput_mbps``) and ``rounds.csv`` (the incast scenario's
 ``round, sender, start_s, end_s, bytes``, so ``testbed report`` shows the bursts' round times). Times are monotonic
-seconds, the clock of every CSV.
+seconds, the clock of every CSV. A collective job (:meth:`Lab.collective`) writes ops.csv, sweep.csv, tcp.csv and
+tcp_info.csv (testbed.workloads.collective).
 """
 
 from __future__ import annotations
@@ -30,7 +33,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
@@ -39,7 +41,8 @@ from testbed.errors import require_root
 
 if TYPE_CHECKING:
     from testbed.workloads.program import Program
-from testbed.workloads.handles import Burst, Flows
+from testbed.workloads.handles import Burst, Collective, Flows, TrafficFiles, host_name, run_burst, start_flows
+from testbed.workloads.settings import CollectiveSettings, Form, settings_for
 
 #: the first TCP port lab traffic listens on; every flows()/burst() call takes the next free ones
 FIRST_PORT = 5300
@@ -89,9 +92,7 @@ class Lab:
         self._old_sigterm = None
         self.t_up = 0.0  # monotonic time the network was up (the origin of burst(at_s=...))
         self._next_port = FIRST_PORT
-        self._flow_rows: list[tuple] = []
-        self._round_rows: list[tuple] = []
-        self._files_lock = threading.Lock()
+        self.files = TrafficFiles()  # flows.csv and rounds.csv, appended by every flows() and burst()
         self.faults = None  # the FaultTimeline, once a fault was scheduled with at()
 
     # ---- progress ----
@@ -247,16 +248,17 @@ class Lab:
         done at teardown). Returns the :class:`testbed.measure.tcprecord.TcpCounters`."""
         from testbed.measure.tcprecord import TcpCounters
 
-        names = [_name(h) for h in (hosts if hosts is not None else self.net.hosts)]
+        names = [host_name(h) for h in (hosts if hosts is not None else self.net.hosts)]
         rec = TcpCounters({h: self.net.ns(h) for h in names})
         self.on_teardown(lambda: rec.stop(self.rundir))
         return rec
 
     def endpoints(self, hosts: Iterable) -> dict[str, tuple[str, str]]:
         """host name -> (namespace, IP), what the traffic generators in ``traffic/`` take."""
-        return {h: (self.net.ns(h), self.net.fabric.host_ip(h)) for h in map(_name, hosts)}
+        return {h: (self.net.ns(h), self.net.fabric.host_ip(h)) for h in map(host_name, hosts)}
 
-    def _ports(self, n: int) -> int:
+    def next_ports(self, n: int) -> int:
+        """The first of ``n`` TCP ports no other traffic of this lab listens on."""
         port, self._next_port = self._next_port, self._next_port + n
         return port
 
@@ -269,35 +271,7 @@ class Lab:
         ``dscp``/``ack_dscp``: the DSCP of the data and of the receivers' ACKs (default: the data's); ``rate_mbps``:
         pace each sender's socket (SO_MAX_PACING_RATE; 0: as fast as TCP goes).
         ``flows.csv`` gets their rows when they stop."""
-        from testbed.kernel import netns
-        from traffic.background import BackgroundFlows
-        from traffic.job import BackgroundFlow
-
-        pairs = [(_name(a), _name(b)) for a, b in pairs]
-        sports = list(src_ports) if src_ports is not None else [0] * len(pairs)
-        if len(sports) != len(pairs):
-            raise ValueError(f"flows: {len(pairs)} pairs but {len(sports)} source ports")
-        records = [BackgroundFlow(a, b, dscp=dscp, rate_mbps=rate_mbps, src_port=sp, ack_dscp=ack_dscp)
-                   for (a, b), sp in zip(pairs, sports)]
-        bg = BackgroundFlows(records, self.endpoints({h for p in pairs for h in p}), netns.entered, cc=cc,
-                             base_port=self._ports(len(records)), cc_by_host=self.host_cc())
-        handle = Flows(bg, self._record_flows)
-        self.on_teardown(handle.stop)
-        bg.start()
-        self.start_workload()
-        if duration_s is not None:
-            handle.stop_after(duration_s)
-        self.progress(f"{len(records)} flow(s) running: " + ", ".join(f"{a}>{b}" for a, b in pairs))
-        return handle
-
-    def _record_flows(self, stats: list[dict]) -> None:
-        with self._files_lock:
-            first = len(self._flow_rows)
-            self._flow_rows += [(first + i, s["src"], s["dst"], s["src_port"], s["dst_port"], s["dscp"],
-                                 f"{s['start_s']:.6f}", f"{s['end_s']:.6f}", s["bytes"], f"{s['seconds']:.6f}",
-                                 f"{s['goodput_mbps']:.6f}") for i, s in enumerate(stats)]
-            self.rundir.write_csv("flows.csv", ["flow", "src", "dst", "src_port", "dst_port", "dscp", "start_s",
-                                                "end_s", "bytes", "seconds", "goodput_mbps"], self._flow_rows)
+        return start_flows(self, pairs, duration_s, cc, src_ports, dscp, ack_dscp, rate_mbps)
 
     def burst(self, senders: Sequence, receiver, size_bytes: int, rounds: int = 1, at_s: float | None = None,
               cc: str | None = None) -> "Burst":
@@ -305,29 +279,7 @@ class Lab:
         the same instant (one persistent TCP connection each, opened first); a round ends when the receiver holds
         every block, and the next starts then. ``at_s``: the first round starts that many seconds after the
         network came up (else now). Blocks until the last round; appends to ``rounds.csv``."""
-        from testbed.kernel import netns
-        from traffic.incast import ROUNDS_COLUMNS, IncastRounds
-
-        names = [_name(h) for h in senders]
-        rname = _name(receiver)
-        inc = IncastRounds(names, rname, self.endpoints([rname, *names]), netns.entered, size_bytes,
-                           port=self._ports(1), cc=cc, cc_by_host=self.host_cc())
-        try:
-            inc.connect()
-            if at_s is not None:
-                time.sleep(max(0.0, self.t_up + at_s - time.monotonic()))
-            self.progress(f"burst: {rounds} round(s) of {len(names)} x {size_bytes} B -> {rname}")
-            self.start_workload()
-            with self._files_lock:
-                first = 1 + max((r[0] for r in self._round_rows), default=-1)
-            rows = inc.run(rounds, first_round=first)
-        finally:
-            inc.close()
-        with self._files_lock:
-            self._round_rows += rows
-            self.rundir.write_csv("rounds.csv", ROUNDS_COLUMNS, ((r, h, f"{s:.6f}", f"{e:.6f}", b)
-                                                                 for r, h, s, e, b in self._round_rows))
-        return Burst(rows)
+        return run_burst(self, senders, receiver, size_bytes, rounds, at_s, cc)
 
     def launch(self, cmd: str, hosts: Iterable | None = None, ranks: int | None = None, ranks_per_host: int = 1,
                launcher: str = "torch", **kw) -> "Program":
@@ -337,6 +289,21 @@ class Lab:
         from testbed.workloads.program import Program
 
         return Program(self, cmd, hosts, ranks, ranks_per_host, launcher, **kw).start()
+
+    def collective(self, what: "str | CollectiveSettings | Form" = "allreduce", run: bool = True,
+                   **fields: Any) -> "Collective":
+        """A collective job with real data: one agent process per rank in its host's namespace, each iteration's
+        collectives as per-rank DAGs over kernel TCP (or RDMA with ``rxe=True`` and ``transport="rdma"``), every
+        result checked. ``what``: a collective's name with :class:`~testbed.workloads.settings.CollectiveSettings`'
+        fields as keywords (``lab.collective("allreduce", size="1M", ranks=4, iterations=10)``), one of its forms
+        (``Parallel(tp=2)``, ``Trace("x.et")``, ``Program("schedule.json")``) or whole settings (the keywords go on
+        top). Needs a leaf-spine fabric; what it cannot take is a UsageError (one line). Blocks until the job ends
+        and returns a :class:`~testbed.workloads.handles.Collective` (``summary()``, ``verified``, ``cct_ms``,
+        ``percentiles_ms()``, ``port_deltas``); ``run=False`` returns it planned, its fork server started, for
+        ``.run()`` after the script adds to the fabric. Files: ops.csv, tcp_info.csv, tcp.csv, queues.csv, sweep.csv
+        (at ``summary()``; testbed.workloads.collective)."""
+        job = Collective(self, settings_for(what, **fields))
+        return job.run() if run else job
 
     # ---- faults ----
 
@@ -402,6 +369,3 @@ class Lab:
         TestbedCLI(self.net)
 
 
-def _name(host) -> str:
-    """A host given by name or as a Mininet node."""
-    return host if isinstance(host, str) else host.name

@@ -1,10 +1,13 @@
 """A collective job on a live lab: one agent process per rank inside its host's namespace, driven by the controller
 (traffic.controller) over a Unix socket in the run directory, with the kernel's counters around it.
 
-    job = CollectiveJob(lab, plan, transport="tcp", cc="cubic")   # plan: traffic.jobplan.plan_job(...)
+    job = CollectiveJob(lab, plan, transport="tcp", cc="cubic")   # plan: CollectiveSettings(...).plan(spec, seed)
     ... loss, a capture, PFC: whatever the experiment adds to the fabric ...
     job.run()                 # agents connect; then counters, queue sampler, background flows; go; results
     summary = job.summary()   # sweep.csv, the nccl-tests table on stdout, the collective's summary.json numbers
+
+Scripts and scenarios reach it through ``lab.collective(...)`` (its settings: testbed.workloads.settings; its
+handle: testbed.workloads.handles.Collective); this is the machinery under them.
 
 Agents are forks of one interpreter that imported numpy and the agent code (traffic.forkserver: a fresh interpreter
 per agent cost ~6 s of CPU each in the emulated lab VM); :class:`CollectiveJob` starts it at once, so its imports
@@ -25,97 +28,14 @@ import os
 import sys
 
 from testbed.measure import liveview
-from testbed.params import Param
+from testbed.workloads.settings import JOB_PARAMS, job_plan
 from traffic.jobplan import OPS_COLUMNS, JobPlan, ops_rows, payload_efficiency, tcpinfo_deltas
 
-P, MBPS, B = Param, "Mbit/s", "bytes"
-#: the knobs of a collective job, declared once: what traffic.jobplan.plan_job reads (collective .. bg_rate_mbps,
-#: seed) and what :class:`CollectiveJob` takes (verify, timeout_s, transport, the rdma_* RC options)
-JOB_PARAMS = [
-    P("collective", str, "allreduce", "", "allreduce|allgather|reducescatter|alltoall|broadcast|reduce|gather|"
-      "pipeline (aliases all_reduce, incast, ...)"),
-    P("algorithm", str, "", "", "schedule algorithm (empty: the collective's default, e.g. ring)"),
-    P("size", str, "1M", B, "per-rank message size, or a comma list (1K,64K,1M) for a sweep in one run"),
-    P("buckets", str, "", B, "gradient buckets: comma list of sizes, one collective each per iteration "
-      "(replaces size)"),
-    P("ranks", int, 4, "", "ranks (gpus_per_host per host, packed)", min=2, max=1024),
-    P("gpus_per_host", int, 1, "", "ranks (GPUs) per host: a server's ranks are consecutive and talk over its "
-      "scale-up domain (the host's shaped loopback, scaleup_rate_mbps); algorithm=hierarchical uses it as NCCL's "
-      "first level", min=1, max=16),
-    P("iterations", int, 5, "", "measured iterations (per size of a sweep)", min=1, max=100_000),
-    P("warmup", int, 1, "", "unreported warm-up iterations before the measured ones", min=0, max=1000),
-    P("chunks", int, 1, "", "pieces per transfer (pipelining)", min=1, max=4096),
-    P("dtype", str, "float32", "", "element type", choices=("float32", "float16", "float64", "int32", "int64")),
-    P("placement", str, "packed", "", "rank -> host placement", choices=("packed", "spread", "random")),
-    P("schedule_file", str, "", "", "a testbed-schedule JSON file to run instead of a generated schedule"),
-    P("trace_file", str, "", "", "a Chakra execution trace (.et) or ASTRA-sim text workload to run instead: its "
-      "collectives in order with its compute between them (docs/programs.md#traces); replaces collective, size"),
-    P("trace_bytes_scale", float, 1.0, "", "trace_file: every comm size times this (a 400 Gbit/s trace on a "
-      "20 Mbit/s fabric: 5e-5 keeps its ratios)", min=1e-9, max=1e6),
-    P("trace_compute_scale", float, 1.0, "", "trace_file: every compute time times this", min=0, max=1e6),
-    P("tp", int, 1, "", "tensor-parallel size: with tp (or ep) > 1 the step's ops come from the parallel layout and "
-      "the model (traffic.parallelism): TP all-reduces per layer, EP all-to-alls, DP gradient buckets; dp = ranks / "
-      "tp", min=1, max=64),
-    P("pp", int, 1, "", "pipeline-parallel stages (divides model_layers): activations stage to stage per micro-batch; "
-      "dp = ranks / (tp x pp)", min=1, max=64),
-    P("ep", int, 1, "", "expert-parallel size (divides dp; needs experts > 0)", min=1, max=64),
-    P("rank_order", str, "tp-dp", "", "tp-dp: a TP group is consecutive ranks (inside a server with gpus_per_host = "
-      "tp); dp-tp: TP groups strided across servers and leaves", choices=("tp-dp", "dp-tp")),
-    P("model_params", int, 1_000_000, "", "model parameters (the DP gradient all-reduce moves params / tp elements)",
-      min=1, max=10**12),
-    P("model_layers", int, 2, "", "transformer layers", min=1, max=1000),
-    P("model_hidden", int, 256, "", "hidden size (a TP all-reduce moves tokens x hidden elements)", min=1,
-      max=1 << 20),
-    P("model_tokens", int, 64, "", "tokens per micro-batch per DP rank", min=1, max=1 << 24),
-    P("micro_batches", int, 2, "", "micro-batches per step", min=1, max=1000),
-    P("experts", int, 0, "", "MoE experts per layer (0: dense); with ep > 1 every layer all-to-alls its tokens",
-      min=0, max=4096),
-    P("topk", int, 1, "", "experts each token goes to", min=1, max=64),
-    P("moe_skew", float, 0.0, "", "MoE all-to-all skew: hot experts get more tokens (0: even)", min=0, max=10),
-    P("grad_bucket_bytes", int, 1 << 20, B, "DP gradient bucket size", min=4, max=1 << 34),
-    P("compute_ms", float, 0.0, "ms", "compute phase per iteration", min=0, max=600_000),
-    P("jitter", float, 0.0, "", "compute time uniform in [1-jitter, 1+jitter] x compute_ms", min=0, max=0.99),
-    P("stragglers", str, "", "", "straggler ranks, comma list (e.g. 1,3)"),
-    P("straggler_factor", float, 1.0, "", "a straggler's compute time multiplier", min=1, max=1000),
-    P("straggler_prob", float, 1.0, "", "probability a straggler straggles in an iteration", min=0, max=1),
-    P("background", str, "", "", "background bulk flows SRC>DST host pairs, e.g. h1>h3,h2>h4"),
-    P("bg_dscp", int, 0, "", "DSCP of background flows", min=0, max=63),
-    P("bg_rate_mbps", float, 0.0, MBPS, "pace each background flow (0: unpaced bulk)", min=0, max=100_000),
-    P("seed", int, 0, "", "inputs, placement, jitter and stragglers (0: the run's --seed)", min=0, max=2**31 - 1),
-    P("verify", bool, True, "", "check every rank's result against expected_outputs"),
-    P("timeout_s", float, 600.0, "s", "agent start-up, and then the whole job, must each finish within this", min=1,
-      max=86_400),
-    P("transport", str, "tcp", "", "data plane of the agents: kernel TCP, or RDMA (RC verbs over an rxe SoftRoCE "
-      "device per host; needs rxe:netns)", choices=("tcp", "rdma")),
-    P("rdma_mtu", int, 0, B, "RDMA path MTU (256|512|1024|2048|4096; 0: the rxe port's active MTU, set by the link "
-      "MTU)", min=0, max=4096),
-    P("rdma_timeout", int, 16, "", "RC local ACK timeout exponent: 4.096 us x 2^value", min=1, max=31),
-    P("rdma_retry_cnt", int, 7, "", "RC transport retries before the QP fails", min=0, max=7),
-    P("rdma_rnr_retry", int, 7, "", "RC receiver-not-ready retries (7: forever)", min=0, max=7),
-    P("rdma_min_rnr_timer", int, 12, "", "RC minimum RNR NAK timer, IB encoding (12: 0.64 ms; rdma_cm's default 0 "
-      "means 655 ms)", min=0, max=31),
-]
+__all__ = ["JOB_PARAMS", "CollectiveJob", "RdmaCounters", "job_plan"]  # the knobs and their plan: settings.py
 
 SWEEP_COLUMNS = ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps", "busbw_gbps",
                  "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"]
 RDMA_COLUMNS = ["host", "device", "phase", "counter", "value"]
-
-
-def job_plan(p: dict, spec, seed: int) -> JobPlan:
-    """The plan of a job whose knobs are :data:`JOB_PARAMS`' values ``p``, on the fabric ``spec`` (its hosts and
-    leaves; rdma_mtu is checked against its host links): UsageError, one line, on bad input."""
-    from testbed.errors import UsageError
-    from traffic.jobplan import JobError, plan_job
-    from traffic.rdma import check_path_mtu
-
-    try:
-        check_path_mtu(p["rdma_mtu"], spec.host_link.mtu, on_rdma=p["transport"] == "rdma")
-    except ValueError as e:
-        raise UsageError(f"rdma_mtu: {e}") from None
-    try:
-        return plan_job(p, [(h.name, spec.leaf_of(h.name)) for h in spec.hosts], seed)
-    except JobError as e:
-        raise UsageError(str(e)) from None
 
 
 class RdmaCounters:
@@ -193,25 +113,13 @@ class CollectiveJob:
         from testbed.kernel import netns
         from testbed.measure.telemetry import QueueSampler
         from traffic.background import BackgroundFlows
-        from traffic.controller import ControlError, Controller, Member
+        from traffic.controller import ControlError
 
         lab, fabric, pl = self.lab, self.lab.net.fabric, self.plan
         lab.rundir.manifest["topology"] = fabric.describe()  # with what the experiment added (loss)
         lab.rundir.manifest["placement"] = pl.placement.as_dict()
         lab.rundir.write_manifest()
-        members = [Member(r, h, fabric.ns(h), fabric.host_ip(h)) for r, h in enumerate(pl.placement.hosts)]
-        faults = getattr(lab, "faults", None)
-        at_fault = faults.iteration if faults is not None and faults.by_iteration else None
-        total = pl.job.warmup + pl.job.iterations
-
-        def on_iteration(k: int) -> None:
-            liveview.progress(f"iteration {k + 1} of {total}")
-            if at_fault is not None:
-                at_fault(k)
-
-        ctl = Controller(lab.rundir.path, self._job_doc(fabric), pl.schedules, members,
-                         self.forks.popen if self.forks else netns.popen, progress=lab.progress,
-                         on_iteration=on_iteration if at_fault is not None or liveview.enabled() else None)
+        ctl = self._controller(fabric)
         lab.on_teardown(ctl.stop)
         bg = None
         if pl.job.background:
@@ -254,6 +162,27 @@ class CollectiveJob:
         lab.rundir.write_manifest()
         self._write(sampler)
         return self
+
+    def _controller(self, fabric):
+        """The control plane of the job's agents (traffic.controller), reporting each iteration's start to the fault
+        timeline (faults at an iteration) and the live view when either wants it."""
+        from testbed.kernel import netns
+        from traffic.controller import Controller, Member
+
+        lab, pl = self.lab, self.plan
+        members = [Member(r, h, fabric.ns(h), fabric.host_ip(h)) for r, h in enumerate(pl.placement.hosts)]
+        faults = getattr(lab, "faults", None)
+        at_fault = faults.iteration if faults is not None and faults.by_iteration else None
+        total = pl.job.warmup + pl.job.iterations
+
+        def on_iteration(k: int) -> None:
+            liveview.progress(f"iteration {k + 1} of {total}")
+            if at_fault is not None:
+                at_fault(k)
+
+        return Controller(lab.rundir.path, self._job_doc(fabric), pl.schedules, members,
+                          self.forks.popen if self.forks else netns.popen, progress=lab.progress,
+                          on_iteration=on_iteration if at_fault is not None or liveview.enabled() else None)
 
     def _write(self, sampler) -> None:
         from traffic.tcp import INFO_KEYS
@@ -304,36 +233,38 @@ class CollectiveJob:
 
     def summary(self) -> dict:
         """summary.json's numbers of the job (see docs/collective.md): analysis.summary's collective metrics over
-        ops.csv and tcp.csv, the alpha-beta bound, data verification, port and rxe counter increases, background
-        goodput, fidelity."""
-        from analysis import fidelity
-        from analysis import metrics as am
+        ops.csv and tcp.csv, the alpha-beta bound, data verification (:meth:`_job_numbers`), port and rxe counter
+        increases, background goodput, fidelity (:meth:`_network_numbers`)."""
         from analysis import summary as asum
 
-        pl, res, spec = self.plan, self.res, self.lab.net.spec
+        pl, spec = self.plan, self.lab.net.spec
         run = asum.load_quietly(self.lab.rundir.path)
         efficiency = payload_efficiency(self.transport, spec.host_link.mtu, self.rdma_opts.get("mtu", 0))
         nrows = self._sweep(run, efficiency)
+        bound_of = {r["op"]: r["bound_us"] / 1e6 for r in nrows}
+        out = {**self._job_numbers(run, nrows, bound_of, efficiency), **self._network_numbers(run)}
+        seg_ops = pl.job.segments[0].ops
+        if any(len(o) > 2 for o in seg_ops):  # an imported trace: its step against the no-congestion prediction
+            comp = pl.job.compute_ms + sum(o[2] for o in seg_ops if len(o) > 2)
+            out["trace_compute_ms"] = comp
+            out["step_bound_ms"] = comp + sum(bound_of[o[0]] for o in seg_ops) * 1e3
+            out["step_vs_bound"] = (out["step_ms_p50"] / out["step_bound_ms"] if out.get("step_ms_p50")
+                                    and out["step_bound_ms"] > 0 else None)
+        if self.transport == "rdma":
+            out.update(self._rdma_summary())
+        return out
+
+    def _job_numbers(self, run, nrows: list[dict], bound_of: dict[str, float], efficiency: float) -> dict:
+        """What the job is and how its ops went: the headline ops' CCTs and steps against the bound, verification."""
+        from analysis import metrics as am
+        from analysis import summary as asum
+
+        pl, res = self.plan, self.res
         # the headline ops (analysis.summary.headline_ops): a sweep reports its largest size, buckets every op
         head = am.op_table(asum.headline_ops(run.ops))
-        bound_of = {r["op"]: r["bound_us"] / 1e6 for r in nrows}
         ratios = [c / bound_of[o] for o, c in zip(head["op"], head["cct_s"]) if bound_of[o] > 0]
-        ti = tcpinfo_deltas(res.tcp_info)
-        tm = asum.tcp_metrics(run.tcp)
-
-        def pdelta(key: str, switch: bool) -> dict[str, int]:
-            return {f"{n}:{i}": v[key] for (n, i), v in self.port_delta.items()
-                    if (spec.node(n).role != "host") == switch}
-
-        switch_drops = pdelta("drops", True)
-        q = self.queue_stats
-        # agents and switching lag? judged on the CPU while the ops ran, the whole run's figure without samples then
-        busy_ops = (fidelity.busy_during(run.cpu, float(run.ops["start_s"].min()), float(run.ops["end_s"].max()))
-                    if len(run.ops) else None)
-        reasons = fidelity.reasons(fidelity.cpu_busy(q.get("cpu_busy_fraction")) if busy_ops is None
-                                   else fidelity.cpu_busy(busy_ops, during="while the ops ran"))
         mism = [m for r in res.per_rank.values() for m in r.get("mismatches", [])]
-        out = {
+        return {
             "collective": str(head["collective"].iloc[0]),
             "algorithm": pl.first.algorithm,
             "ranks": pl.ranks,
@@ -354,6 +285,29 @@ class CollectiveJob:
             "mismatches": "; ".join(mism[:5]),
             "job_s": res.t_end - res.t_start,
             "agent_cpu_s_max": max((r.get("cpu_s") or 0.0 for r in res.per_rank.values()), default=0.0),
+        }
+
+    def _network_numbers(self, run) -> dict:
+        """What the fabric and the hosts did meanwhile: retransmissions, the ports' drops and marks, background
+        goodput, queue sampling, and whether this machine kept up (fidelity)."""
+        from analysis import fidelity
+        from analysis import summary as asum
+
+        spec, q = self.lab.net.spec, self.queue_stats
+        ti = tcpinfo_deltas(self.res.tcp_info)
+        tm = asum.tcp_metrics(run.tcp)
+
+        def pdelta(key: str, switch: bool) -> dict[str, int]:
+            return {f"{n}:{i}": v[key] for (n, i), v in self.port_delta.items()
+                    if (spec.node(n).role != "host") == switch}
+
+        switch_drops = pdelta("drops", True)
+        # agents and switching lag? judged on the CPU while the ops ran, the whole run's figure without samples then
+        busy_ops = (fidelity.busy_during(run.cpu, float(run.ops["start_s"].min()), float(run.ops["end_s"].max()))
+                    if len(run.ops) else None)
+        reasons = fidelity.reasons(fidelity.cpu_busy(q.get("cpu_busy_fraction")) if busy_ops is None
+                                   else fidelity.cpu_busy(busy_ops, during="while the ops ran"))
+        return {
             "tcp_retrans_segs": tm.get("tcp_retrans_segs", 0),
             "tcp_timeouts": tm.get("tcp_timeouts", 0),
             # every class of every port, collective and background alike (drop-tail overflow, RED drops)
@@ -375,16 +329,6 @@ class CollectiveJob:
             "fidelity_reasons": "; ".join(reasons),
             "transport": self.transport,
         }
-        seg_ops = pl.job.segments[0].ops
-        if any(len(o) > 2 for o in seg_ops):  # an imported trace: its step against the no-congestion prediction
-            comp = pl.job.compute_ms + sum(o[2] for o in seg_ops if len(o) > 2)
-            out["trace_compute_ms"] = comp
-            out["step_bound_ms"] = comp + sum(bound_of[o[0]] for o in seg_ops) * 1e3
-            out["step_vs_bound"] = (out["step_ms_p50"] / out["step_bound_ms"] if out.get("step_ms_p50")
-                                    and out["step_bound_ms"] > 0 else None)
-        if self.transport == "rdma":
-            out.update(self._rdma_summary())
-        return out
 
     def _rdma_summary(self) -> dict:
         from traffic.rdma import RECOVERY_COUNTERS

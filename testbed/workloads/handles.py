@@ -1,12 +1,104 @@
-"""What the Lab hands back for traffic it started: :class:`Flows` (long-lived bulk TCP flows, ``lab.flows``) and
-:class:`Burst` (the rounds of a synchronized incast, ``lab.burst``)."""
+"""What the Lab hands back for traffic it started: :class:`Flows` (long-lived bulk TCP flows, ``lab.flows``),
+:class:`Burst` (the rounds of a synchronized incast, ``lab.burst``) and :class:`Collective` (a collective job,
+``lab.collective``); with what starts the first two (:func:`start_flows`, :func:`run_burst`) and the run directory's
+``flows.csv`` and ``rounds.csv`` that every call appends to (:class:`TrafficFiles`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence
+
+if TYPE_CHECKING:
+    from testbed.workloads.settings import CollectiveSettings
+
+FLOW_COLUMNS = ["flow", "src", "dst", "src_port", "dst_port", "dscp", "start_s", "end_s", "bytes", "seconds",
+                "goodput_mbps"]
+
+
+def host_name(host) -> str:
+    """A host given by name or as a Mininet node."""
+    return host if isinstance(host, str) else host.name
+
+
+class TrafficFiles:
+    """``flows.csv`` and ``rounds.csv`` of one lab: each :func:`start_flows` and :func:`run_burst` adds its rows and
+    the file is written again whole, under one lock (flows stop from timer threads; bursts may run in threads)."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.flow_rows: list[tuple] = []
+        self.round_rows: list[tuple] = []
+
+    def add_flows(self, rundir, stats: list[dict]) -> None:
+        with self.lock:
+            first = len(self.flow_rows)
+            self.flow_rows += [(first + i, s["src"], s["dst"], s["src_port"], s["dst_port"], s["dscp"],
+                                f"{s['start_s']:.6f}", f"{s['end_s']:.6f}", s["bytes"], f"{s['seconds']:.6f}",
+                                f"{s['goodput_mbps']:.6f}") for i, s in enumerate(stats)]
+            rundir.write_csv("flows.csv", FLOW_COLUMNS, self.flow_rows)
+
+    def next_round(self) -> int:
+        with self.lock:
+            return 1 + max((r[0] for r in self.round_rows), default=-1)
+
+    def add_rounds(self, rundir, rows: list[tuple]) -> None:
+        from traffic.incast import ROUNDS_COLUMNS
+
+        with self.lock:
+            self.round_rows += rows
+            rundir.write_csv("rounds.csv", ROUNDS_COLUMNS, ((r, h, f"{s:.6f}", f"{e:.6f}", b)
+                                                            for r, h, s, e, b in self.round_rows))
+
+
+def start_flows(lab, pairs: Sequence[tuple], duration_s: float | None, cc: str | None, src_ports, dscp: int,
+                ack_dscp: int | None, rate_mbps: float) -> "Flows":
+    """What :meth:`testbed.lab.Lab.flows` does (its docstring): the senders started, a :class:`Flows` back."""
+    from testbed.kernel import netns
+    from traffic.background import BackgroundFlows
+    from traffic.job import BackgroundFlow
+
+    pairs = [(host_name(a), host_name(b)) for a, b in pairs]
+    sports = list(src_ports) if src_ports is not None else [0] * len(pairs)
+    if len(sports) != len(pairs):
+        raise ValueError(f"flows: {len(pairs)} pairs but {len(sports)} source ports")
+    records = [BackgroundFlow(a, b, dscp=dscp, rate_mbps=rate_mbps, src_port=sp, ack_dscp=ack_dscp)
+               for (a, b), sp in zip(pairs, sports)]
+    bg = BackgroundFlows(records, lab.endpoints({h for p in pairs for h in p}), netns.entered, cc=cc,
+                         base_port=lab.next_ports(len(records)), cc_by_host=lab.host_cc())
+    handle = Flows(bg, lambda stats: lab.files.add_flows(lab.rundir, stats))
+    lab.on_teardown(handle.stop)
+    bg.start()
+    lab.start_workload()
+    if duration_s is not None:
+        handle.stop_after(duration_s)
+    lab.progress(f"{len(records)} flow(s) running: " + ", ".join(f"{a}>{b}" for a, b in pairs))
+    return handle
+
+
+def run_burst(lab, senders: Sequence, receiver, size_bytes: int, rounds: int, at_s: float | None,
+              cc: str | None) -> "Burst":
+    """What :meth:`testbed.lab.Lab.burst` does (its docstring): the rounds run, a :class:`Burst` back."""
+    from testbed.kernel import netns
+    from traffic.incast import IncastRounds
+
+    names = [host_name(h) for h in senders]
+    rname = host_name(receiver)
+    inc = IncastRounds(names, rname, lab.endpoints([rname, *names]), netns.entered, size_bytes,
+                       port=lab.next_ports(1), cc=cc, cc_by_host=lab.host_cc())
+    try:
+        inc.connect()
+        if at_s is not None:
+            time.sleep(max(0.0, lab.t_up + at_s - time.monotonic()))
+        lab.progress(f"burst: {rounds} round(s) of {len(names)} x {size_bytes} B -> {rname}")
+        lab.start_workload()
+        rows = inc.run(rounds, first_round=lab.files.next_round())
+    finally:
+        inc.close()
+    lab.files.add_rounds(lab.rundir, rows)
+    return Burst(rows)
 
 
 class Flows:
@@ -86,3 +178,92 @@ class Burst:
         from analysis.metrics import percentiles
 
         return percentiles(self.round_ms)
+
+
+class Collective:
+    """A collective job on a lab (:meth:`testbed.lab.Lab.collective`), made from :class:`CollectiveSettings`: the job
+    is planned on the lab's fabric and its agents' fork server started when this is made; with ``gpus_per_host`` > 1
+    each host's scale-up domain (its loopback) is shaped then too. :meth:`run` runs the job to its end
+    (testbed.workloads.collective.CollectiveJob: ops.csv, tcp_info.csv, tcp.csv, queues.csv, ...); then
+    :meth:`summary` (summary.json's numbers; it writes sweep.csv and prints the nccl-tests table, once),
+    :attr:`verified` (every rank's result checked equal to the expected one), :attr:`cct_ms` (the measured
+    completion time of each headline op: a sweep's largest size, or every bucket), :meth:`percentiles_ms` and
+    :attr:`port_deltas` (the ports' kernel counters over the job)."""
+
+    def __init__(self, lab, settings: "CollectiveSettings"):
+        from testbed.workloads.collective import CollectiveJob
+
+        s, spec = settings, lab.net.spec
+        self.lab, self.settings = lab, s
+        plan = s.plan(spec, lab.seed)
+        self.job = CollectiveJob(lab, plan, s.transport, s.cc or spec.tcp.congestion_control, s.dscp,
+                                 dataclasses.asdict(s.rdma), s.verify, s.timeout_s, s.sample_interval_ms)
+        if s.gpus_per_host > 1:
+            self._scale_up()
+        self._summary: dict | None = None
+        self._cct_ms: list[float] | None = None
+
+    @property
+    def plan(self):
+        """The job as planned (traffic.jobplan.JobPlan: schedules, placement, sizes)."""
+        return self.job.plan
+
+    def _scale_up(self) -> None:
+        """Each host's ranks share its loopback, shaped as the server's scale-up domain (NVLink-class)."""
+        from testbed.kernel.qdisc import shape_loopback
+
+        s, lab = self.settings, self.lab
+        for host in dict.fromkeys(self.plan.placement.hosts):
+            shape_loopback(lab.net.ns(host), s.scaleup_rate_mbps, s.scaleup_buffer_bytes)
+        lab.rundir.manifest["scale_up"] = {"gpus_per_host": s.gpus_per_host, "rate_mbps": s.scaleup_rate_mbps}
+        lab.progress(f"{s.gpus_per_host} GPUs per host; scale-up domain (loopback) at {s.scaleup_rate_mbps:g} Mbit/s")
+
+    def run(self) -> "Collective":
+        """Run the job to its end (once). RunFailed (naming the agent logs) when an agent or the control plane
+        fails."""
+        if self.job.res is None:
+            self.job.run()
+        return self
+
+    @property
+    def port_deltas(self) -> dict[tuple[str, str], dict[str, int]]:
+        """What the kernel counted on every shaped port while the job ran: (node, ifname) -> the increases of drops,
+        marks, sent_packets and sent_bytes from the agents being connected to the job's end
+        (testbed.measure.portrecord)."""
+        return dict(self.job.port_delta)
+
+    @property
+    def verified(self) -> bool:
+        return bool(self.job.res is not None and self.job.res.verified)
+
+    def summary(self) -> dict:
+        """The job's summary.json numbers (testbed.workloads.collective.CollectiveJob.summary) with the knobs a
+        report groups runs by (chunks, placement, compute_ms, stragglers, straggler_factor, gpus_per_host, and the
+        scale-up rate with gpus_per_host > 1). Made once: the first call writes sweep.csv and prints the table."""
+        if self._summary is None:
+            s = self.settings
+            out = {**self.job.summary(), **{k: getattr(s, k) for k in ("chunks", "placement", "compute_ms",
+                                                                     "stragglers", "straggler_factor",
+                                                                     "gpus_per_host")}}
+            if s.gpus_per_host > 1:
+                out["scaleup_rate_mbps"] = s.scaleup_rate_mbps
+            self._summary = out
+        return self._summary
+
+    @property
+    def cct_ms(self) -> list[float]:
+        """Each measured headline op's completion time (first rank's start to last rank's end), from ops.csv."""
+        if self._cct_ms is None:
+            from analysis.load import load_csv
+            from analysis.metrics import op_table
+            from analysis.summary import headline_ops
+
+            ops = load_csv(self.lab.rundir.path / "ops.csv", "ops")
+            self._cct_ms = [float(c) * 1e3 for c in op_table(headline_ops(ops))["cct_s"]]
+        return self._cct_ms
+
+    def percentiles_ms(self):
+        """analysis.metrics' nearest-rank p50/p95/p99/max of :attr:`cct_ms` (the summary's cct_ms_* numbers)."""
+        from analysis.metrics import percentiles
+
+        return percentiles(self.cct_ms)
