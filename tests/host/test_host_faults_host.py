@@ -33,20 +33,23 @@ def ring_params(**extra) -> dict:
 
 
 def test_a_cpu_throttled_host_straggles_every_ring_step(tmp_path):
-    """h2's agent may run 1 ms per 100 ms. It needs little CPU (~3% of one: the kernel moves the bytes), but what it
-    needs comes in 100 ms steps now, and every ring step waits for it. cpu.stat says the kernel throttled it."""
-    coll, p = get("collective"), ring_params(size="64K", iterations=20)
+    """h2's agent may run 1 ms per 100 ms. It needs little CPU (the kernel moves the bytes), but what it needs comes
+    in 100 ms steps now, and every ring step waits for it. cpu.stat says the kernel throttled it.
+
+    The ops are cut into 8 chunks, so each one wakes the agent ~48 times: its CPU per 100 ms period is then well past
+    the 1 ms quota in every op. With whole 64 KB messages the agent's few wake-ups sat at the quota's edge and the
+    effect came and went (p50 ratio 1.00-1.98 over 3 runs, 243-702 ms throttled). Measured with chunks=8 (2 seeds, a
+    machine shared with other runs): clean p50 42.8-43.0 ms, throttled 116-122 ms (2.7-2.8x), 2.1 s throttled per
+    run. The assertions sit at half of that (1.3x, 0.3 s): a mechanism this far past its threshold does not flake."""
+    coll, p = get("collective"), ring_params(size="64K", iterations=20, chunks=8)
     before = cgroup.list_ours()
     base = run_scenario(coll, p, 1, tmp_path / "base", quiet=True)
     slow = faultplan.parse("slow-host h2 at_s=0 cpu_fraction=0.01")
     hit = run_scenario(coll, p, 1, tmp_path / "slow", quiet=True, faults=[slow])
     print({k: (base[k], hit[k]) for k in ("cct_ms_p50", "cct_ms_p99", "job_s")}, hit["cpu_throttled_ms_kernel"])
     assert base["data_verified"] and hit["data_verified"]
-    # 64 KB ops: each needs a little CPU, often (a 256 KB op's few wake-ups fit in the 1 ms quota since the transport
-    # wakes once per message tail: 1.06-1.47x). Measured: p50 41-42 ms clean, 105-170 ms throttled; 1.3-1.9 s of
-    # throttling per run
-    assert hit["cct_ms_p50"] > 1.3 * base["cct_ms_p50"], (base, hit)
     assert hit["cpu_throttled_ms_kernel"] > 300, hit
+    assert hit["cct_ms_p50"] > 1.3 * base["cct_ms_p50"], (base, hit)
     assert cgroup.list_ours() == before  # the group is gone, its processes moved back first
     run = load_run(tmp_path / "slow")
     ev = run.events.set_index("kind")
