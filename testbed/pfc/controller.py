@@ -299,7 +299,7 @@ class PfcController:
         scenario and the controller do not slow each other down); results come back over a pipe at stop()."""
         import multiprocessing as mp
 
-        from testbed import telemetry  # noqa: F401  (imported before the fork)
+        from testbed.measure import telemetry  # noqa: F401  (imported before the fork)
 
         ctx = mp.get_context("fork")
         self._mp_stop = ctx.Event()
