@@ -98,8 +98,10 @@ class PfcRun:
         """Stop, read the counters, write pfc.csv (and queues.csv); the controller's summary plus
         ``lossless_drops``. Idempotent: a second call returns the same dict."""
         if self._summary is None:
-            self.stop()
+            # the counters before the stop: stopping releases every pause, and traffic still running then drains
+            # the paused queues into ports no longer protected; its drops are not the lossless class's
             self.after = self.class_stats()
+            self.stop()
             self.controller.write(self.rundir, queues=self.write_queues)
             s = self.controller.summary()
             s["lossless_drops"] = self.delta("drops", self.switch_ports) if self.enabled else None

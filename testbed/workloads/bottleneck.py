@@ -3,7 +3,10 @@ on leaf1, senders on leaf2, leaf3, ...) or a dumbbell (h1..hN -> s1 -> s2 -> r1)
 (leaf1 -> h1, s2 -> r1) is the bottleneck and gets the queue under study (``discipline`` droptail, RED with
 min = k_bytes and max = min(3K, buffer), or DCTCP step marking at K); every other port keeps the default queue.
 Built from the scenarios' parameters (senders, host/fabric rates, buffer_bytes, discipline, k_bytes, ecn, cc,
-rto_min_ms, seed, topology, spines, hosts_per_leaf, load_balancing)."""
+rto_min_ms, seed, topology, spines, hosts_per_leaf, load_balancing) and, when given, ``delay_ms``: the one-way
+propagation delay of the dumbbell's s1 - s2 link in each direction (netem, not under the shaper, so it is "wire",
+not queue), which sets the base RTT (2 x delay_ms) and so the bandwidth-delay product the bottleneck queue is
+compared with."""
 
 from __future__ import annotations
 
@@ -45,11 +48,14 @@ def build_spec(p: dict, seed: int = 0):
         tcp = HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"], rto_min_ms=p["rto_min_ms"])
         q = bottleneck_queue(p)
         host = LinkSpec(p["host_rate_mbps"])
-        fabric = LinkSpec(p["fabric_rate_mbps"])
+        delay_ms = float(p.get("delay_ms") or 0.0)
+        fabric = LinkSpec(p["fabric_rate_mbps"], delay_ms=delay_ms)
         if p["topology"] == "dumbbell":
             topo = DumbbellSpec(senders=n, sender_link=host, bottleneck_link=fabric, receiver_link=host,
                                 switch_queue=q, tcp=tcp, seed=seed % 2**32)
             return topo, "r1", list(topo.sender_names), ("s2", "r1")
+        if delay_ms:
+            raise UsageError("delay_ms applies to the dumbbell's s1 - s2 link only (topology=dumbbell)")
         hpl = p["hosts_per_leaf"]
         leaves = 1 + math.ceil(n / hpl)
         topo = LeafSpineSpec(spines=p["spines"], leaves=leaves, hosts_per_leaf=hpl, host_link=host,
