@@ -302,3 +302,31 @@ def test_every_metric_a_fixture_run_holds_is_a_known_name():
             if isinstance(v, (int, float)):
                 assert known(k) or k in {"cct_p99_ms"}, (f, k)
     assert not known("round_ms_p90") and known("comm_ms_tp") and known("wire_roce_naks")
+
+
+def test_lab_run_makes_one_repeat_folder_per_run_and_never_runs_again(tmp_path, monkeypatch, capsys):
+    """The orchestration only (seeds, folders, repeat.json, the check after): the runs themselves are written by a
+    stand-in that records what it was asked, as a real run would leave its run directory."""
+    from testbed.commands import runner
+    from testbed.errors import RunFailed
+
+    lab = classlabs.find("2")
+    asked = []
+
+    def fake_run(sc, params, seed, out, quiet=True, faults=None):
+        asked.append((out.parent.name, seed))
+        if (out.parent.name, seed) == ("rto5", 3):
+            raise RunFailed("the fabric did not come up")
+        slow = params["rto_min_ms"] == 200
+        run_dir(out.parent, out.name, sc.name, params,
+                {"round_ms_p99": (250.0 if slow else 20.0) + seed, "tcp_timeouts": 4, "drops": 40 + seed})
+
+    monkeypatch.setattr(runner, "run_scenario", fake_run)
+    status = classlabs.run(lab, tmp_path / "out", repeats=5)
+    assert asked == [("rto200", s) for s in range(1, 6)] + [("rto5", s) for s in range(1, 6)]  # each once
+    assert status == 1  # a run failed: reported, not re-run
+    doc = json.loads((tmp_path / "out" / "rto5" / "repeat.json").read_text())
+    assert doc["runs"] == ["seed-1", "seed-2", "seed-4", "seed-5"] and doc["seeds"] == [1, 2, 3, 4, 5]
+    said = capsys.readouterr()
+    assert "rto5 seed 3 failed: the fabric did not come up" in said.err
+    assert "rto200: 5 runs, complete 5/5, fidelity_ok 5/5" in said.out and "rto5: 4 runs" in said.out
