@@ -231,7 +231,7 @@ def grade_one(e: Expect, evidence: dict[str, Evidence]) -> Verdict:
             return Verdict(e, UNSURE, runs="0 runs", note=f"no complete, faithful run: {bad}")
         names = e.metric + (f" or {e.per}" if e.per else "")
         return Verdict(e, NO_VALUE, note=f"{names} is not in the runs' summary or data (or divides by 0)")
-    single = all(not evidence[r].repeat or len(evidence[r].graded) == 1 for r in e.runs())
+    single = all(not evidence[r].repeat or len(evidence[r].runs) == 1 for r in e.runs())  # made as 1 run
     if single and len(a) == 1 and (b is None or len(b) == 1):
         return _one_value(e, a, b)
     return _on_one_run(e, a) if b is None else _on_a_ratio(e, a, b)

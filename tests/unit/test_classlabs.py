@@ -330,3 +330,13 @@ def test_lab_run_makes_one_repeat_folder_per_run_and_never_runs_again(tmp_path, 
     said = capsys.readouterr()
     assert "rto5 seed 3 failed: the fabric did not come up" in said.err
     assert "rto200: 5 runs, complete 5/5, fidelity_ok 5/5" in said.out and "rto5: 4 runs" in said.out
+
+
+def test_a_repeat_folder_left_with_one_faithful_run_is_not_graded_as_one_run(tmp_path):
+    repeat_folder(tmp_path, "slow", "incast", {"rto_min_ms": 200}, [{"round_ms_p99": 300.0}] * 5,
+                  unfaithful=(1, 2, 3, 4))
+    v = grade([Expect("tail", "round_ms_p99", "slow", min=200)], match_runs(WANT, [tmp_path]))
+    assert v[0].label == "not enough evidence (1 run)"
+    repeat_folder(tmp_path / "one", "slow", "incast", {"rto_min_ms": 200}, [{"round_ms_p99": 300.0}])
+    v = grade([Expect("tail", "round_ms_p99", "slow", min=200)], match_runs(WANT, [tmp_path / "one"]))
+    assert (v[0].status, v[0].runs) == (PASS, "1 run")  # `lab run --repeat 1`
