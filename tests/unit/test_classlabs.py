@@ -46,7 +46,8 @@ def test_every_lab_has_instructor_notes_with_an_answer_per_question_and_a_rubric
     handout, text = (lab.path / "README.md").read_text(), notes.read_text()
     assert "## Instructor notes" not in handout, "the handout is the student's: answers go in INSTRUCTOR.md"
     questions = re.findall(r"^(\d+)\. ", _section(handout, "Questions"), re.M)
-    answered = set(re.findall(r"^(\d+)\. ", _section(text, "Answers"), re.M))
+    # an answer: "1. ...", "**Q1.** ...", "### Question 1" (not "**Predict 1.**", which answers the prediction)
+    answered = set(re.findall(r"^(?:#+ )?(?:\*\*)?(?:Q|Question )?(\d+)[.:)]", _section(text, "Answers"), re.M))
     assert questions and set(questions) <= answered, (questions, answered)
     assert re.search(r"\d", _section(text, "Reference")), "reference numbers, with their spread"
     rubric = _section(text, "Rubric")
