@@ -341,3 +341,10 @@ def test_a_repeat_folder_left_with_one_faithful_run_is_not_graded_as_one_run(tmp
     repeat_folder(tmp_path / "one", "slow", "incast", {"rto_min_ms": 200}, [{"round_ms_p99": 300.0}])
     v = grade([Expect("tail", "round_ms_p99", "slow", min=200)], match_runs(WANT, [tmp_path / "one"]))
     assert (v[0].status, v[0].runs) == (PASS, "1 run")  # `lab run --repeat 1`
+
+
+def test_lab_run_refuses_a_repeat_below_one_before_anything_runs(capsys):
+    from testbed.cli import main
+
+    assert main(["lab", "run", "1", "--repeat", "0"]) == 2
+    assert "--repeat 0" in capsys.readouterr().err
