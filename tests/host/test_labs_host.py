@@ -6,9 +6,9 @@ The CI budget decides which labs run at their full repeats (lab.toml ``repeats``
 one-sided 95% statement on a median can pass). Measured here (host kernel, 2 CPUs shared with other developers'
 runs, so noisy), the run time of `lab run N --repeat 5`, every run of the lab 5 times: 01 10 s, 02 37 s, 06 43 s,
 07 44 s, 10 83 s (all statements pass; lab 10 with one unfaithful run reported and left out), 11 127 s (2 runs
-of a DDP job, 10-16 s each), 08 about 160 s (6 runs of 4-9 s, from one run each), 04 not measured (3 runs). The whole suite must stay under ~45 min (host
-tests ~8 min, lab-VM tests ~13 min before this change), so the five cheap labs run at full repeats (about 3.6 min,
-+3 min over one run each) and the three long ones once (about 1 min).
+of a DDP job, 10-16 s each), 08 about 160 s (6 runs of 4-9 s, from one run each), 04 not measured (3 runs). The
+whole suite must stay under ~45 min (host tests ~8 min, lab-VM tests ~13 min before this change), so the five
+cheap labs run at full repeats (about 3.6 min, +3 min over one run each) and the three long ones once (about 1 min).
 
 * ``FULL`` labs run at their repeats and every statement must pass (exit 0): a statement that is ``not enough
   evidence`` fails the test too, since the lab promises its repeats suffice;
