@@ -2,13 +2,13 @@
 and netem), as `sudo testbed lab run N` runs them there. Nothing is run again: a lab whose check fails fails.
 
 The lab VM is software-emulated, about 10x slower than the host: one run of each of a VM lab's runs took, in the
-lab VM here (shared machine, so noisy), 53 s for lab 03 (3 runs), 88 s for lab 09 (4 runs); lab 05 (2 runs of 4 s of
-traffic each) was not measured here, say a minute. At their full repeats (5 each) that is about 16 min instead of
-about 3.5 min: +12.5 min on a suite that must stay under ~45 min (host ~8 and lab-VM ~13 min before,
-plus the other repeated tests this issue adds). So CI runs each VM lab once (``--repeat 1``) and asserts what one
-run can show without a coin flip: every run completes and gives every statement its metric (no missing run, no run
-made differently, no metric absent). The labs' science at full repeats is checked by `testbed lab run N` (the
-reference numbers with their spread in each lab's INSTRUCTOR.md)."""
+lab VM here (shared machine, so noisy), 53 s for lab 03 (3 runs; 26 s for today's 2 runs in this test), 88 s for
+lab 09 (4 runs); lab 05 (2 runs of 4 s of traffic each) was not measured here, say a minute. At their full repeats
+(5 each) that is about 16 min instead of about 3.5 min: +12.5 min on a suite that must stay under ~45 min (host ~8
+and lab-VM ~13 min before, plus the other repeated tests this issue adds). So CI runs each VM lab once
+(``--repeat 1``) and asserts what one run can show without a coin flip: every run completes and gives every
+statement its metric (no missing run, no run made differently, no metric absent). The labs' science at full
+repeats is checked by `testbed lab run N` (the reference numbers with their spread in each lab's INSTRUCTOR.md)."""
 
 from __future__ import annotations
 
