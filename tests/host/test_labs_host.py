@@ -1,7 +1,24 @@
-"""The classroom labs that run on the host kernel: each lab's own runs, checked by its own statements (what
-`sudo testbed lab run N` does). A lab whose check fails is run once more and the second check judged: the labs'
-bands hold with margin in repeated runs on this 2-CPU machine (reference numbers in each handout), and one noisy
-run of a shared CI machine is not a broken lab."""
+"""The classroom labs that run on the host kernel, graded as `sudo testbed lab run N` grades them: on the
+evidence of repeated runs (analysis.grading), checked once. A lab whose check fails fails its test: nothing is run
+again (a silent re-run turned one noisy run of each side into a coin flip that CI retried until it came up).
+
+The CI budget decides which labs run at their full repeats (lab.toml ``repeats``, 5: the fewest with which a
+one-sided 95% statement on a median can pass). Measured here (host kernel, 2 CPUs shared with other developers'
+runs, so noisy), the run time of `lab run N --repeat 5`, every run of the lab 5 times: 01 10 s, 02 37 s, 06 43 s,
+07 44 s, 10 83 s (all statements pass; lab 10 with one unfaithful run reported and left out), 11 127 s (2 runs
+of a DDP job, 10-16 s each), 08 about 160 s (6 runs of 4-9 s, from one run each), 04 not measured (3 runs). The
+whole suite must stay under ~45 min (host tests ~8 min, lab-VM tests ~13 min before this change), so the five
+cheap labs whose statements held with margin run at full repeats (01, 02, 07, 10: about 3 min, +2.5 min over one
+run each) and the others once (about 1.5 min). Lab 06 runs once: a second 5-run set gave its median step ratio
+1.27 [1.00, 2.04] against the 1.92 [1.42, 2.09] of the first, a third a mean step ratio of 1.19 [1.11, 1.25]: its
+effect moves with the machine's load (INSTRUCTOR.md); its statement, now 1.1x of the mean step, is not yet verified.
+
+* ``FULL`` labs run at their repeats and every statement must pass (exit 0): a statement that is ``not enough
+  evidence`` fails the test too, since the lab promises its repeats suffice;
+* every other host lab runs once (``--repeat 1``): each run must complete and give every statement its metric (no
+  missing run, no run made differently, no metric absent). A one-run grade is not asserted: one run a side is the
+  coin flip this file stopped relying on. Their science is checked by `testbed lab run N` at its repeats (the
+  reference numbers with their spread in each lab's INSTRUCTOR.md)."""
 
 from __future__ import annotations
 
@@ -10,33 +27,53 @@ import shutil
 
 import pytest
 
+from analysis.grading import DIFFERENT, MISSING, NO_VALUE, PASS
+from testbed.commands import labcheck
 from testbed.commands import labs as classlabs
-
 from testbed.kernel import doctor
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")
 
+HOST_LABS = ["01", "02", "04", "06", "07", "08", "10", "11"]
+#: labs graded at their full repeats in CI (chosen from the measured times in the docstring)
+FULL = ["01", "02", "07", "10"]
 
-@pytest.mark.parametrize("ref", ["01", "02", "04", "06", "07", "08", "10", "11"])
-def test_a_host_lab_passes_its_own_check(tmp_path, ref, capsys):
+
+def _host_lab(ref: str):
     lab = classlabs.find(ref)
     missing = doctor.missing(classlabs.needs(lab))
     assert not missing, f"lab {lab.ref} should run on the host kernel; it lacks {', '.join(missing)}"
-    out = tmp_path / "first"
+    return lab
+
+
+@pytest.mark.parametrize("ref", FULL)
+def test_a_host_lab_passes_its_own_check_on_its_repeats(tmp_path, ref, capsys):
+    lab = _host_lab(ref)
+    out = tmp_path / "lab"
     status = classlabs.run(lab, out)
-    if status != 0:
-        print(f"lab {lab.ref}: check exited {status}; running the lab once more")
-        out = tmp_path / "again"
-        status = classlabs.run(lab, out)
-    assert status == 0
+    said = capsys.readouterr().out
+    assert status == 0, said
+    assert f"complete {lab.repeats}/{lab.repeats}" in said, said  # every run's evidence is listed
     # the folder it wrote is what a student hands in: checking it again gives the same verdict
     assert classlabs.check(lab, [out]) == 0
-    if ref == "02":  # a deliberately wrong hand-in: the 200 ms run handed in as the 5 ms one
+    if ref == "02":  # a deliberately wrong hand-in: the 200 ms runs handed in as the 5 ms ones
         wrong = tmp_path / "wrong"
         shutil.copytree(out / "rto200", wrong / "rto200")
         shutil.copytree(out / "rto200", wrong / "rto5")
         capsys.readouterr()
         assert classlabs.check(lab, [wrong]) != 0
-        said = capsys.readouterr().out
-        assert "the p99 round with RTOmin 200 ms is at least 1.8x the one with 5 ms" in " ".join(said.split()), said
-        assert "rto_min_ms=200 (lab: 5)" in " ".join(said.split()), said
+        said = " ".join(capsys.readouterr().out.split())
+        ratio = next(e for e in lab.expects if e.over == "rto5")
+        assert " ".join(ratio.says.split()) in said and "rto_min_ms=200 (lab: 5)" in said, said
+
+
+@pytest.mark.parametrize("ref", [r for r in HOST_LABS if r not in FULL])
+def test_a_host_lab_runs_once_complete_with_every_statements_metric(tmp_path, ref):
+    lab = _host_lab(ref)
+    out = tmp_path / "lab"
+    classlabs.run(lab, out, repeats=1)
+    verdicts, runs = labcheck.grade_folders(lab, classlabs.wanted(lab), [out])
+    assert len(runs) == len(lab.runs) and all("complete 1/1" in r for r in runs), runs
+    broken = [(v.expect.says, v.status, v.note) for v in verdicts if v.status in (NO_VALUE, MISSING, DIFFERENT)]
+    assert not broken, broken
+    assert all(v.runs == "1 run" for v in verdicts if v.status == PASS)

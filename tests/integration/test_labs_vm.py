@@ -1,26 +1,33 @@
 """The classroom labs that need the lab VM's kernel (RED/ECN step marking, DCTCP, the plug qdisc for PFC, rxe
-and netem): each lab's own runs, checked by its own statements, as `sudo testbed lab run N` does there (30-60 s
-each in the software-emulated VM). A lab whose check fails is run once more and the second check judged (one noisy
-run of an emulated CPU is not a broken lab)."""
+and netem), as `sudo testbed lab run N` runs them there. Nothing is run again: a lab whose check fails fails.
+
+The lab VM is software-emulated, about 10x slower than the host: one run of each of a VM lab's runs took, in the
+lab VM here (shared machine, so noisy), 53 s for lab 03 (3 runs; 26 s for today's 2 runs in this test), 88 s for
+lab 09 (4 runs); lab 05 (2 runs of 4 s of traffic each) was not measured here, say a minute. At their full repeats
+(5 each) that is about 16 min instead of about 3.5 min: +12.5 min on a suite that must stay under ~45 min (host ~8
+and lab-VM ~13 min before, plus the other repeated tests this issue adds). So CI runs each VM lab once
+(``--repeat 1``) and asserts what one run can show without a coin flip: every run completes and gives every
+statement its metric (no missing run, no run made differently, no metric absent). The labs' science at full
+repeats is checked by `testbed lab run N` (the reference numbers with their spread in each lab's INSTRUCTOR.md)."""
 
 from __future__ import annotations
 
 import pytest
 
+from analysis.grading import DIFFERENT, MISSING, NO_VALUE
+from testbed.commands import labcheck
 from testbed.commands import labs as classlabs
-
 from testbed.kernel import doctor
 
 
 @pytest.mark.parametrize("ref", ["03", "05", "09"])
-def test_a_vm_lab_passes_its_own_check(tmp_path, ref):
+def test_a_vm_lab_runs_once_complete_with_every_statements_metric(tmp_path, ref):
     lab = classlabs.find(ref)
     missing = doctor.missing(classlabs.needs(lab))
     assert not missing, f"lab {lab.ref} needs {', '.join(missing)}, which this kernel lacks"
-    out = tmp_path / "first"
-    status = classlabs.run(lab, out)
-    if status != 0:
-        print(f"lab {lab.ref}: check exited {status}; running the lab once more")
-        out = tmp_path / "again"
-        status = classlabs.run(lab, out)
-    assert status == 0
+    out = tmp_path / "lab"
+    classlabs.run(lab, out, repeats=1)
+    verdicts, runs = labcheck.grade_folders(lab, classlabs.wanted(lab), [out])
+    assert len(runs) == len(lab.runs) and all("complete 1/1" in r for r in runs), runs
+    broken = [(v.expect.says, v.status, v.note) for v in verdicts if v.status in (NO_VALUE, MISSING, DIFFERENT)]
+    assert not broken, broken
