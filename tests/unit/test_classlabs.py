@@ -28,10 +28,6 @@ def test_every_lab_loads_with_a_handout_and_checkable_statements():
             assert r.command().startswith(f"sudo testbed run {r.scenario}")
 
 
-#: labs whose INSTRUCTOR.md is written with their science (issue 25, item 5), on another branch
-INSTRUCTOR_ELSEWHERE = {2, 3, 4, 5, 7, 8, 9}
-
-
 def _section(text: str, heading: str) -> str:
     """The text under the first ``## heading...`` up to the next ``## `` heading."""
     m = re.search(rf"^## {heading}[^\n]*\n(.*?)(?=^## |\Z)", text, re.S | re.M)
@@ -41,8 +37,6 @@ def _section(text: str, heading: str) -> str:
 @pytest.mark.parametrize("lab", classlabs.catalogue(), ids=lambda l: l.ref)
 def test_every_lab_has_instructor_notes_with_an_answer_per_question_and_a_rubric(lab):
     notes = lab.path / "INSTRUCTOR.md"
-    if not notes.is_file() and lab.number in INSTRUCTOR_ELSEWHERE:
-        pytest.xfail(f"lab {lab.ref}: INSTRUCTOR.md comes with its science (issue 25, item 5)")
     handout, text = (lab.path / "README.md").read_text(), notes.read_text()
     assert "## Instructor notes" not in handout, "the handout is the student's: answers go in INSTRUCTOR.md"
     questions = re.findall(r"^(\d+)\. ", _section(handout, "Questions"), re.M)
