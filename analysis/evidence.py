@@ -16,18 +16,14 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import stats
+from . import repeats
 from .summary import load_quietly, summarize
 
 __all__ = ["Evidence", "RunInfo", "candidates", "evidence_of", "is_repeat_folder", "manifest_of", "run_dirs",
            "write_repeat_json"]
-
-_SEED_RE = re.compile(r"^seed-(\d+)$")
-
 
 def _json(path: Path) -> dict | None:
     try:
@@ -42,17 +38,12 @@ def manifest_of(run: Path) -> dict | None:
 
 
 def run_dirs(folder: Path) -> list[Path]:
-    """A repeat folder's run directories, in seed order (repeat.json's ``runs`` when it lists them)."""
-    listed = (_json(folder / "repeat.json") or {}).get("runs")
-    if isinstance(listed, list) and listed:
-        return [folder / str(r) for r in listed if (folder / str(r) / "manifest.json").is_file()]
-    seeds = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _SEED_RE.match(p.name))] \
-        if folder.is_dir() else []
-    return [p for _, p in sorted(seeds) if (p / "manifest.json").is_file()]
+    """A repeat folder's run directories, in seed order (the layout is analysis.repeats')."""
+    return repeats.run_dirs(folder)
 
 
 def is_repeat_folder(path: Path) -> bool:
-    return not (path / "manifest.json").is_file() and bool(run_dirs(path))
+    return repeats.is_repeat_folder(path) and bool(repeats.run_dirs(path))
 
 
 def candidates(paths: list[Path]) -> list[Path]:
@@ -125,23 +116,11 @@ def evidence_of(path: Path) -> Evidence:
     return Evidence(path, True, [RunInfo.read(p) for p in run_dirs(path)])
 
 
-def _clean(x: float) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
-
-
 def write_repeat_json(folder: Path, scenario: str, seeds: list[int]) -> dict:
-    """Summarize a repeat folder's runs into ``repeat.json``: every numeric metric over the complete, faithful runs
-    as its median with a 95% interval (analysis.stats.estimate); the other runs named."""
-    ev = Evidence(folder, True, [RunInfo.read(folder / f"seed-{s}") for s in seeds
-                                 if (folder / f"seed-{s}" / "manifest.json").is_file()])
-    per_metric: dict[str, list[float]] = {}
-    for run in ev.graded:
-        for k, v in run.metrics().items():
-            per_metric.setdefault(k, []).append(v)
-    doc = {"kind": "repeat", "scenario": scenario, "seeds": list(seeds), "runs": [r.path.name for r in ev.runs],
-           "metrics": {k: {n: _clean(x) for n, x in stats.estimate(v).as_dict().items()}
-                       for k, v in sorted(per_metric.items())},
-           "unfaithful": [r.path.name for r in ev.runs if r.complete and r.fidelity_ok is False],
-           "incomplete": [r.path.name for r in ev.runs if not r.complete]}
-    (folder / "repeat.json").write_text(json.dumps(doc, indent=1) + "\n")
+    """Summarize a repeat folder's runs into ``repeat.json`` (analysis.repeats.summarize: every metric over the
+    complete, faithful runs as its median with a 95% interval; the other runs named)."""
+    doc = repeats.summarize(folder, scenario)
+    if list(seeds) != doc["seeds"]:  # seeds asked for whose run left no folder (it failed before writing one)
+        doc["seeds"] = list(seeds)
+        (folder / repeats.REPEAT_JSON).write_text(json.dumps(doc, indent=2, allow_nan=True) + "\n", encoding="utf-8")
     return doc

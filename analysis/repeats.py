@@ -102,7 +102,9 @@ def run_info(run_dir: str | Path) -> RunInfo:
     manifest = _read_json(run_dir / "manifest.json") or {}
     summary = _read_json(run_dir / "summary.json")
     seed = manifest.get("seed")
-    seed = seed if isinstance(seed, int) and not isinstance(seed, bool) else None
+    if not isinstance(seed, int) or isinstance(seed, bool):  # a manifest without it: the folder's name says it
+        m = _SEED_DIR.match(run_dir.name)
+        seed = int(m.group(1)) if m else None
     complete = manifest.get("complete") is True and summary is not None
     summary = summary or {}
     faithful = summary.get("fidelity_ok") is not False
