@@ -36,6 +36,8 @@ KERNEL_RELEASE_FILE = CACHE_DIR / "vm-kernel-release"
 KVM_VERDICT_FILE = CACHE_DIR / "kvm-verdict"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Variables passed into the guest as they are on the host.
+#: QEMU's CPU model under software emulation: x86-64-v2 (SSE4.2, POPCNT: numpy's baseline), no AVX
+SOFTWARE_CPU = "Nehalem"
 PASSED_ENV_PREFIXES = ("TESTBED_", "PYTHON", "VIRTUAL_ENV", "PYTEST", "HYPOTHESIS", "CI", "LANG", "LC_", "TERM",
                        "OPENBLAS_")
 
@@ -244,6 +246,9 @@ def _guest_script(results: Path, argv: list[str], options: VmOptions, pyimage) -
     for k, v in os.environ.items():
         if k == "PATH" or k.startswith(PASSED_ENV_PREFIXES):
             env_lines.append(f"export {k}={shlex.quote(v)}")
+    # A host's OPENBLAS_CORETYPE (e.g. Haswell) names instructions a guest CPU without AVX2 lacks: use the guest's own
+    env_lines.append('grep -qw avx2 /proc/cpuinfo || { [ -z "${OPENBLAS_CORETYPE:-}" ] || '
+                     'export OPENBLAS_CORETYPE=Nehalem; }')
     script = results / "guest.sh"
     script.write_text(
         "#!/bin/sh\n"
@@ -274,11 +279,10 @@ def _vng_command(vng: str, release: str, image, options: VmOptions, pyimage, rw_
            "--overlay-rwdir", "/etc", "--overlay-rwdir", "/var"]
     if not use_kvm:
         cmd.append("--disable-kvm")
-        # QEMU's software CPU is `-cpu max`. TESTBED_VM_CPU picks another model (e.g. Nehalem) if a guest program
-        # trips over young AVX2/AVX-512 emulation; note that any --qemu-opts makes vng leave the fast microvm
-        # machine type (boot went from ~12 s to over a minute here), so it is not the default.
-        if os.environ.get("TESTBED_VM_CPU"):
-            cmd.append(f"--qemu-opts=-cpu {os.environ['TESTBED_VM_CPU']}")
+        # The software CPU is a model without AVX (SOFTWARE_CPU): under QEMU's emulation of AVX2 (`-cpu max`,
+        # `Haswell`) numpy 2.4 / pandas 3.1 segfaulted in the guest (a pandas groupby: 6 of 6 processes crashed
+        # with -cpu Haswell-v4, most with -cpu max; 0 of 4 with Nehalem). TESTBED_VM_CPU picks another model.
+        cmd.append(f"--qemu-opts=-cpu {os.environ.get('TESTBED_VM_CPU') or SOFTWARE_CPU}")
     if pyimage:
         cmd.append("--qemu-opts=" + " ".join(vmimage.qemu_args(pyimage[0])))
     for d in rw_final:
