@@ -4,6 +4,7 @@ each host's own hostname (testbed.kernel.uts)."""
 
 import os
 import subprocess
+import time
 import uuid
 
 import pytest
@@ -50,12 +51,26 @@ def test_the_no_rank_line_says_where_the_daemons_got_to(up, says):
     assert mpirun.no_rank_line(30, ["h2"], [], "oops").endswith("; mpirun.stderr: oops")
 
 
+def _after_exec(pid: int, name: str) -> None:
+    """Wait (up to 5 s) until a child started by Popen has exec'd: before that /proc shows the parent's name and
+    environment, and a read of the marked processes races the exec."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() == name:
+                return
+        except OSError:
+            pass
+        time.sleep(0.01)
+
+
 def test_a_launch_is_read_from_the_processes_that_carry_its_mark(tmp_path):
     token = uuid.uuid4().hex[:16]
     env = {**os.environ, "TESTBED_PROGRAM": token}
     inode = os.stat("/proc/self/ns/net").st_ino
     (tmp_path / "orted").symlink_to("/bin/sleep")  # a process named orted: the daemon of this host
     daemon = subprocess.Popen([str(tmp_path / "orted"), "30"], env=env)
+    _after_exec(daemon.pid, "orted")
     try:
         procs = mpirun.program_processes(token)
         assert [p.pid for p in procs] == [daemon.pid] and not mpirun.rank_started(procs)
@@ -66,6 +81,7 @@ def test_a_launch_is_read_from_the_processes_that_carry_its_mark(tmp_path):
         assert watch.check(6.0) == ("program: mpirun started no rank within 5 s: its daemons (orted) came up on "
                                     "h2, not on h3; nothing on mpirun.stderr")
         rank = subprocess.Popen(["sleep", "30"], env={**env, "OMPI_COMM_WORLD_RANK": "0"})
+        _after_exec(rank.pid, "sleep")
         try:
             assert mpirun.rank_started(mpirun.program_processes(token))
             assert watch.check(7.0) is None and watch.started  # a rank started: the bound no longer applies
