@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -287,28 +288,39 @@ def _vng_command(vng: str, release: str, image, options: VmOptions, pyimage, rw_
         cmd.append("--qemu-opts=" + " ".join(vmimage.qemu_args(pyimage[0])))
     for d in rw_final:
         cmd += ["--rwdir", d]
-    if options.verbose:
-        cmd.append("--verbose")
+    # The guest kernel's console always goes to vng.log: in full with --verbose, otherwise its warnings and worse
+    # (loglevel 4: a panic, an oops, the OOM killer), so a VM that dies mid-run leaves its reason behind.
+    cmd.append("--verbose")
+    if not options.verbose:
+        cmd += ["--append", "loglevel=4"]
     return cmd + ["--", f"sh {shlex.quote(str(script))}"]
 
 
 def _boot_and_collect(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
     """Boot the VM (once more, with the boot log, when the guest never reached the command) and return the
-    command's exit status from results/rc (125: the VM reported none; the log's tail goes to stderr)."""
+    command's exit status from results/rc; 124: the command timed out; 125: the VM died without reporting one (the
+    log's tail goes to stderr)."""
     rc_file = results / "rc"
     returncode = _boot(cmd, env, results, options)
-    if not rc_file.exists() and not (results / "started").exists() and returncode != -15:
+    if returncode == -15 and not rc_file.exists():
+        return 124
+    if not rc_file.exists() and not (results / "started").exists():
         # The guest never reached the command (an emulated boot that died early, seen once here:
         # vng exit 255, nothing logged). Nothing ran, so booting again is safe; this time with the boot log.
         print(f"testbed vm: the VM exited before running the command (vng exit {returncode}); booting it once "
               "more", file=sys.stderr)
         (results / "vng.log").replace(results / "vng-first.log")
-        returncode = _boot(cmd[:cmd.index("--")] + ["--verbose"] + cmd[cmd.index("--"):] if not options.verbose
-                           else cmd, env, results, options)
+        returncode = _boot(cmd, env, results, options)
+        if returncode == -15 and not rc_file.exists():
+            return 124
     if not rc_file.exists():
-        tail = (results / "vng.log").read_text(errors="replace")[-2000:]
-        print(f"testbed vm: the VM did not report an exit status (vng exit {returncode}); "
-              f"log: {results / 'vng.log'}\n{tail}", file=sys.stderr)
+        started = results / "started"
+        when = (f"{time.time() - started.stat().st_mtime:.0f} s after the command started" if started.exists()
+                else "before the command started")
+        tail = (results / "vng.log").read_text(errors="replace")[-3000:]
+        print(f"testbed vm: the VM stopped {when} without reporting an exit status (vng exit {returncode}: QEMU "
+              f"ended, the guest kernel panicked or powered off); console log: {results / 'vng.log'}\n{tail}",
+              file=sys.stderr)
         return 125
     rc = int(rc_file.read_text().strip() or 125)
     if not os.environ.get("TESTBED_VM_KEEP"):
@@ -350,6 +362,9 @@ def _boot(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
     proc = subprocess.Popen(cmd, env=env, stdout=vng_log if not options.verbose else None,
                             stderr=subprocess.STDOUT if not options.verbose else None,
                             stdin=subprocess.DEVNULL, start_new_session=True)
+    # QEMU runs in its own session (a terminal's Ctrl-C reaches it only through us): SIGTERM ends it as Ctrl-C does
+    old_term = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
         proc.wait(timeout=options.timeout_s)
     except subprocess.TimeoutExpired:
@@ -362,8 +377,14 @@ def _boot(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
         proc.wait()
         raise
     finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
         stop.set()
         for t in streams:
             t.join()
         vng_log.close()
     return proc.returncode
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt

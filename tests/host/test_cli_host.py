@@ -93,6 +93,43 @@ def test_vm_exit_status_and_shared_output(tmp_path):
     assert release and release != os.uname().release  # it really ran on the VM's kernel
 
 
+
+def test_a_vm_that_dies_mid_command_says_so_with_its_console_and_status_125():
+    """The guest powers off under the command (sysrq 'o': what a QEMU crash or a guest panic looks like from
+    outside): no exit status was reported, so `testbed vm` returns 125 (the suite's script boots once more on
+    it, and only on it) and says when the VM stopped and where its console log is."""
+    r = run("vm", "--", "sh", "-c", "echo working; sleep 1; echo o > /proc/sysrq-trigger; sleep 60")
+    assert r.returncode == 125, (r.returncode, r.stdout, r.stderr)
+    assert "working" in r.stdout, r.stdout
+    assert "the VM stopped" in r.stderr and "after the command started" in r.stderr, r.stderr
+    assert "console log:" in r.stderr, r.stderr
+
+
+def test_sigterm_to_testbed_vm_ends_its_qemu(tmp_path):
+    """QEMU runs in a session of its own, so a SIGTERM to `testbed vm` (a CI job's time limit, `kill`) must end it
+    too: no emulated VM is left running, and using the CPU, after the command is gone."""
+    import signal
+    import time
+
+    marker = tmp_path / "vm-sigterm-marker"  # a --rwdir: QEMU's command line names it
+    p = subprocess.Popen([*TESTBED, "vm", "--rwdir", str(marker), "--", "sh", "-c", f"touch {marker}/up; sleep 600"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    try:
+        deadline = time.time() + 300
+        while not (marker / "up").exists() and time.time() < deadline and p.poll() is None:
+            time.sleep(0.5)
+        assert (marker / "up").exists(), "the VM never ran the command"
+        p.send_signal(signal.SIGTERM)
+        p.wait(timeout=60)
+        time.sleep(1)
+        left = subprocess.run(["pgrep", "-f", str(marker)], capture_output=True, text=True).stdout.split()
+        assert not left, f"processes left behind: {left}"
+    finally:
+        if p.poll() is None:
+            p.kill()
+        subprocess.run(["pkill", "-f", str(marker)], check=False)
+
 # ------------------------------------------------------------------------------ bad --out: one line, nothing made
 
 @contextlib.contextmanager
