@@ -176,14 +176,14 @@ def sides_page(df: pd.DataFrame, a, b, diff: Sequence[tuple[str, list[str]]], ou
     if len(told):
         blocks.append(Block("p", f"{len(told)} of {len(shown)} metrics differ beyond the noise of these runs "
                             f"({level:.0%} level), largest change first:"))
-        blocks.append(Block("table", sides_table(told)))
+        blocks.append(Block("table", sides_table(told).drop(columns=["runs to tell", "cv A", "cv B"])))
     else:
         if fewest >= MIN_RUNS_FOR_VERDICT:
             blocks.append(Block("p", f"No metric differs beyond the noise of these runs ({level:.0%} level); "
                                 "\"not distinguishable\" is not \"equal\". The largest changes seen, with about how "
                                 "many runs a side would tell them:"))
         rest = df[df["metric"].isin(shown)].head(LARGEST)
-        blocks.append(Block("table", sides_table(rest)))
+        blocks.append(Block("table", sides_table(rest).drop(columns=["cv A", "cv B"])))
     if distributions is not None:
         blocks += [Block("h2", "Distributions over the runs"), Block("img", (distributions, distributions.name),
                                                                      "distributions"),
