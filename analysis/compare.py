@@ -259,6 +259,8 @@ class Side:
     params: list[dict[str, str]] = field(default_factory=list)   # param_texts of each counting run
     samples: dict[str, list[float]] = field(default_factory=dict)  # comparepage.run_samples, pooled over runs
     ports: list[str] = field(default_factory=list)  # each counting run's busiest port (the backlog samples')
+    trace: object = None  # the first counting run's comparepage.RunSamples (its busiest port over time)
+    trace_run: str = ""  # and that run's name
 
     def describe(self) -> str:
         what = f"repeat folder, {len(self.runs)} runs" if self.repeat else "one run"
@@ -288,7 +290,7 @@ def load_side(path: str | Path, label: str) -> Side:
     infos = [run_info(d) for d in dirs]
     values: dict[str, list[float]] = {}
     samples: dict[str, list[float]] = {}
-    scenario, params, ports = "?", [], []
+    scenario, params, ports, trace, trace_run = "?", [], [], None, ""
     for info in infos:
         if not info.counts:
             continue
@@ -298,13 +300,16 @@ def load_side(path: str | Path, label: str) -> Side:
         for k, (v, _src) in summarize(run).items():
             if k not in NOT_METRICS:
                 values.setdefault(k, []).append(v)
-        got, port = run_samples(run)
-        for k, v in got.items():
+        got = run_samples(run)
+        for k, v in got.samples.items():
             samples.setdefault(k, []).extend(v)
-        ports += [port] if port else []
+        ports += [got.port] if got.port else []
+        if trace is None:
+            trace, trace_run = got, info.name
     return Side(label, path, repeat, [i.name for i in infos], [i.name for i in infos if i.counts],
                 [(i.name, i.reasons) for i in infos if i.complete and not i.faithful],
-                [i.name for i in infos if not i.complete], values, scenario, params, samples, ports)
+                [i.name for i in infos if not i.complete], values, scenario, params, samples, ports, trace,
+                trace_run)
 
 
 def _metric_order(a: Side, b: Side) -> list[str]:

@@ -22,6 +22,7 @@ the PNGs beside it. The tables' text (:func:`sides_table`, :func:`runs_table`) i
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -33,33 +34,48 @@ from .render import Block, fmt, render_html, render_markdown
 from .stats import MIN_RUNS_FOR_VERDICT
 from .summary import headline_ops
 
-__all__ = ["SAMPLES", "TOLD", "runs_page", "runs_table", "run_samples", "sides_page", "sides_table"]
+__all__ = ["SAMPLES", "TOLD", "RunSamples", "runs_page", "runs_table", "run_samples", "sides_page", "sides_table"]
 
 #: per-sample series a run may hold: name -> what the CDF's x axis shows
 SAMPLES = {"round_ms": "incast round time (ms)", "cct_ms": "collective op time, CCT (ms)",
-           "step_ms": "training step time (ms)", "backlog_bytes": "sampled backlog at the busiest port (bytes)"}
+           "step_ms": "training step time (ms)",
+           "backlog_bytes": "sampled backlog at the busiest port (most drops, else highest peak; bytes)"}
 #: the verdicts that say a difference is real
 TOLD = ("A > B", "A < B")
 #: the rows the "largest changes" table shows when there is no verdict to lead with
 LARGEST = 8
 
 
-def run_samples(run: Run) -> tuple[dict[str, list[float]], str]:
-    """One run's samples per :data:`SAMPLES` name (those it has) and the name of its busiest port (the highest
-    sampled backlog, summed over classes), whose backlog samples are ``backlog_bytes``."""
+@dataclass
+class RunSamples:
+    """One run's samples per :data:`SAMPLES` name (those it has), its busiest port (the most drops, else the highest
+    sampled backlog; backlog summed over classes: ``backlog_bytes`` is that port's samples) and its backlog over time
+    (``trace_s``: seconds since the port's first sample, ``trace_bytes``)."""
+    samples: dict[str, list[float]]
+    port: str = ""
+    trace_s: list[float] = field(default_factory=list)
+    trace_bytes: list[float] = field(default_factory=list)
+
+
+def run_samples(run: Run) -> RunSamples:
+    """See :class:`RunSamples`."""
     out: dict[str, list[float]] = {}
     if len(run.rounds):
         out["round_ms"] = (m.round_times(run.rounds)["round_s"] * 1e3).tolist()
     if len(run.ops):
         out["cct_ms"] = (m.op_table(headline_ops(run.ops))["cct_s"] * 1e3).tolist()
         out["step_ms"] = (m.step_times(run.ops)["step_s"] * 1e3).tolist()
-    port = ""
-    if len(run.queues):
-        per_t = run.queues.groupby(["node", "port", "t_s"])["backlog_bytes"].sum()
-        node, port_name = per_t.groupby(level=[0, 1], sort=False).max().idxmax()
-        out["backlog_bytes"] = per_t.loc[(node, port_name)].astype(float).tolist()
-        port = f"{node}:{port_name}"
-    return out, port
+    if not len(run.queues):
+        return RunSamples(out)
+    per_t = run.queues.groupby(["node", "port", "t_s"])["backlog_bytes"].sum()
+    peak = per_t.groupby(level=[0, 1]).max().rename("peak").reset_index()
+    busiest = peak.merge(m.port_counter_deltas(run.queues), on=["node", "port"], how="left").fillna({"drops": 0})
+    top = busiest.sort_values(["drops", "peak"], ascending=False, kind="stable").iloc[0]
+    node, port = top["node"], top["port"]
+    trace = per_t.loc[(node, port)].astype(float)
+    out["backlog_bytes"] = trace.tolist()
+    t = trace.index.to_numpy(dtype=float)
+    return RunSamples(out, f"{node}:{port}", (t - t[0]).tolist(), trace.tolist())
 
 
 # --------------------------------------------------------------------------- table text (terminal, md, html)
@@ -131,6 +147,32 @@ def _cdfs(series: Mapping[str, Mapping[str, list[float]]], ports: Mapping[str, s
     return blocks
 
 
+def _traces(traces: Mapping[str, RunSamples], out: Path, title: str) -> list[Block]:
+    """The busiest port's backlog over time, one line per side (``{label: its run's samples}``), each from its
+    port's first sample: which side builds a standing queue, and when."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    shown = {label: r for label, r in traces.items() if r.trace_s}
+    if not shown:
+        return []
+    fig = Figure(figsize=(7.0, 3.6), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    for label, r in shown.items():
+        ax.step(r.trace_s, r.trace_bytes, where="post", linewidth=0.8, alpha=0.8, label=f"{label} at {r.port}")
+    ax.set_xlabel("time since the port's first queue sample (s)")
+    ax.set_ylabel("backlog (bytes)")
+    ax.set_title(title, fontsize="medium")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize="small", frameon=False)  # below the axes
+    path = out / "compare_queue_trace.png"
+    fig.tight_layout()
+    fig.savefig(path, format="png")
+    return [Block("img", (path, path.name), "the busiest port's sampled backlog over time, each side's own port "
+                  "(a repeat folder: its first counting run)")]
+
+
 def _side_series(side) -> tuple[str, dict[str, list[float]], str]:
     label = f"{side.label} ({len(side.used)} runs pooled)" if side.repeat else side.label
     ports = sorted(set(side.ports))
@@ -190,8 +232,10 @@ def sides_page(df: pd.DataFrame, a, b, diff: Sequence[tuple[str, list[str]]], ou
                    Block("p", "Per metric a box per side, every run a dot, the median's confidence interval beside "
                          "it: one number a side hides the spread that decides the verdict.")]
     series = [_side_series(a), _side_series(b)]
-    cdfs = _cdfs({lab: s for lab, s, _ in series}, {lab: port for lab, _, port in series}, out,
-                 f"{a.label} = {a.path.name} vs {b.label} = {b.path.name}")
+    title = f"{a.label} = {a.path.name} vs {b.label} = {b.path.name}"
+    cdfs = _cdfs({lab: s for lab, s, _ in series}, {lab: port for lab, _, port in series}, out, title)
+    cdfs += _traces({(f"{s.label} ({s.trace_run})" if s.repeat else s.label): s.trace
+                     for s in (a, b) if s.trace is not None}, out, title)
     if cdfs:
         blocks += [Block("h2", "Samples inside the runs")] + cdfs
     blocks += [Block("h2", "Every metric"),
@@ -211,7 +255,7 @@ def sides_page(df: pd.DataFrame, a, b, diff: Sequence[tuple[str, list[str]]], ou
     return _write(blocks, out, f"compare {a.path.name} vs {b.path.name}")
 
 
-def runs_page(df: pd.DataFrame, runs: Sequence[Run], labels: Sequence[str], samples: Sequence[tuple[dict, str]],
+def runs_page(df: pd.DataFrame, runs: Sequence[Run], labels: Sequence[str], samples: Sequence[RunSamples],
               diff: Sequence[tuple[str, list[str]]], changes: Mapping[str, Sequence[str]], out: Path,
               echoes: set[str]) -> tuple[Path, Path]:
     """compare.html / compare.md of several run directories (:func:`analysis.compare.compare`)."""
@@ -228,8 +272,9 @@ def runs_page(df: pd.DataFrame, runs: Sequence[Run], labels: Sequence[str], samp
                          "noisy process. These ratios (each run against the first) carry no verdict; compare "
                          "repeat folders (--repeat 5) to know."),
                    Block("table", moved.head(LARGEST))]
-    cdfs = _cdfs({lab: s for lab, (s, _) in zip(labels, samples)},
-                 {lab: port for lab, (_, port) in zip(labels, samples)}, out, " vs ".join(labels))
+    cdfs = _cdfs({lab: r.samples for lab, r in zip(labels, samples)},
+                 {lab: r.port for lab, r in zip(labels, samples)}, out, " vs ".join(labels))
+    cdfs += _traces(dict(zip(labels, samples)), out, " vs ".join(labels))
     if cdfs:
         blocks += [Block("h2", "Samples inside the runs")] + cdfs
     blocks += [Block("h2", "Every metric"),

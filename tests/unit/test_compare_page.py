@@ -200,3 +200,28 @@ def test_two_run_directories_say_one_run_cannot_tell_and_show_rto_min(tmp_path, 
     mixed = (tmp_path / "mixed" / "compare.html").read_text()
     assert "One run a side cannot tell" in mixed and "<td>rto_min_ms</td><td>200</td><td>1</td>" in \
         mixed.replace('<td class="num">', "<td>")
+
+
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+
+
+def test_samples_inside_the_runs_are_overlaid(tmp_path):
+    """The fixture collectives: per-op and per-step samples and the busiest port's backlog, drawn for both runs."""
+    from analysis.comparepage import run_samples
+    from analysis.summary import load_quietly
+
+    r = run_samples(load_quietly(RUNS / "small_collective"))
+    assert r.samples["cct_ms"] == pytest.approx([12, 10, 40, 20]) and r.samples["step_ms"] == pytest.approx([30, 140])
+    assert r.samples["round_ms"] == pytest.approx([20, 40])
+    # leaf1:eth3 drops 12 packets and peaks at 9000 B (spine1:eth2: none, 2000 B): its samples, from its first one
+    assert r.port == "leaf1:eth3" and r.trace_bytes == [0, 3000, 9000, 1500, 0] == r.samples["backlog_bytes"]
+    assert r.trace_s == pytest.approx([0, 0.05, 0.1, 0.15, 0.2])
+    compare([RUNS / "small_collective", RUNS / "straggler_collective"], out=tmp_path / "cmp")
+    for name in ("cct_ms", "step_ms", "round_ms", "backlog_bytes"):
+        assert (tmp_path / "cmp" / f"compare_cdf_{name}.png").stat().st_size > 0, name
+    assert (tmp_path / "cmp" / "compare_queue_trace.png").stat().st_size > 0
+    html = (tmp_path / "cmp" / "compare.html").read_text()
+    assert html.count("data:image/png;base64,") == 5
+    diff = html[html.index("<h2>What differs"):html.index("<h2>Largest changes")].replace('<td class="num">', "<td>")
+    assert "<td>scenario</td><td>fixture-small-collective</td><td>collective</td>" in diff
+    assert "<td>ranks</td><td>2</td><td>3</td>" in diff and "<td>collective</td><td>(not set)</td>" in diff
