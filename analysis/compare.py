@@ -9,6 +9,13 @@ Two questions, two functions:
   (compare_distributions.png). One number a side cannot say whether a difference is real.
 * :func:`compare`: several run directories' numbers in one table, each with its ratio to the first (no verdict).
 
+Both lead with what differs: :func:`param_diff` lists every parameter (manifest ``params``, text ones included:
+``cc``, ``discipline``, ...), the scenario and where the runs ran (host or lab VM, kernel, commit) whose value is not
+the same on every side; rows are ordered by the size of the change (:func:`change_order`: verdicts first, then
+``|log ratio|``, a change from or to 0 counting as the largest, rows that only echo a parameter last); a change
+from or to 0 reads ``0 -> 664 (new)`` / ``664 -> 0 (gone)`` (:func:`change_text`), never a ratio ``-``. With ``out``
+both also write compare.html (:mod:`analysis.comparepage`: the verdicts, then the pictures).
+
 ``compare(run_dirs, out=None) -> DataFrame`` with one row per metric (one value per run, the same value the
 run's report shows: :func:`analysis.summary.summarize`):
 
@@ -19,16 +26,18 @@ run's report shows: :func:`analysis.summary.summarize`):
 * one ``<run>/<first>`` column per later run: ``value / first run's value`` (nan when either is missing or
   the first is 0 — a ratio to nothing is not a number, even when both are 0).
 
-Rows are the union over runs, in first-seen order (summary rows first); a metric a run lacks is nan. A metric
-that is ``data`` in one run and ``summary`` in another is one row (``source`` says ``data``).
-With ``out`` the table is also written as ``out/compare.csv`` and ``out/compare.md``.
+Rows are the union over runs, ordered by the largest change of any run against the first (:func:`change_order`);
+a metric a run lacks is nan. A metric that is ``data`` in one run and ``summary`` in another is one row (``source``
+says ``data``). With ``out`` the table is also written as ``out/compare.csv``, ``out/compare.md`` and
+``out/compare.html``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -37,14 +46,14 @@ import pandas as pd
 from . import stats
 from .load import IncompleteRunWarning, Run, RunDirError, load_run
 from .repeats import NOT_METRICS, is_repeat_folder, run_dirs, run_info
-from .report import fmt, md_table
+from .render import fmt
 from .stats import LEVEL
 from .stripplot import plot_distributions
 from .summary import HEADLINE, load_quietly, summarize
 from .summary import numeric as numeric_summary
 
-__all__ = ["Side", "compare", "compare_sides", "constant_metrics", "load_side", "numeric_summary", "run_labels",
-           "write_sides"]
+__all__ = ["Side", "change_order", "change_text", "compare", "compare_sides", "constant_metrics", "load_side",
+           "numeric_summary", "param_diff", "param_texts", "run_labels", "write_sides"]
 
 
 def run_labels(runs: Sequence[Run]) -> list[str]:
@@ -56,6 +65,100 @@ def run_labels(runs: Sequence[Run]) -> list[str]:
         seen[base] = seen.get(base, 0) + 1
         labels.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
     return labels
+
+
+#: manifest values beside ``params`` that say where a run ran (a difference there can explain one in the results)
+WHERE = ("in_lab_vm", "kernel_release", "git_commit")
+#: parameters every repeat has its own value of: never "a difference between the sides"
+NOT_PARAMS = frozenset({"seed"})
+
+
+def _text(v) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (dict, list, tuple)):
+        return json.dumps(v, sort_keys=True, default=str)
+    return fmt(v)
+
+
+def param_texts(manifest: dict) -> dict[str, str]:
+    """A run's configuration as text, one entry per name: ``scenario``, every manifest ``params`` value (text,
+    numbers, bools and lists alike; not ``seed``) and :data:`WHERE` (host or lab VM, kernel, commit)."""
+    out = {"scenario": _text(manifest.get("scenario", "?"))}
+    params = manifest.get("params")
+    if isinstance(params, dict):
+        out.update({str(k): _text(v) for k, v in params.items() if k not in NOT_PARAMS})
+    out.update({k: _text(manifest[k]) for k in WHERE if k in manifest})
+    return out
+
+
+def _side_text(values: Sequence[str]) -> str:
+    distinct = list(dict.fromkeys(values))
+    if len(distinct) == 1:
+        return distinct[0]
+    return "varies: " + ", ".join(distinct[:4]) + (", ..." if len(distinct) > 4 else "")
+
+
+def param_diff(sides: Sequence[Sequence[dict[str, str]]]) -> list[tuple[str, list[str]]]:
+    """``[(name, [text per side])]`` for every configuration value (:func:`param_texts`) that is not the same on
+    every side, in first-seen order (``scenario`` first, :data:`WHERE` last). ``sides``: per side, its runs'
+    :func:`param_texts`; a side whose runs disagree reads ``varies: a, b``, a name a side lacks ``(not set)``."""
+    names = list(dict.fromkeys(k for runs in sides for r in runs for k in r))
+    names = [k for k in names if k not in WHERE] + [k for k in WHERE if k in names]
+    out = []
+    for name in names:
+        texts = [_side_text([r.get(name, "(not set)") for r in runs]) if runs else "(no runs)" for runs in sides]
+        if len(set(texts)) > 1:
+            out.append((name, texts))
+    return out
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def change_text(first, later, ratio_text: str = "") -> str:
+    """How a metric went from the first side to the other when a ratio cannot say it: ``0 -> 664 (new)``,
+    ``664 -> 0 (gone)``, ``0 both``, ``absent -> 5`` / ``5 -> absent`` (a side lacks the metric), ``-`` (both lack
+    it); otherwise ``ratio_text``."""
+    if _missing(first) and _missing(later):
+        return "-"
+    if _missing(first) or _missing(later):
+        return " -> ".join("absent" if _missing(v) else fmt(v) for v in (first, later))
+    if first == 0 and later == 0:
+        return "0 both"
+    if first == 0 or later == 0:
+        return f"{fmt(first)} -> {fmt(later)} ({'new' if first == 0 else 'gone'})"
+    return ratio_text
+
+
+def change_size(first, later) -> float:
+    """``|log(later / first)|``: inf for a change from or to 0 (or of sign), 0 for 0 both, nan when a side lacks it."""
+    if _missing(first) or _missing(later):
+        return math.nan
+    if first == 0 and later == 0:
+        return 0.0
+    if first == 0 or later == 0 or (first < 0) != (later < 0):
+        return math.inf
+    return abs(math.log(later / first))
+
+
+def change_order(sizes: Sequence[float], told: Sequence[bool] | None = None,
+                 echoes: Sequence[bool] | None = None) -> list[int]:
+    """Row positions, largest change first: rows with a verdict (``told``) before those without, then by
+    :func:`change_size` (descending; nan last), rows that only echo a parameter (``echoes``) after all others;
+    ties keep their order."""
+    def key(i: int):
+        size = sizes[i]
+        return (bool(echoes[i]) if echoes else False, not told[i] if told else False,
+                -(-1.0 if math.isnan(size) else size), i)
+
+    return sorted(range(len(sizes)), key=key)
+
+
+def _param_names(manifests: Sequence[dict]) -> set[str]:
+    """The names of the runs' ``params``: a metric of that name only echoes the configuration."""
+    return {str(k) for mf in manifests if isinstance(mf.get("params"), dict) for k in mf["params"]}
 
 
 def _ratio(v: float, base: float) -> float:
@@ -84,7 +187,7 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> pd
             for k in vals:
                 if source[k] == src and (src, k) not in order:
                     order.append((src, k))
-    rows = []
+    rows, sizes = [], []
     for src, metric in order:
         row: dict[str, object] = {"metric": metric, "source": src}
         values = [vals[metric][0] if metric in vals else math.nan for vals in per_run]
@@ -93,6 +196,10 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> pd
         for lab, v in zip(labels[1:], values[1:]):
             row[f"{lab}/{labels[0]}"] = _ratio(v, values[0])
         rows.append(row)
+        known = [x for x in (change_size(values[0], v) for v in values[1:]) if not math.isnan(x)]
+        sizes.append(max(known) if known else math.nan)
+    params = _param_names([r.manifest for r in runs])
+    rows = [rows[i] for i in change_order(sizes, echoes=[r["metric"] in params for r in rows])]
     cols = ["metric", "source", *labels, *[f"{lab}/{labels[0]}" for lab in labels[1:]]]
     df = pd.DataFrame(rows, columns=cols)
     for c in cols[2:]:
@@ -103,20 +210,29 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> pd
 
 
 def write_compare(df: pd.DataFrame, runs: Sequence[Run], labels: Sequence[str], out: str | Path
-                  ) -> tuple[Path, Path]:
-    """Write ``compare.csv`` and ``compare.md`` into ``out``; returns their paths."""
+                  ) -> tuple[Path, Path, Path]:
+    """Write ``compare.csv``, ``compare.md`` and ``compare.html`` (:func:`analysis.comparepage.runs_page`: what
+    differs, the largest changes, the runs' samples as overlaid CDFs) into ``out``; returns their paths."""
+    from .comparepage import run_samples, runs_page
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    csv_path, md_path = out / "compare.csv", out / "compare.md"
+    csv_path = out / "compare.csv"
     df.to_csv(csv_path, index=False)
-    lines = ["# Run comparison", "", "| label | run directory | scenario | complete |", "|---|---|---|---|"]
-    for lab, r in zip(labels, runs):
-        lines.append(f"| {lab} | {r.path} | {r.manifest.get('scenario', '?')} | {fmt(r.complete)} |")
-    lines += ["", f"Ratios are each run's value divided by the first run's ({labels[0]}); `-` where either "
-              "value is missing or the first is 0.", "", md_table(df), ""]
-    md_path.write_text("\n".join(lines), encoding="utf-8")
-    return csv_path, md_path
+    html_path, md_path = runs_page(df, runs, labels, [run_samples(r) for r in runs],
+                                   param_diff([[param_texts(r.manifest)] for r in runs]), run_changes(df), out,
+                                   _param_names([r.manifest for r in runs]))
+    return csv_path, md_path, html_path
 
+
+def run_changes(df: pd.DataFrame) -> dict[str, list[str]]:
+    """``{metric: [change text per later run]}`` of a :func:`compare` table: the ratio to the first run, or the
+    change from or to 0 (:func:`change_text`)."""
+    labels = [c for c in df.columns[2:] if "/" not in c]
+    out = {}
+    for _, r in df.iterrows():
+        out[r["metric"]] = [change_text(r[labels[0]], r[lab], fmt(r[f"{lab}/{labels[0]}"])) for lab in labels[1:]]
+    return out
 
 
 # --------------------------------------------------------------------------- two sides, each one run or repeats
@@ -140,6 +256,11 @@ class Side:
     incomplete: list[str]
     values: dict[str, list[float]]
     scenario: str = "?"
+    params: list[dict[str, str]] = field(default_factory=list)   # param_texts of each counting run
+    samples: dict[str, list[float]] = field(default_factory=dict)  # comparepage.run_samples, pooled over runs
+    ports: list[str] = field(default_factory=list)  # each counting run's busiest port (the backlog samples')
+    trace: object = None  # the first counting run's comparepage.RunSamples (its busiest port over time)
+    trace_run: str = ""  # and that run's name
 
     def describe(self) -> str:
         what = f"repeat folder, {len(self.runs)} runs" if self.repeat else "one run"
@@ -164,20 +285,31 @@ def load_side(path: str | Path, label: str) -> Side:
     else:
         load_quietly(path)  # a run directory that cannot be read says so here
         dirs = [path]
+    from .comparepage import run_samples
+
     infos = [run_info(d) for d in dirs]
     values: dict[str, list[float]] = {}
-    scenario = "?"
+    samples: dict[str, list[float]] = {}
+    scenario, params, ports, trace, trace_run = "?", [], [], None, ""
     for info in infos:
         if not info.counts:
             continue
         run = load_quietly(info.path)
         scenario = run.manifest.get("scenario", scenario)
+        params.append(param_texts(run.manifest))
         for k, (v, _src) in summarize(run).items():
             if k not in NOT_METRICS:
                 values.setdefault(k, []).append(v)
+        got = run_samples(run)
+        for k, v in got.samples.items():
+            samples.setdefault(k, []).extend(v)
+        ports += [got.port] if got.port else []
+        if trace is None:
+            trace, trace_run = got, info.name
     return Side(label, path, repeat, [i.name for i in infos], [i.name for i in infos if i.counts],
                 [(i.name, i.reasons) for i in infos if i.complete and not i.faithful],
-                [i.name for i in infos if not i.complete], values, scenario)
+                [i.name for i in infos if not i.complete], values, scenario, params, samples, ports, trace,
+                trace_run)
 
 
 def _metric_order(a: Side, b: Side) -> list[str]:
@@ -201,11 +333,15 @@ def compare_sides(a_path: str | Path, b_path: str | Path, out: str | Path | None
         for side, e in ((labels[0], d.a), (labels[1], d.b)):
             row.update({f"{side}_{k}": getattr(e, k) for k in _SIDE_COLUMNS})
         row.update(ratio=d.ratio, ratio_low=d.ratio_low, ratio_high=d.ratio_high, p_value=d.p_value,
-                   verdict=d.verdict, runs_needed=d.runs_needed)
+                   verdict=d.verdict, runs_needed=d.runs_needed, change=change_text(d.a.median, d.b.median))
         rows.append(row)
+    echoes = _param_names([{"params": p} for p in a.params + b.params])
+    order = change_order([change_size(r[f"{labels[0]}_median"], r[f"{labels[1]}_median"]) for r in rows],
+                         told=[r["verdict"] in ("A > B", "A < B") for r in rows],
+                         echoes=[r["metric"] in echoes for r in rows])
     cols = ["metric", *[f"{s}_{k}" for s in labels for k in _SIDE_COLUMNS], "ratio", "ratio_low", "ratio_high",
-            "p_value", "verdict", "runs_needed"]
-    df = pd.DataFrame(rows, columns=cols)
+            "p_value", "verdict", "runs_needed", "change"]
+    df = pd.DataFrame([rows[i] for i in order], columns=cols)
     if out is not None:
         write_sides(df, a, b, out, level)
     return df, a, b
@@ -222,28 +358,32 @@ def constant_metrics(df: pd.DataFrame, a: Side, b: Side) -> list[str]:
 
 
 def write_sides(df: pd.DataFrame, a: Side, b: Side, out: str | Path, level: float = LEVEL) -> list[Path]:
-    """compare.csv, compare.md and (a side with repeats) compare_distributions.png in ``out``."""
+    """compare.csv, compare.html and compare.md (:func:`analysis.comparepage.sides_page`), and, when a side has
+    repeats, compare_distributions.png (the metrics with a verdict first, then the headline ones) in ``out``."""
+    from .comparepage import sides_page
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    paths = [out / "compare.csv", out / "compare.md"]
+    paths = [out / "compare.csv"]
     df.to_csv(paths[0], index=False)
-    lines = ["# Comparison", "", f"- {a.describe()}", f"- {b.describe()}", "",
-             f"Each side: the median over its runs with a {level:.0%} confidence interval (distribution-free; with "
-             "few runs it is [min, max] and its real coverage is lower), n runs and the coefficient of variation. "
-             f"`ratio` = median {a.label} / median {b.label} with a bootstrap interval. A verdict is stated only "
-             "when a Mann-Whitney U test rejects \"same distribution\" and the ratio's interval excludes 1; "
-             "`runs_needed` is about how many runs a side would tell a difference of the size seen. "
-             "See docs/analysis.md.", ""]
+    constant = set(constant_metrics(df, a, b))  # one value on every run: nothing to draw
+    echoes = _param_names([{"params": p} for p in a.params + b.params]) & set(df["metric"])
+    png = None
     if a.repeat or b.repeat:
-        constant = set(constant_metrics(df, a, b))  # one value on every run: nothing to draw
-        drawn = [m for m in df["metric"] if m not in constant and (a.values.get(m) or b.values.get(m))]
-        panels = ([m for m in drawn if m in HEADLINE] + [m for m in drawn if m not in HEADLINE])[:PLOT_PANELS]
+        drawn = [m for m in df["metric"] if m not in constant | echoes and (a.values.get(m) or b.values.get(m))]
+        told = set(df.loc[df["verdict"].isin(("A > B", "A < B")), "metric"])
+        panels, seen = [], set()
+        for m in dict.fromkeys([m for m in drawn if m in told] + [m for m in HEADLINE if m in drawn] + drawn):
+            same = (tuple(a.values.get(m, [])), tuple(b.values.get(m, [])))  # goodput_mbps = round_goodput_mbps
+            if same not in seen:
+                seen.add(same)
+                panels.append(m)
         verdicts = dict(zip(df["metric"], df["verdict"]))
-        png = plot_distributions({m: {a.label: a.values.get(m, []), b.label: b.values.get(m, [])} for m in panels},
+        png = plot_distributions({m: {a.label: a.values.get(m, []), b.label: b.values.get(m, [])}
+                                  for m in panels[:PLOT_PANELS]},
                                  out / "compare_distributions.png", verdicts=verdicts,
                                  title=f"{a.label} = {a.path.name}, {b.label} = {b.path.name}")
-        paths.append(png)
-        lines += [f"![distributions]({png.name})", ""]
-    lines += [md_table(df), ""]
-    paths[1].write_text("\n".join(lines), encoding="utf-8")
-    return paths
+    diff = param_diff([a.params, b.params])
+    html_path, md_path = sides_page(df, a, b, diff, out, level, constant=constant, echoes=echoes,
+                                    distributions=png)
+    return paths + [md_path, html_path] + ([png] if png else [])

@@ -145,7 +145,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     except RunDirError as e:
         raise UsageError(str(e)) from None
     except PermissionError as e:
-        raise UsageError(f"cannot write compare.csv/md: {e.strerror}: {e.filename}") from None
+        raise UsageError(f"cannot write compare.html/csv/md: {e.strerror}: {e.filename}") from None
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
@@ -218,15 +218,21 @@ def _add_report(sub) -> None:
 def _add_compare(sub) -> None:
     """`testbed compare A B` (or several run directories)."""
     cp = sub.add_parser("compare", help="is A different from B? runs or repeat folders, with intervals and a verdict",
-                        description="A B, each a run directory or a repeat folder (--repeat N): per metric each "
-                        "side's median with its 95% confidence interval, the ratio A/B with its interval, and a "
-                        "verdict: A > B, A < B or not distinguishable (n runs), with about how many runs would tell; "
-                        "unfaithful runs are named and left out. Several run directories (no repeat folder): their "
-                        "metrics side by side with each run's ratio to the first. With --out, also write compare.csv, "
-                        "compare.md (and compare_distributions.png for repeats) there. Needs no root.")
+                        description="A B, each a run directory or a repeat folder (--repeat N). First what differs: "
+                        "every configuration value not the same on both sides (scenario, parameters, text ones such "
+                        "as cc or discipline included, host or lab VM, kernel, commit). Then per metric each side's "
+                        "median with its 95% confidence interval, the ratio A/B with its interval (a change from or "
+                        "to 0 reads 0 -> 664 (new)), and a verdict: A > B, A < B or not distinguishable (n runs), "
+                        "with about how many runs would tell; rows with a verdict first, then by the size of the "
+                        "change. Unfaithful runs are named and left out. Several run directories (no repeat folder): "
+                        "their metrics side by side with each run's ratio to the first, largest change first, and "
+                        "no verdict (one run a side cannot tell). With --out, also write compare.html (the verdicts, "
+                        "then both sides' distributions and the CDFs of their round, op, step and backlog samples "
+                        "overlaid), compare.csv and compare.md there. Needs no root.")
     cp.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                     help="run directories or repeat folders; the first is A (the baseline)")
-    cp.add_argument("--out", default=None, metavar="DIR", help="write compare.csv and compare.md into DIR")
+    cp.add_argument("--out", default=None, metavar="DIR",
+                    help="write compare.html, compare.csv, compare.md and their pictures into DIR")
     cp.add_argument("--level", type=float, default=0.95, metavar="L",
                     help="confidence level of the intervals and the test (default 0.95)")
     cp.set_defaults(func=_cmd_compare)

@@ -1,18 +1,20 @@
 """`testbed compare`: the terminal side of analysis.compare.
 
-* :func:`sides` — A and B, each a run directory or a repeat folder: one row per metric with each side's median
-  and confidence interval, the ratio A/B with its interval and the verdict (analysis.stats.compare); the runs
-  left out (unfaithful, incomplete) are named above the table; metrics with one value on every run (mostly the
-  configuration's parameters) are listed on one line, not as rows.
-* :func:`runs` — several run directories' metrics side by side with ratios to the first (no verdict: one run a
-  side cannot tell a real difference from noise, and the output says so).
+* :func:`sides` — A and B, each a run directory or a repeat folder: first the configuration values that differ
+  (text parameters included), then one row per metric with each side's median and confidence interval, the ratio
+  A/B with its interval (or the change from or to 0) and the verdict (analysis.stats.compare), rows with a verdict
+  first, then by the size of the change; the runs left out (unfaithful, incomplete) are named above the table;
+  metrics with one value on every run (mostly the configuration's parameters) are listed on one line, not as rows.
+* :func:`runs` — several run directories' metrics side by side with ratios to the first, ordered the same way (no
+  verdict: one run a side cannot tell a real difference from noise, and the output says so).
 
+The rows' text is analysis.comparepage's, so the terminal, compare.md and compare.html read alike.
 This module may import ``analysis``; the fabric never does.
 """
 
 from __future__ import annotations
 
-import math
+import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -26,87 +28,71 @@ def _console():
     return Console(width=None if sys.stdout.isatty() else 200)  # a pipe or log file: do not cut numbers
 
 
-def _num(v) -> str:
-    from analysis.report import fmt
+def _print_table(df, title: str, left: Sequence[str]) -> None:
+    from rich.table import Table
 
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt(v)
-
-
-def _interval(median, low, high, n) -> str:
-    if not n:
-        return "no runs"
-    if n == 1:
-        return f"{_num(median)} (1 run)"
-    return f"{_num(median)} [{_num(low)}, {_num(high)}]"
+    t = Table(title=title)
+    for col in df.columns:
+        t.add_column(str(col), justify="left" if col in left else "right", no_wrap=col == "metric")
+    for rec in df.itertuples(index=False):
+        t.add_row(*[str(v) for v in rec])
+    _console().print(t)
 
 
-def _runs_to_tell(need) -> str:
-    if need is None or (isinstance(need, float) and math.isnan(need)):
-        return "-"
-    return "> 1000 a side" if need > 1000 else f"~{int(need)} a side"
+def _print_diff(diff, labels: Sequence[str]) -> None:
+    if not diff:
+        print("what differs: nothing in the configuration (scenario, parameters, host or lab VM, kernel, commit)")
+        return
+    width = max(len(name) for name, _ in diff)
+    print("what differs (" + " | ".join(labels) + "):")
+    for name, texts in diff:
+        print(f"  {name:<{width}}  " + " | ".join(texts))
 
 
-def _cv(cv) -> str:
-    return "-" if cv is None or (isinstance(cv, float) and math.isnan(cv)) else f"{cv:.2f}"
+def _print_paths(out: str | None) -> None:
+    if out:
+        for name in ("compare.html", "compare.csv", "compare.md", "compare_distributions.png"):
+            if (Path(out) / name).exists():
+                print(Path(out) / name)
 
 
 def sides(a: Path, b: Path, out: str | None, level: float) -> int:
-    """Print the comparison of A and B (see the module docstring); write compare.csv/.md/.png with ``out``."""
-    from rich.table import Table
-
-    from analysis.compare import compare_sides, constant_metrics
+    """Print the comparison of A and B (see the module docstring); write compare.html/.csv/.md/.png with ``out``."""
+    from analysis.compare import compare_sides, constant_metrics, param_diff
+    from analysis.comparepage import sides_table
 
     df, sa, sb = compare_sides(a, b, out=out, level=level)
     for s in (sa, sb):
         print(s.describe())
+    _print_diff(param_diff([sa.params, sb.params]), [sa.label, sb.label])
     constant = set(constant_metrics(df, sa, sb))
-    t = Table(title=f"A vs B: medians with {level:.0%} CIs, ratio A/B with its CI")
-    for col, just in (("metric", "left"), ("A", "right"), ("B", "right"), ("A/B", "right"), ("verdict", "left"),
-                      ("runs to tell", "right"), ("cv A", "right"), ("cv B", "right")):
-        t.add_column(col, justify=just, no_wrap=col == "metric")
-    for _, r in df.iterrows():
-        if r["metric"] in constant:
-            continue
-        ratio = "-" if math.isnan(r["ratio"]) else (
-            f"{_num(r['ratio'])}" + ("" if math.isnan(r["ratio_low"]) else
-                                     f" [{_num(r['ratio_low'])}, {_num(r['ratio_high'])}]"))
-        t.add_row(str(r["metric"]), _interval(r["A_median"], r["A_low"], r["A_high"], r["A_n"]),
-                  _interval(r["B_median"], r["B_low"], r["B_high"], r["B_n"]), ratio, str(r["verdict"]),
-                  _runs_to_tell(r["runs_needed"]), _cv(r["A_cv"]), _cv(r["B_cv"]))
-    _console().print(t)
+    _print_table(sides_table(df, constant), f"A vs B: medians with {level:.0%} CIs, ratio A/B with its CI; "
+                 "verdicts first, then the largest change", ("metric", "verdict"))
     if constant:
         print(f"the same on every run of both sides: {', '.join(m for m in df['metric'] if m in constant)}")
-    if min(len(sa.used), len(sb.used)) < 4:
+    fewest = min(len(sa.used), len(sb.used))
+    if fewest <= 1:
+        print("one run a side: no difference here is a verdict (a run is one sample of a noisy process); compare "
+              "repeat folders (--repeat N) to know whether a difference is real")
+    elif fewest < 4:
         print("fewer than 4 runs a side: no rank test can reach 95% (make repeat folders with --repeat N)")
-    if out:
-        for name in ("compare.csv", "compare.md", "compare_distributions.png"):
-            if (Path(out) / name).exists():
-                print(Path(out) / name)
+    _print_paths(out)
     return 0
 
 
 def runs(dirs: Sequence[Path], out: str | None) -> int:
     """Print several run directories' metrics side by side (analysis.compare.compare)."""
-    from rich.table import Table
-
-    from analysis.compare import compare
-    from analysis.report import fmt
+    from analysis.compare import compare, param_diff, param_texts, run_changes
+    from analysis.comparepage import runs_table
 
     df = compare(dirs, out=out)
     labels = [c for c in df.columns[2:] if "/" not in c]
-    t = Table(title=f"{len(labels)} runs; x first = ratio to {labels[0]}")
-    t.add_column("metric", no_wrap=True)
-    t.add_column("from")
-    for c in df.columns[2:]:
-        t.add_column(c if "/" not in c else f"{c.split('/')[0]} x first", justify="right")
-    for _, r in df.iterrows():
-        cells = [fmt(r[c]) if not (isinstance(r[c], float) and math.isnan(r[c])) else "-" for c in df.columns[2:]]
-        t.add_row(str(r["metric"]), str(r["source"]), *cells)
-    _console().print(t)
+    manifests = [json.loads((Path(d) / "manifest.json").read_text(encoding="utf-8")) for d in dirs]  # compare read them
+    _print_diff(param_diff([[param_texts(mf)] for mf in manifests]), labels)
+    _print_table(runs_table(df, run_changes(df)), f"{len(labels)} runs; vs first = ratio to {labels[0]} (or the "
+                 "change from or to 0), the largest change first", ("metric", "from"))
     if len(labels) >= 2:
         print("one run a side: these ratios carry no verdict (a run is one sample of a noisy process); compare "
               "repeat folders (--repeat N) to know whether a difference is real")
-    if out:
-        print(Path(out) / "compare.csv")
-        print(Path(out) / "compare.md")
+    _print_paths(out)
     return 0

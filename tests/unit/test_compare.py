@@ -62,16 +62,22 @@ def test_ratios_to_the_first_run(tmp_path):
     p99 = row(df, "round_ms_p99", "data")
     assert p99["a"] == pytest.approx(40.0) and p99["b/a"] == pytest.approx(2.0) and math.isnan(p99["c"])
     assert row(df, "rounds_n", "data")["b/a"] == pytest.approx(1.0)
-    # summary rows come first
-    assert list(df["source"]) == sorted(df["source"], key=lambda s: s != "summary")
+    # the largest change first: drops 0 -> 5 and ok 1 -> 0 (from or to 0) lead, the doubled rounds and goodput
+    # x0.5 (|log 2| both) next, unchanged rows after them, extra (absent in the first run: nothing to measure) last
+    order = list(df["metric"])
+    assert set(order[:2]) == {"drops", "ok"} and order[-1] == "extra"
+    assert max(order.index("goodput_mbps"), order.index("round_ms_p99")) < order.index("rounds_n")
 
     csv = pd.read_csv(tmp_path / "cmp" / "compare.csv")
     assert list(csv.columns) == list(df.columns) and len(csv) == len(df)
     assert csv.loc[csv["metric"] == "goodput_mbps", "c/a"].iloc[0] == pytest.approx(1.5)
+    assert list(csv["metric"]) == order  # the CSV in the same order
     md = (tmp_path / "cmp" / "compare.md").read_text()
     assert "| goodput_mbps | summary | 20 | 10 | 30 | 0.5 | 1.5 |" in md
-    assert "| drops | summary | 0 | 5 | - | - | - |" in md
-    assert f"| c | {c} | incast | false |" in md
+    assert "| drops | summary | 0 | 5 | - | 0 -> 5 (new) | 0 -> absent |" in md  # not a ratio "-"
+    assert f"- c = {c} (incast; complete: false)" in md
+    html = (tmp_path / "cmp" / "compare.html").read_text()
+    assert "0 -&gt; 5 (new)" in html and "One run a side cannot tell whether a difference is real" in html
 
 
 def test_fixture_runs_and_repeated_names(tmp_path):
