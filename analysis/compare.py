@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,15 +144,25 @@ def change_size(first, later) -> float:
     return abs(math.log(later / first))
 
 
+#: Metrics about the machine that ran the emulation (its CPUs, the sampler's own timing), not about the network or
+#: the job: a real difference in them is worth showing, after the differences that are the experiment's.
+_MACHINE_METRIC = re.compile(r"^(cpu_busy|sampler_|queue_sample_)")
+
+
+def is_machine_metric(name: str) -> bool:
+    return bool(_MACHINE_METRIC.match(str(name)))
+
+
 def change_order(sizes: Sequence[float], told: Sequence[bool] | None = None,
-                 echoes: Sequence[bool] | None = None) -> list[int]:
+                 echoes: Sequence[bool] | None = None, machine: Sequence[bool] | None = None) -> list[int]:
     """Row positions, largest change first: rows with a verdict (``told``) before those without, then by
     :func:`change_size` (descending; nan last), rows that only echo a parameter (``echoes``) after all others;
-    ties keep their order."""
+    within each group, metrics of the machine (``machine``: CPU, sampler) after the experiment's own; ties keep
+    their order."""
     def key(i: int):
         size = sizes[i]
         return (bool(echoes[i]) if echoes else False, not told[i] if told else False,
-                -(-1.0 if math.isnan(size) else size), i)
+                bool(machine[i]) if machine else False, -(-1.0 if math.isnan(size) else size), i)
 
     return sorted(range(len(sizes)), key=key)
 
@@ -199,7 +210,8 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> pd
         known = [x for x in (change_size(values[0], v) for v in values[1:]) if not math.isnan(x)]
         sizes.append(max(known) if known else math.nan)
     params = _param_names([r.manifest for r in runs])
-    rows = [rows[i] for i in change_order(sizes, echoes=[r["metric"] in params for r in rows])]
+    rows = [rows[i] for i in change_order(sizes, echoes=[r["metric"] in params for r in rows],
+                                          machine=[is_machine_metric(r["metric"]) for r in rows])]
     cols = ["metric", "source", *labels, *[f"{lab}/{labels[0]}" for lab in labels[1:]]]
     df = pd.DataFrame(rows, columns=cols)
     for c in cols[2:]:
@@ -338,7 +350,8 @@ def compare_sides(a_path: str | Path, b_path: str | Path, out: str | Path | None
     echoes = _param_names([{"params": p} for p in a.params + b.params])
     order = change_order([change_size(r[f"{labels[0]}_median"], r[f"{labels[1]}_median"]) for r in rows],
                          told=[r["verdict"] in ("A > B", "A < B") for r in rows],
-                         echoes=[r["metric"] in echoes for r in rows])
+                         echoes=[r["metric"] in echoes for r in rows],
+                         machine=[is_machine_metric(r["metric"]) for r in rows])
     cols = ["metric", *[f"{s}_{k}" for s in labels for k in _SIDE_COLUMNS], "ratio", "ratio_low", "ratio_high",
             "p_value", "verdict", "runs_needed", "change"]
     df = pd.DataFrame([rows[i] for i in order], columns=cols)

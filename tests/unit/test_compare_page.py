@@ -94,6 +94,16 @@ def test_rows_are_ordered_verdicts_first_then_by_size_parameters_last():
     assert change_order(sizes, told=told, echoes=echoes) == [3, 1, 6, 0, 4, 2, 5]
 
 
+def test_machine_metrics_follow_the_experiments_own_in_each_group():
+    """A real difference in the emulating machine's CPU is shown after the round p99's, not ahead of it."""
+    from analysis.compare import is_machine_metric
+
+    names = ["cpu_busy_mean", "round_ms_p99", "sampler_lag_ms_p99", "drops"]
+    assert [is_machine_metric(n) for n in names] == [True, False, True, False]
+    sizes, told = [3.0, 1.0, 0.5, 0.2], [True, True, False, False]
+    assert change_order(sizes, told=told, machine=[is_machine_metric(n) for n in names]) == [1, 0, 3, 2]
+
+
 # --------------------------------------------------------------------------- two repeat folders
 
 def _lossless_vs_lossy(tmp_path: Path) -> tuple[Path, Path]:
