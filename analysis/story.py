@@ -278,6 +278,8 @@ def key_numbers(run: Run, vals: dict, most: int = 6) -> list[tuple[str, str]]:
     counts = {"round_ms": "rounds_n", "cct_ms": "cct_samples", "step_ms": "step_n"}
     for key, name, unit, digits in KEY_NUMBERS:
         v = vals[key][0] if key in vals else s.get(key)
+        if key == "round_ms_ideal" and v is None and len(run.rounds):
+            v = incast_ideal_ms(run)  # from the parameters when summary.json has none
         if not isinstance(v, (int, float)) or isinstance(v, bool) or math.isnan(float(v)):
             continue
         if key == "goodput_mbps" and "round_goodput_mbps" in vals:
@@ -286,7 +288,8 @@ def key_numbers(run: Run, vals: dict, most: int = 6) -> list[tuple[str, str]]:
             continue  # a feature the run did not use, or nothing to say
         if unit == "%":
             v, unit = float(v) * 100, "%"
-        n_key = counts.get(key.rsplit("_", 1)[0])
+        prefix, _, tail = key.rpartition("_")
+        n_key = counts.get(prefix) if tail in ("p50", "p99") else None
         n = vals.get(n_key, (None,))[0] if n_key else None
         label = f"{name}" + (f" (n={_num(float(n), 0)})" if n else "")
         out.append((label, f"{_num(float(v), digits)} {unit}".strip()))
