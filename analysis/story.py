@@ -253,8 +253,23 @@ def tell(run: Run, vals: dict, qdeltas: pd.DataFrame | None) -> Story:
     if net:
         said.append(net)
     if not said:
-        said.append("The run recorded no rounds, ops or queue samples to tell a story from; its numbers follow.")
+        said.append(_flows_sentence(run, vals))
     return Story(said, key_numbers(run, vals))
+
+
+def _flows_sentence(run: Run, vals: dict) -> str:
+    """A run without rounds, ops or queue samples (a smoke run): its goodput and TCP's retransmissions."""
+    s = run.summary or {}
+    good = s.get("goodput_mbps")
+    retrans = vals.get("tcp_retrans_segs", (None,))[0]
+    parts = []
+    if isinstance(good, (int, float)) and not isinstance(good, bool):
+        parts.append(f"The flows moved {_num(float(good), 2)} Mbit/s")
+    if retrans is not None:
+        parts.append(f"TCP sent {_num(float(retrans), 0)} segments again")
+    if not parts:
+        return "The run recorded no rounds, ops or queue samples to tell a story from; its numbers follow."
+    return "; ".join(parts) + " (no rounds, ops or queue samples recorded)."
 
 
 #: (metric, plain name, unit, digits) of the key numbers, in order; the first six the run has are shown

@@ -221,3 +221,12 @@ def test_slowest_ops_table_when_the_tail_stands_out(tmp_path):
     ops.to_csv(run / "ops.csv", index=False)
     _, md_p = write_report(run)
     assert "## The 10 slowest ops" in md_p.read_text()
+
+
+def test_a_run_with_flows_only_tells_goodput_and_retransmissions(tmp_path):
+    run = tmp_path / "smoke"
+    manifest(run, "smoke", {"rate_mbps": 20.0}, {"goodput_mbps": 18.7654})
+    pd.DataFrame([("h1", "before", "TcpRetransSegs", 1), ("h1", "after", "TcpRetransSegs", 5)],
+                 columns=["host", "phase", "counter", "value"]).to_csv(run / "tcp.csv", index=False)
+    assert sentences(run) == ["The flows moved 18.77 Mbit/s; TCP sent 4 segments again (no rounds, ops or queue "
+                              "samples recorded)."]
