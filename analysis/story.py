@@ -45,6 +45,11 @@ def _num(v: float, digits: int = 1) -> str:
     return f"{v:,.{digits}f}" if abs(v - round(v)) > 1e-9 or digits == 0 else f"{int(round(v)):,}"
 
 
+def _span(lo: float, hi: float) -> str:
+    """"216-226 ms", or "33 ms" when both ends read the same."""
+    return f"{_num(lo)} ms" if _num(lo) == _num(hi) else f"{_num(lo)}-{_num(hi)} ms"
+
+
 def _port_series(queues: pd.DataFrame, counter: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per ``node:port``: sample times and the counter summed over classes (cumulative)."""
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
@@ -112,12 +117,10 @@ def incast_sentences(rounds: pd.DataFrame, queues: pd.DataFrame, ideal_ms: float
     hit = rto_rounds(rounds, queues, ideal_ms, rto_ms)
     if hit.empty:
         med = m.nearest_rank(ms, 0.5)
-        text = f"All {len(ms)} incast rounds took {_num(ms.min())}-{_num(ms.max())} ms (median {_num(med)} ms){against}"
+        text = f"All {len(ms)} incast rounds took {_span(ms.min(), ms.max())} (median {_num(med)} ms){against}"
         return [text + (f"; none waited for a retransmission timeout (RTOmin {_num(rto_ms, 0)} ms)." if rto_ms
                         else ".")]
-    lo, hi = hit["round_ms"].min(), hit["round_ms"].max()
-    span = f"{_num(lo)} ms" if round(lo, 1) == round(hi, 1) else f"{_num(lo)}-{_num(hi)} ms"
-    text = f"{len(hit)} of {len(ms)} incast rounds took {span}{against}"
+    text = f"{len(hit)} of {len(ms)} incast rounds took {_span(hit['round_ms'].min(), hit['round_ms'].max())}{against}"
     ports = hit.loc[hit["drops"] > 0, "drops_port"]
     if len(ports):
         port = ports.value_counts().index[0]
@@ -130,7 +133,7 @@ def incast_sentences(rounds: pd.DataFrame, queues: pd.DataFrame, ideal_ms: float
                  "at the switch ports (a loss elsewhere: a host NIC queue, or between samples)")
     rest = np.delete(ms, np.isin(rt["round"].to_numpy(), hit["round"].to_numpy()))
     if len(rest):
-        text += f". The other {len(rest)} took {_num(rest.min())}-{_num(rest.max())} ms"
+        text += f". The other {len(rest)} took {_span(rest.min(), rest.max())}"
     return [text + "."]
 
 
@@ -168,7 +171,7 @@ def collective_sentences(ops: pd.DataFrame, network_clean: bool) -> list[str]:
     med = m.nearest_rank(ms, 0.5)
     late = late_rank(ops)
     if late is None:
-        return [f"{len(ms)} collective ops took {_num(ms.min())}-{_num(ms.max())} ms (median {_num(med)} ms); the "
+        return [f"{len(ms)} collective ops took {_span(ms.min(), ms.max())} (median {_num(med)} ms); the "
                 "ranks started each op close together (no late rank)."]
     host = f" ({late['host']})" if late["host"] else ""
     share = late["others_wait_share"]
@@ -247,7 +250,11 @@ def tell(run: Run, vals: dict, qdeltas: pd.DataFrame | None) -> Story:
     net, clean = network_sentence(run, qdeltas)
     said: list[str] = []
     if len(run.rounds):
-        said += incast_sentences(run.rounds, run.queues, incast_ideal_ms(run), rto_min_ms(run))
+        td = m.tcp_deltas(run.tcp) if len(run.tcp) else None
+        no_timeouts = td is not None and (td["counter"] == "TcpExtTCPTimeouts").any() and \
+            not td.loc[td["counter"] == "TcpExtTCPTimeouts", "delta"].sum()
+        # slow rounds without a single TCP timeout were not RTOmin rounds: tell their times only
+        said += incast_sentences(run.rounds, run.queues, incast_ideal_ms(run), None if no_timeouts else rto_min_ms(run))
     if len(run.ops):
         said += collective_sentences(run.ops, clean)
     if net:
