@@ -6,21 +6,23 @@ Thin layer over :mod:`analysis.load`, :mod:`analysis.metrics`, :mod:`analysis.co
 The report holds, for whatever the run has (a smoke run has only manifest/summary/tcp.csv; an incast run
 rounds/queues; a collective run ops):
 
-* a banner when the manifest's ``complete`` is not true, and every load warning;
-* the summary table (``summary.json``) and key metrics recomputed from the data (:func:`key_metrics`),
-  with sample counts beside tails;
-* the run's configuration: scenario, params, seed, kernel, lab VM, git commit, wall times, versions;
-* row counts per file (absent / empty / N rows);
-* CDFs of collective completion time and of incast round time, queue occupancy over time with op (or
-  round) phases shaded, the PFC pause timeline when ``pfc.csv`` has rows;
-* the "explain the slowest op" sentence (:func:`analysis.correlate.explain_slowest`) when ops exist;
-* when the run made a packet capture (``wire_*`` keys in ``summary.json``, see :mod:`analysis.capture`): the
-  wire's counts beside the end hosts' counters that should tell the same story (:func:`wire_table`).
+* a banner when the manifest's ``complete`` is not true, and every load warning (folded);
+* the run's story first (:func:`analysis.story.tell`): what happened and why in sentences computed from the files,
+  3-6 key numbers with plain names and units, the fidelity verdict in one line;
+* the faults (events.csv), the "explain the slowest op" sentence (:func:`analysis.correlate.explain_slowest`)
+  and the per-rank timeline when ops exist;
+* CDFs of collective completion time and of incast round time (the latter with the ideal and ideal + RTOmin
+  drawn), queue occupancy of the busiest ports with the buffer / K / XOFF-XON levels, drops and marks at their
+  times and phases shaded, the PFC pause timeline when ``pfc.csv`` has rows;
+* fidelity details; when the run made a packet capture (``wire_*`` keys in ``summary.json``, see
+  :mod:`analysis.capture`): the wire's counts beside the end hosts' counters (:func:`wire_table`);
+* the long tables (the slowest ops when they stand out, queues, host counters that moved, pauses), the run's
+  configuration (parameters of features left off omitted), versions and files folded, every metric folded last.
 
 Queue series are downsampled for plotting (per port, the maximum backlog in each of at most
 :data:`PLOT_POINTS` time bins, so peaks survive); metrics always use every row.
 
-This module orders the report and draws its queue plot; the sections that stand alone are in
+This module orders the report and chooses what its plots draw; the sections that stand alone are in
 :mod:`analysis.sections`, the HTML and Markdown writers (and :func:`fmt`, :func:`md_table`) in :mod:`analysis.render`.
 """
 
