@@ -25,8 +25,12 @@ from .load import Run
 __all__ = ["KEY_NUMBERS", "Story", "collective_sentences", "event_times", "incast_ideal_ms", "incast_sentences",
            "key_numbers", "late_rank", "network_sentence", "rto_min_ms", "rto_rounds", "tell"]
 
-#: a round is "hit by RTOmin" when it took at least the ideal (or the median) plus this share of rto_min
-RTO_SHARE = 0.8
+#: a round (and its slowest sender) "waited RTOmin" when it took at least this share of rto_min ...
+RTO_SHARE = 0.9
+#: ... and this many times the ideal (or median) round ...
+SLOW_SHARE = 1.2
+#: ... and at most the ideal plus this many RTOmin (backed-off timeouts double; beyond this it is something else)
+MAX_RTOS = 4
 #: a rank is "late" when it starts the ops this much (share of the median op time) after the first rank
 LATE_SHARE = 0.25
 
@@ -84,23 +88,29 @@ def event_times(queues: pd.DataFrame, counter: str) -> pd.DataFrame:
 
 def rto_rounds(rounds: pd.DataFrame, queues: pd.DataFrame, ideal_ms: float | None, rto_ms: float | None
                ) -> pd.DataFrame:
-    """Incast rounds that took about one RTOmin more than they should: ``round_ms >= base + RTO_SHARE x rto_ms``
-    (base: the ideal round, else the median round) with a sender whose own transfer took that long. Columns
-    ``round, round_ms, sender, sender_ms, drops_port, drops`` (the port with most drops during the round)."""
+    """Incast rounds in which a sender waited a retransmission timeout: a round that took at least
+    ``max(SLOW_SHARE x base, RTO_SHARE x rto_ms)`` and at most ``base + MAX_RTOS x rto_ms`` (base: the ideal round,
+    else the median round), whose slowest sender's own transfer took at least ``RTO_SHARE x rto_ms``. (The timeout
+    overlaps the round's other transfers, so such a round takes RTOmin plus a part of the ideal, not ideal +
+    RTOmin.) Columns ``round, round_ms, sender, sender_ms, drops_port, drops`` (the port with most drops during the
+    round)."""
     cols = ["round", "round_ms", "sender", "sender_ms", "drops_port", "drops"]
     if rounds.empty or not rto_ms:
         return pd.DataFrame(columns=cols)
     rt = m.round_times(rounds)
     ms = rt["round_s"].to_numpy(float) * 1e3
-    base = ideal_ms if ideal_ms else float(np.median(ms))
+    base = ideal_ms if ideal_ms else m.nearest_rank(ms, 0.5)
+    lo, hi = max(SLOW_SHARE * base, RTO_SHARE * rto_ms), base + MAX_RTOS * rto_ms
     drops = _port_series(queues, "drops")
     rows = []
     for r, round_ms, s, e in zip(rt["round"], ms, rt["start_s"], rt["end_s"]):
-        if round_ms < base + RTO_SHARE * rto_ms:
+        if not lo <= round_ms <= hi:
             continue
         snd = rounds[rounds["round"] == r]
         dur = (snd["end_s"] - snd["start_s"]) * 1e3
         slow = snd.loc[dur.idxmax()]
+        if dur.max() < RTO_SHARE * rto_ms:
+            continue
         by_port = {p: _increase(sr, s, e) for p, sr in drops.items()}
         port = max(by_port, key=by_port.get) if by_port and max(by_port.values()) > 0 else ""
         rows.append((int(r), float(round_ms), str(slow["sender"]), float(dur.max()), port, by_port.get(port, 0.0)))
@@ -118,8 +128,7 @@ def incast_sentences(rounds: pd.DataFrame, queues: pd.DataFrame, ideal_ms: float
     if hit.empty:
         med = m.nearest_rank(ms, 0.5)
         text = f"All {len(ms)} incast rounds took {_span(ms.min(), ms.max())} (median {_num(med)} ms){against}"
-        return [text + (f"; none waited for a retransmission timeout (RTOmin {_num(rto_ms, 0)} ms)." if rto_ms
-                        else ".")]
+        return [text + (f"; none took about one RTOmin ({_num(rto_ms, 0)} ms) longer." if rto_ms else ".")]
     text = f"{len(hit)} of {len(ms)} incast rounds took {_span(hit['round_ms'].min(), hit['round_ms'].max())}{against}"
     ports = hit.loc[hit["drops"] > 0, "drops_port"]
     if len(ports):
