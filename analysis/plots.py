@@ -59,8 +59,8 @@ def plot_cdf(samples: Sequence[float] | Mapping[str, Sequence[float]], path: str
     fig, ax = _new()
     for i, (name, x) in enumerate((lines or {}).items()):
         ax.axvline(x, color="black", linestyle=("-", "-.", "--")[i % 3], linewidth=1.0)
-        ax.text(x, 0.98 - 0.08 * (i % 2), f" {name} {x:g}", transform=ax.get_xaxis_transform(), fontsize="small",
-                va="top", ha="left")
+        ax.text(x, 0.03, f"{name} {x:g} ", rotation=90, fontsize="small", transform=ax.get_xaxis_transform(),
+                va="bottom", ha="right")
     series = samples if isinstance(samples, Mapping) else {"": samples}
     drawn = False
     for label, vals in series.items():
@@ -85,7 +85,7 @@ def plot_cdf(samples: Sequence[float] | Mapping[str, Sequence[float]], path: str
     ax.set_title(title + ("  (dotted p50, dashed p99)" if mark_tails and drawn else ""))
     ax.grid(True, alpha=0.3)
     if drawn:
-        ax.legend(loc="lower right", fontsize="small")
+        ax.legend(loc="upper left" if lines else "lower right", fontsize="small")  # upper left: above a CDF
     return _save(fig, path)
 
 

@@ -247,3 +247,18 @@ def test_slow_rounds_without_a_tcp_timeout_are_not_blamed_on_rtomin(tmp_path):
                  columns=["host", "phase", "counter", "value"]).to_csv(run / "tcp.csv", index=False)
     said = sentences(run)
     assert said[0].startswith("All 10 incast rounds took 33-226 ms") and "RTOmin" not in said[0], said
+
+
+def test_plots_with_thresholds_lines_and_events_render(tmp_path):
+    from analysis import plots
+
+    run = load_run(incast_run(tmp_path / "i"))
+    events = story.event_times(run.queues, "drops").assign(kind="drops")
+    spike = run.queues.copy()
+    spike.loc[spike.index[4], "backlog_bytes"] = 90_000  # a spike far above the buffer: clipped, not the y-range
+    png = b"\x89PNG\r\n\x1a\n"
+    q = plots.plot_queue_occupancy(spike, tmp_path / "q.png", thresholds=story.queue_thresholds(run), events=events,
+                                   ylim_bytes=16_000, ops=m.round_times(run.rounds))
+    c = plots.plot_cdf({"round": m.round_times(run.rounds)["round_s"] * 1e3}, tmp_path / "c.png",
+                       lines={"ideal": 32.0, "ideal + RTOmin": 232.0})
+    assert q.read_bytes()[:8] == png and c.read_bytes()[:8] == png
