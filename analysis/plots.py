@@ -48,13 +48,19 @@ def _empty_note(ax, text: str = "no data") -> None:
 
 
 def plot_cdf(samples: Sequence[float] | Mapping[str, Sequence[float]], path: str | Path, *,
-             xlabel: str = "collective completion time (ms)", title: str = "CDF", mark_tails: bool = True
-             ) -> Path:
+             xlabel: str = "collective completion time (ms)", title: str = "CDF", mark_tails: bool = True,
+             lines: Mapping[str, float] | None = None) -> Path:
     """Empirical CDF of one sample or several (``{label: values}``), with p50/p99 marked per series.
 
-    The legend shows ``n`` for each series: a p99 from fewer than 100 samples is just the max.
+    The legend shows ``n`` for each series: a p99 from fewer than 100 samples is just the max. ``lines``:
+    labelled vertical reference lines in black (e.g. ``{"ideal": 32, "ideal + RTOmin": 232}``), each named at
+    the top of the axes, so a reader sees which samples sit one retransmission timeout away from the ideal.
     """
     fig, ax = _new()
+    for i, (name, x) in enumerate((lines or {}).items()):
+        ax.axvline(x, color="black", linestyle=("-", "-.", "--")[i % 3], linewidth=1.0)
+        ax.text(x, 0.03, f"{name} {x:g} ", rotation=90, fontsize="small", transform=ax.get_xaxis_transform(),
+                va="bottom", ha="right")
     series = samples if isinstance(samples, Mapping) else {"": samples}
     drawn = False
     for label, vals in series.items():
@@ -73,22 +79,32 @@ def plot_cdf(samples: Sequence[float] | Mapping[str, Sequence[float]], path: str
     ax.set_xlabel(xlabel)
     ax.set_ylabel("fraction of samples")
     ax.set_ylim(0, 1.02)
+    if lines and drawn:
+        lo, hi = ax.get_xlim()
+        ax.set_xlim(min(lo, *lines.values()) - 0.02 * (hi - lo), max(hi, *(v * 1.08 for v in lines.values())))
     ax.set_title(title + ("  (dotted p50, dashed p99)" if mark_tails and drawn else ""))
     ax.grid(True, alpha=0.3)
     if drawn:
-        ax.legend(loc="lower right", fontsize="small")
+        ax.legend(loc="upper left" if lines else "lower right", fontsize="small")  # upper left: above a CDF
     return _save(fig, path)
 
 
 def plot_queue_occupancy(queues: pd.DataFrame, path: str | Path, *, ports: Sequence[str] | None = None,
-                         ops: pd.DataFrame | None = None, t0: float | None = None, max_ports: int = 8,
-                         title: str = "queue occupancy") -> Path:
-    """Backlog (bytes, summed over classes) over time per port, with op lifetimes shaded.
+                         ops: pd.DataFrame | None = None, t0: float | None = None, max_ports: int = 4,
+                         title: str = "queue occupancy", thresholds: Sequence[tuple[str, float]] = (),
+                         events: pd.DataFrame | None = None, faults: pd.DataFrame | None = None,
+                         ylim_bytes: float | None = None, phase_name: str = "op lifetimes") -> Path:
+    """Backlog (kB, summed over classes) over time per port, with phases (op or round lifetimes) shaded in
+    alternating colours so back-to-back phases stay apart.
 
-    ``ports``: ``"node:port"`` labels to draw (default: the ``max_ports`` ports with the highest peak).
-    ``ops``: a DataFrame with ``start_s``/``end_s`` per op (e.g. ``metrics.op_table`` output).
+    ``ports``: ``"node:port"`` labels to draw (default: the ``max_ports`` ports with the highest peak; more than
+    ``max_ports`` lines make an unreadable plot). ``ops``: ``start_s``/``end_s`` per phase. ``thresholds``:
+    ``(label, bytes)`` drawn as horizontal lines (the buffer, ECN K or RED min/max, PFC XOFF/XON: the levels at
+    which the queue drops, marks or pauses). ``events``: ``t_s, kind`` (``drops`` / ``marks``) drawn as ticks
+    at the top of the axes at their times. ``ylim_bytes``: the y-range's top (the buffer), so a slow-start spike
+    above it does not flatten the rest; a clipped peak is noted in the title. The legend sits outside the axes.
     """
-    fig, ax = _new((9.0, 4.0))
+    fig, ax = _new((10.0, 4.2))
     if queues.empty:
         _empty_note(ax)
         return _save(fig, path)
@@ -98,18 +114,56 @@ def plot_queue_occupancy(queues: pd.DataFrame, path: str | Path, *, ports: Seque
         ports = list(per_t.groupby("label")["backlog_bytes"].max().sort_values(ascending=False).index[:max_ports])
     t0 = float(per_t["t_s"].min()) if t0 is None else t0
     if ops is not None and len(ops):
-        for s, e in zip(ops["start_s"], ops["end_s"]):
-            ax.axvspan(s - t0, e - t0, color="tab:blue", alpha=0.08, linewidth=0)
+        for k, (s, e) in enumerate(zip(ops["start_s"], ops["end_s"])):
+            ax.axvspan(s - t0, e - t0, color="tab:blue" if k % 2 == 0 else "tab:green", alpha=0.10, linewidth=0)
+    shade_faults(ax, faults, t0)
+    peak = 0.0
     for label in ports:
         d = per_t[per_t["label"] == label]
+        peak = max(peak, float(d["backlog_bytes"].max()) if len(d) else 0.0)
         ax.step(d["t_s"] - t0, d["backlog_bytes"] / 1e3, where="post", label=label, linewidth=1)
-    ax.set_xlabel("time (s)")
+    styles = ("-", "--", "-.", ":")
+    for k, (name, level) in enumerate(thresholds):
+        ax.axhline(level / 1e3, color="black", linestyle=styles[k % len(styles)], linewidth=0.9,
+                   label=f"{name} ({level / 1e3:g} kB)")
+    _event_ticks(ax, events, t0)
+    clipped = ""
+    if ylim_bytes:  # the ticks (at 0.91-0.97 of the axes) sit above the buffer line (at 1/1.12 = 0.89)
+        ax.set_ylim(0, ylim_bytes * 1.12 / 1e3)
+        if peak > ylim_bytes * 1.12:
+            clipped = f"; peak {peak / 1e3:.0f} kB clipped"
+    elif events is not None and len(events):
+        ax.set_ylim(0, max(ax.get_ylim()[1], 1e-3) * 1.2)  # room for the ticks above the data
+    ax.set_xlabel("time since run start (s)")
     ax.set_ylabel("backlog (kB)")
-    ax.set_title(title + ("  (shaded: op lifetimes)" if ops is not None and len(ops) else ""))
+    shaded = f"shaded: {phase_name}" if ops is not None and len(ops) else ""
+    ax.set_title(title + (f"  ({'; '.join(x for x in (shaded, clipped.lstrip('; ')) if x)})" if shaded or clipped
+                          else ""), fontsize="medium")
     ax.grid(True, alpha=0.3)
-    if len(ports):
-        ax.legend(loc="upper right", fontsize="small")
+    if len(ports) or len(thresholds):
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small", borderaxespad=0)
     return _save(fig, path)
+
+
+#: how queue events are drawn: (marker, colour, height in axes coordinates)
+_EVENT_STYLE = {"drops": ("v", "tab:red", 0.965), "marks": ("|", "tab:orange", 0.915)}
+
+
+def _event_ticks(ax, events: pd.DataFrame | None, t0: float, most: int = 2000) -> None:
+    """Drops and ECN marks as ticks at the top of the axes, one per sampled increase (at most ``most`` per kind:
+    the largest increases), labelled with the total."""
+    if events is None or events.empty:
+        return
+    for kind, (marker, colour, y) in _EVENT_STYLE.items():
+        e = events[events["kind"] == kind]
+        if e.empty:
+            continue
+        total = float(e["count"].sum()) if "count" in e.columns else len(e)
+        if len(e) > most:
+            e = e.nlargest(most, "count") if "count" in e.columns else e.iloc[:: len(e) // most + 1]
+        ax.plot(e["t_s"] - t0, np.full(len(e), y), linestyle="none", marker=marker, color=colour, markersize=7,
+                markeredgewidth=1.5,
+                transform=ax.get_xaxis_transform(), label=f"{kind} ({total:g})", clip_on=False)
 
 
 def plot_pause_timeline(pfc: pd.DataFrame, path: str | Path, *, run_end: float | None = None,

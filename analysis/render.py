@@ -44,7 +44,8 @@ def fmt(v: Any) -> str:
 
 @dataclass
 class Block:
-    """One piece of the report. kind: ``h1``, ``h2``, ``p``, ``alert``, ``list``, ``table``, ``img``, ``pre``."""
+    """One piece of the report. kind: ``h1``, ``h2``, ``p``, ``alert``, ``ok``, ``list``, ``table``, ``img``,
+    ``pre``, ``details`` (content: ``(summary line, [Block, ...])``, folded until opened: HTML ``<details>``)."""
 
     kind: str
     content: Any = None
@@ -62,6 +63,9 @@ th{background:#f3f3f3}td.num{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1em 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.85em;color:#555}
 caption{caption-side:bottom;font-size:.85em;color:#555;text-align:left}
 .false{color:#c00;font-weight:bold}
+.story{font-size:1.1em;line-height:1.45}
+.ok{background:#e3f4e3;border:2px solid #2a7a2a;color:#1d5e1d;padding:.5em 1em;font-weight:bold}
+details{margin:1em 0}summary{cursor:pointer;font-weight:bold;font-size:1.05em}
 """
 
 
@@ -88,29 +92,40 @@ def _html_table(df: pd.DataFrame, caption: str = "") -> str:
     return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
 
 
+def _html_block(b: Block) -> str:
+    e = html.escape
+    if b.kind in ("h1", "h2"):
+        return f"<{b.kind}>{e(b.content)}</{b.kind}>"
+    if b.kind == "p":
+        return f"<p>{e(b.content)}</p>"
+    if b.kind == "story":
+        return f'<p class="story">{e(b.content)}</p>'
+    if b.kind == "alert":
+        return f'<div class="alert" role="alert">{e(b.content)}</div>'
+    if b.kind == "ok":
+        return f'<div class="ok">{e(b.content)}</div>'
+    if b.kind == "list":
+        return "<ul>" + "".join(f"<li>{e(str(x))}</li>" for x in b.content) + "</ul>"
+    if b.kind == "table":
+        return _html_table(b.content, b.caption)
+    if b.kind == "img":
+        data = base64.b64encode(Path(b.content[0]).read_bytes()).decode("ascii")
+        return (f'<figure><img alt="{e(b.caption)}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{e(b.caption)}</figcaption></figure>")
+    if b.kind == "pre":
+        return f"<pre>{e(b.content)}</pre>"
+    if b.kind == "details":
+        summary, inner = b.content
+        return f"<details><summary>{e(summary)}</summary>" + "\n".join(_html_block(x) for x in inner) + "</details>"
+    return ""
+
+
 def render_html(blocks: list[Block], title: str) -> str:
     """One self-contained HTML page (inline CSS, PNGs as base64 data URIs, no scripts)."""
-    e = html.escape
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>{e(title)}</title><style>{_CSS}</style></head><body>"]
-    for b in blocks:
-        if b.kind in ("h1", "h2"):
-            out.append(f"<{b.kind}>{e(b.content)}</{b.kind}>")
-        elif b.kind == "p":
-            out.append(f"<p>{e(b.content)}</p>")
-        elif b.kind == "alert":
-            out.append(f'<div class="alert" role="alert">{e(b.content)}</div>')
-        elif b.kind == "list":
-            out.append("<ul>" + "".join(f"<li>{e(str(x))}</li>" for x in b.content) + "</ul>")
-        elif b.kind == "table":
-            out.append(_html_table(b.content, b.caption))
-        elif b.kind == "img":
-            data = base64.b64encode(Path(b.content[0]).read_bytes()).decode("ascii")
-            out.append(f'<figure><img alt="{e(b.caption)}" src="data:image/png;base64,{data}">'
-                       f"<figcaption>{e(b.caption)}</figcaption></figure>")
-        elif b.kind == "pre":
-            out.append(f"<pre>{e(b.content)}</pre>")
+           f"<title>{html.escape(title)}</title><style>{_CSS}</style></head><body>"]
+    out += [_html_block(b) for b in blocks]
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -129,24 +144,33 @@ def md_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def _md_block(b: Block) -> str:
+    if b.kind == "h1":
+        return f"# {b.content}"
+    if b.kind == "h2":
+        return f"## {b.content}"
+    if b.kind in ("p", "story"):
+        return str(b.content)
+    if b.kind == "alert":
+        return f"> **{b.content}**"
+    if b.kind == "ok":
+        return f"> {b.content}"
+    if b.kind == "list":
+        return "\n".join(f"- {x}" for x in b.content)
+    if b.kind == "table":
+        return md_table(b.content) + (f"\n\n*{b.caption}*" if b.caption else "")
+    if b.kind == "img":
+        return f"![{b.caption}]({b.content[1]})\n\n*{b.caption}*"
+    if b.kind == "pre":
+        return f"```\n{b.content}\n```"
+    if b.kind == "details":
+        summary, inner = b.content
+        body = "\n\n".join(_md_block(x) for x in inner)
+        return f"<details><summary>{html.escape(summary)}</summary>\n\n{body}\n\n</details>"
+    return ""
+
+
 def render_markdown(blocks: list[Block]) -> str:
-    """The same blocks as Markdown; images link to their PNG files by relative path."""
-    out: list[str] = []
-    for b in blocks:
-        if b.kind == "h1":
-            out.append(f"# {b.content}")
-        elif b.kind == "h2":
-            out.append(f"## {b.content}")
-        elif b.kind == "p":
-            out.append(str(b.content))
-        elif b.kind == "alert":
-            out.append(f"> **{b.content}**")
-        elif b.kind == "list":
-            out.append("\n".join(f"- {x}" for x in b.content))
-        elif b.kind == "table":
-            out.append(md_table(b.content) + (f"\n\n*{b.caption}*" if b.caption else ""))
-        elif b.kind == "img":
-            out.append(f"![{b.caption}]({b.content[1]})\n\n*{b.caption}*")
-        elif b.kind == "pre":
-            out.append(f"```\n{b.content}\n```")
-    return "\n\n".join(out) + "\n"
+    """The same blocks as Markdown; images link to their PNG files by relative path; folded blocks as
+    ``<details>`` (GitHub renders them folded)."""
+    return "\n\n".join(_md_block(b) for b in blocks) + "\n"

@@ -6,21 +6,23 @@ Thin layer over :mod:`analysis.load`, :mod:`analysis.metrics`, :mod:`analysis.co
 The report holds, for whatever the run has (a smoke run has only manifest/summary/tcp.csv; an incast run
 rounds/queues; a collective run ops):
 
-* a banner when the manifest's ``complete`` is not true, and every load warning;
-* the summary table (``summary.json``) and key metrics recomputed from the data (:func:`key_metrics`),
-  with sample counts beside tails;
-* the run's configuration: scenario, params, seed, kernel, lab VM, git commit, wall times, versions;
-* row counts per file (absent / empty / N rows);
-* CDFs of collective completion time and of incast round time, queue occupancy over time with op (or
-  round) phases shaded, the PFC pause timeline when ``pfc.csv`` has rows;
-* the "explain the slowest op" sentence (:func:`analysis.correlate.explain_slowest`) when ops exist;
-* when the run made a packet capture (``wire_*`` keys in ``summary.json``, see :mod:`analysis.capture`): the
-  wire's counts beside the end hosts' counters that should tell the same story (:func:`wire_table`).
+* a banner when the manifest's ``complete`` is not true, and every load warning (folded);
+* the run's story first (:func:`analysis.story.tell`): what happened and why in sentences computed from the files,
+  3-6 key numbers with plain names and units, the fidelity verdict in one line;
+* the faults (events.csv), the "explain the slowest op" sentence (:func:`analysis.correlate.explain_slowest`)
+  and the per-rank timeline when ops exist;
+* CDFs of collective completion time and of incast round time (the latter with the ideal and ideal + RTOmin
+  drawn), queue occupancy of the busiest ports with the buffer / K / XOFF-XON levels, drops and marks at their
+  times and phases shaded, the PFC pause timeline when ``pfc.csv`` has rows;
+* fidelity details; when the run made a packet capture (``wire_*`` keys in ``summary.json``, see
+  :mod:`analysis.capture`): the wire's counts beside the end hosts' counters (:func:`wire_table`);
+* the long tables (the slowest ops when they stand out, queues, host counters that moved, pauses), the run's
+  configuration (parameters of features left off omitted), versions and files folded, every metric folded last.
 
 Queue series are downsampled for plotting (per port, the maximum backlog in each of at most
 :data:`PLOT_POINTS` time bins, so peaks survive); metrics always use every row.
 
-This module orders the report and draws its queue plot; the sections that stand alone are in
+This module orders the report and chooses what its plots draw; the sections that stand alone are in
 :mod:`analysis.sections`, the HTML and Markdown writers (and :func:`fmt`, :func:`md_table`) in :mod:`analysis.render`.
 """
 
@@ -41,7 +43,8 @@ from .correlate import correlate_run, explain_slowest, explain_slowest_step
 from .faults import events_table, fault_intervals
 from .load import IncompleteRunWarning, Run, load_run
 from .render import Block, fmt, md_table, render_html, render_markdown
-from .sections import config_blocks, fidelity_blocks, long_tables, metric_table, wire_table
+from .sections import config_blocks, fidelity_blocks, fidelity_line, long_tables, metric_table, wire_table
+from .story import event_times, incast_ideal_ms, queue_thresholds, rto_min_ms, tell
 
 __all__ = ["PLOT_POINTS", "Block", "build_blocks", "downsample_queues", "fmt", "key_metrics", "md_table", "render_html",
            "render_markdown", "wire_table", "write_report"]
@@ -50,6 +53,8 @@ __all__ = ["PLOT_POINTS", "Block", "build_blocks", "downsample_queues", "fmt", "
 PLOT_POINTS = 2000
 #: most shaded phases drawn (closer phases are merged beyond this)
 MAX_PHASES = 400
+#: most ports drawn on the queue plot (more lines than this are unreadable; the table lists every port)
+QUEUE_PORTS = 4
 #: folder (inside the output folder) for the report's PNG files
 FILES_DIR = "report_files"
 
@@ -125,64 +130,30 @@ def _phases(intervals: pd.DataFrame, max_phases: int = MAX_PHASES) -> pd.DataFra
     return pd.DataFrame(merged[:max_phases], columns=["start_s", "end_s"])
 
 
-def _plot_occupancy(ds: pd.DataFrame, path: Path, ports: list[str], phases: pd.DataFrame | None,
-                    t0: float | None, what: str, faults: pd.DataFrame | None = None) -> Path:
-    """Backlog over time per port (``ds`` from :func:`downsample_queues`) with phases shaded in alternating
-    colours, so back-to-back ops or rounds stay distinguishable (plots.plot_queue_occupancy shades them all
-    alike)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9.0, 4.0), dpi=100)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    t0 = float(ds["t_s"].min()) if t0 is None else t0
-    if phases is not None and len(phases):
-        for i, (s, e) in enumerate(zip(phases["start_s"], phases["end_s"])):
-            ax.axvspan(s - t0, e - t0, color="tab:blue" if i % 2 == 0 else "tab:green", alpha=0.10, linewidth=0)
-    from .plots import shade_faults
-
-    shade_faults(ax, faults, t0)
-    label = ds["node"].astype(str) + ":" + ds["port"].astype(str)
-    for port in ports:
-        d = ds[label == port].sort_values("t_s")
-        ax.step(d["t_s"] - t0, d["backlog_bytes"] / 1e3, where="post", label=port, linewidth=1)
-    ax.set_xlabel("time since run start (s)")
-    ax.set_ylabel("backlog (kB)")
-    ax.set_title("queue occupancy" + (f"  (shaded: {what}, alternating colours)" if what else ""))
-    ax.grid(True, alpha=0.3)
-    if ports:
-        ax.legend(loc="upper right", fontsize="small")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, format="png")
-    return path
-
-
 def build_blocks(run: Run, files_dir: Path, rel_dir: str = FILES_DIR) -> list[Block]:
     """The report as a list of :class:`Block`; PNGs are written into ``files_dir`` (``img`` blocks carry
     ``(absolute path, path relative to the report)``).
 
-    Order: what happened (headline numbers, the slowest op and what the fabric did during it, the per-rank
-    timeline), the plots, every other metric (each metric once, with one value: :func:`analysis.summary.summarize`),
-    then the long tables (the wire, the 10 slowest ops, queues, host counters, pauses), configuration and files.
+    Order: the run's story (:func:`analysis.story.tell`: what happened and why, in sentences), its key numbers
+    with plain names, the fidelity verdict in one line; the faults, the slowest op and the per-rank timeline; the
+    plots; then the details: fidelity, the wire, the long tables (the slowest ops when they stand out, queues, the
+    host counters that moved, pauses), configuration, and every metric folded at the end.
     """
     files_dir.mkdir(parents=True, exist_ok=True)
     qstats = m.queue_stats(run.queues) if len(run.queues) else None
     qdeltas = m.port_counter_deltas(run.queues) if len(run.queues) else None
     data = key_metrics(run, queue_stats=qstats, port_deltas=qdeltas)
     vals = summ.summarize(run, data=data)
-    b = [*_opening(run, data), *fidelity_blocks(run)]
-    head = [k for k in summ.HEADLINE if k in vals]
     ops_tab = m.op_table(run.ops) if len(run.ops) else None
     start, end = run.time_window()
     fiv = fault_intervals(run.events, None if math.isnan(end) else end) if len(run.events) else None
     corr = correlate_run(run) if ops_tab is not None else None
     t0 = None if (start is None or math.isnan(start)) else start
-    return [*b, *_what_happened(run, vals, head, corr, fiv, start, files_dir, rel_dir),
-            *_plots(run, ops_tab, qstats, fiv, t0, end, files_dir, rel_dir),
-            *_all_metrics(run, vals, head, data), *_wire(run),
-            *long_tables(run, corr, qstats, qdeltas, start, end), *config_blocks(run)]
+    fid = fidelity_blocks(run)
+    return [*_opening(run, data), *_story(run, vals, qdeltas, bool(fid)),
+            *_what_happened(run, corr, fiv, start, files_dir, rel_dir),
+            *_plots(run, ops_tab, qstats, fiv, t0, end, files_dir, rel_dir), *fid, *_wire(run),
+            *long_tables(run, corr, qstats, qdeltas, start, end), *config_blocks(run), *_all_metrics(run, vals, data)]
 
 
 def _opening(run: Run, data: dict[str, float]) -> list[Block]:
@@ -199,22 +170,28 @@ def _opening(run: Run, data: dict[str, float]) -> list[Block]:
                      f"({fmt(recomputed)}); the report shows the recomputed one (summary.json written by an older "
                      "version, or edited)")
     if notes:
-        b.append(Block("h2", "Warnings"))
-        b.append(Block("list", notes))
+        b.append(Block("details", (f"Warnings ({len(notes)})", [Block("list", notes)])))
     return b
 
 
-def _what_happened(run: Run, vals: dict, head: list[str], corr: pd.DataFrame | None, fiv: pd.DataFrame | None,
-                   start: float, files_dir: Path, rel_dir: str) -> list[Block]:
-    """Headline numbers, the faults, the slowest op and step in a sentence each, and the per-rank timeline."""
-    b = [Block("h2", "What happened")]
-    if head:
-        b.append(Block("table", metric_table(vals, head, run.summary or {}),
-                       "headline numbers; percentiles are nearest-rank, and p99 of fewer than 100 samples is the max "
-                       "(sample counts: *_samples, *_n)"))
+def _story(run: Run, vals: dict, qdeltas: pd.DataFrame | None, fidelity_details: bool) -> list[Block]:
+    """What happened and why (sentences from the files), the key numbers, the fidelity verdict in one line."""
+    st = tell(run, vals, qdeltas)
+    b = [Block("h2", "What happened"), *(Block("story", x) for x in st.sentences)]
+    if st.numbers:
+        b.append(Block("table", pd.DataFrame(st.numbers, columns=["what", "value"]),
+                       "percentiles are nearest-rank; a p99 of fewer than 100 samples is the max"))
     elif not run.summary:
         b.append(Block("p", "No summary.json (or it is empty), and no rounds, ops, queue, TCP, PFC or CPU rows to "
                        "compute from."))
+    line = fidelity_line(run, fidelity_details)
+    return b + ([line] if line is not None else [])
+
+
+def _what_happened(run: Run, corr: pd.DataFrame | None, fiv: pd.DataFrame | None, start: float, files_dir: Path,
+                   rel_dir: str) -> list[Block]:
+    """The faults, the slowest op and step in a sentence each, and the per-rank timeline."""
+    b: list[Block] = []
     if fiv is not None:
         b.append(Block("h2", "Faults (events.csv)"))
         b.append(Block("table", events_table(run.events, start), "each fault's changes and routing's reactions, "
@@ -246,21 +223,12 @@ def _plots(run: Run, ops_tab: pd.DataFrame | None, qstats: pd.DataFrame | None, 
         figs.append((p, "Collective completion time CDF"))
     rt = m.round_times(run.rounds) if len(run.rounds) else None
     if rt is not None:
+        lines = _round_lines(run)
         p = plots.plot_cdf({"round": rt["round_s"] * 1e3}, files_dir / "cdf_round.png",
-                           xlabel="incast round time (ms)", title="round-time CDF")
-        figs.append((p, "Incast round time CDF"))
+                           xlabel="incast round time (ms)", title="round-time CDF", lines=lines)
+        figs.append((p, "Incast round time CDF" + (f" (vertical lines: {', '.join(lines)})" if lines else "")))
     if len(run.queues):
-        top = qstats.sort_values("max_bytes", ascending=False, kind="stable").head(8)
-        ports = [f"{n}:{p}" for n, p in zip(top["node"], top["port"])]
-        ds = downsample_queues(run.queues, ports=ports)
-        phases, what = None, ""
-        if ops_tab is not None:
-            phases, what = _phases(ops_tab), "ops"
-        elif rt is not None:
-            phases, what = _phases(rt), "incast rounds"
-        p = _plot_occupancy(ds, files_dir / "queues.png", ports, phases, t0, what, fiv)
-        figs.append((p, "Queue occupancy over time (backlog summed over classes; shaded: "
-                     f"{what or 'no phases'}; top {len(ports)} ports by peak)"))
+        figs.append(_queue_plot(run, qstats, ops_tab, rt, fiv, t0, files_dir))
     if len(run.pfc):
         p = plots.plot_pause_timeline(run.pfc, files_dir / "pauses.png",
                                       run_end=None if math.isnan(end) else end, t0=t0)
@@ -271,10 +239,49 @@ def _plots(run: Run, ops_tab: pd.DataFrame | None, qstats: pd.DataFrame | None, 
                                     for path, caption in figs)]
 
 
-def _all_metrics(run: Run, vals: dict, head: list[str], data: dict[str, float]) -> list[Block]:
-    """Every metric not in the headline, once: recomputed from the files, or as summary.json recorded it."""
-    b = [Block("h2", "All metrics")]
-    rest = [k for k in vals if k not in head]
+def _round_lines(run: Run) -> dict[str, float]:
+    """The ideal round and ideal + RTOmin (ms), where the run's files give them."""
+    ideal, rto = incast_ideal_ms(run), rto_min_ms(run)
+    out = {"ideal": round(ideal, 1)} if ideal else {}
+    if ideal and rto:
+        out["ideal + RTOmin"] = round(ideal + rto, 1)
+    return out
+
+
+def _queue_plot(run: Run, qstats: pd.DataFrame, ops_tab: pd.DataFrame | None, rt: pd.DataFrame | None,
+                fiv: pd.DataFrame | None, t0: float | None, files_dir: Path) -> tuple[Path, str]:
+    """Backlog of the busiest ports (most drops, then highest peak; at most :data:`QUEUE_PORTS`) with the
+    thresholds (buffer, K, XOFF/XON), drops and marks at their times, phases shaded, the y-range set by the
+    buffer."""
+    from . import plots
+
+    busy = qstats.merge(m.port_counter_deltas(run.queues)[["node", "port", "drops"]], on=["node", "port"], how="left")
+    top = busy.sort_values(["drops", "max_bytes"], ascending=False, kind="stable").head(QUEUE_PORTS)
+    ports = [f"{n}:{p}" for n, p in zip(top["node"], top["port"])]
+    ds = downsample_queues(run.queues, ports=ports)
+    phases, what = None, ""
+    if ops_tab is not None:
+        phases, what = _phases(ops_tab), "ops"
+    elif rt is not None:
+        phases, what = _phases(rt), "incast rounds"
+    thresholds = queue_thresholds(run)
+    buf = next((v for k, v in thresholds if k == "buffer"), None)
+    events = pd.concat([event_times(run.queues, k).assign(kind=k) for k in ("drops", "marks")], ignore_index=True)
+    p = plots.plot_queue_occupancy(ds, files_dir / "queues.png", ports=ports, ops=phases, t0=t0, faults=fiv,
+                                   thresholds=thresholds, events=events, ylim_bytes=buf,
+                                   phase_name=f"{what}, alternating colours" if what else "")
+    more = len(qstats) - len(ports)
+    return p, ("Queue occupancy over time (backlog summed over classes; shaded: "
+               f"{what or 'no phases'}; the {len(ports)} busiest ports by drops, then peak"
+               + (f", {more} quieter ports in the table below" if more > 0 else "")
+               + ("; horizontal lines: " + ", ".join(k for k, _ in thresholds) + " from the parameters"
+                  if thresholds else "") + "; ticks at the top: drops (red) and ECN marks (orange) when sampled)")
+
+
+def _all_metrics(run: Run, vals: dict, data: dict[str, float]) -> list[Block]:
+    """Every metric once, folded: recomputed from the files, or as summary.json recorded it."""
+    b: list[Block] = []
+    rest = list(vals)
     text = {k: v for k, v in (run.summary or {}).items() if k not in vals}
     if not run.summary:
         b.append(Block("p", "No summary.json (or it is empty)."))
@@ -287,7 +294,7 @@ def _all_metrics(run: Run, vals: dict, head: list[str], data: dict[str, float]) 
                                             "from": "summary.json"})], ignore_index=True)
         b.append(Block("table", t, "from the files: recomputed from the CSVs (analysis.summary); from summary.json: "
                        "what the run recorded that is in no file (kernel counters read before/after, parameters)"))
-    return b
+    return [Block("details", (f"All metrics ({len(rest) + len(text)})", b))]
 
 
 def _wire(run: Run) -> list[Block]:

@@ -121,10 +121,23 @@ def metric_table(vals: dict[str, tuple[float, str]], names: Iterable[str], summa
                          "from": ["the files" if vals[k][1] == "data" else "summary.json" for k in names]})
 
 
+#: the "10 slowest ops" table is shown when the slowest op took at least this many times the median op
+SLOWEST_APART = 1.2
+
+
+def slowest_apart(corr: pd.DataFrame | None) -> bool:
+    """Do the slowest ops differ meaningfully from the median one (by :data:`SLOWEST_APART` or more)?"""
+    if corr is None or corr.empty:
+        return False
+    med = m.nearest_rank(corr["cct_ms"].to_numpy(float), 0.5)
+    return bool(med > 0 and float(corr["cct_ms"].max()) >= SLOWEST_APART * med)
+
+
 def long_tables(run: Run, corr: pd.DataFrame | None, qstats, qdeltas, start: float, end: float) -> list[Block]:
-    """The raw tables at the end: the 10 slowest ops, queues per port, host TCP counters, PFC pauses per link."""
+    """The raw tables at the end: the 10 slowest ops (when they stand out from the median), queues per port, host
+    TCP counters (those that moved), PFC pauses per link."""
     b: list[Block] = []
-    if corr is not None:
+    if slowest_apart(corr):
         b.append(Block("h2", "The 10 slowest ops"))
         worst = corr.sort_values("cct_ms", ascending=False).head(10)
         cols = ["iteration", "op_index", "op", "collective", "cct_ms", "peak_backlog_bytes", "peak_port", "drops",
@@ -139,9 +152,15 @@ def long_tables(run: Run, corr: pd.DataFrame | None, qstats, qdeltas, start: flo
         td = m.tcp_deltas(run.tcp)
         if len(td):
             b.append(Block("h2", "Host TCP counters (after - before)"))
-            piv = td.pivot_table(index="counter", columns="host", values="delta", aggfunc="sum").reset_index()
+            piv = td.pivot_table(index="counter", columns="host", values="delta", aggfunc="sum")
+            zero = piv.index[(piv.fillna(0) == 0).all(axis=1)]
+            piv = piv.drop(index=zero).reset_index()
             piv.columns = [str(c) for c in piv.columns]
-            b.append(Block("table", piv))
+            if len(piv):
+                b.append(Block("table", piv, f"{len(zero)} counters that stayed 0 on every host omitted"
+                               if len(zero) else ""))
+            else:
+                b.append(Block("p", f"All {len(zero)} recorded counters stayed 0 on every host."))
     if len(run.pfc):
         b.append(Block("h2", "PFC pauses per link"))
         b.append(Block("table", m.pause_fraction(run.pfc, start, end)))
@@ -149,16 +168,25 @@ def long_tables(run: Run, corr: pd.DataFrame | None, qstats, qdeltas, start: flo
     return b
 
 
-def fidelity_blocks(run: Run) -> list[Block]:
-    """Did the emulation keep up: the run's verdict and reasons, and the ports judged while backlogged."""
+def fidelity_line(run: Run, details: bool = True) -> Block | None:
+    """One line: the emulation was faithful (green) or not, with the reason (red); ``details``: the page has a
+    Fidelity section further down (:func:`fidelity_blocks`)."""
     s = run.summary or {}
-    out: list[Block] = []
-    if "fidelity_ok" in s:
-        out.append(Block("h2", "Fidelity"))
+    if "fidelity_ok" not in s:
+        return None
+    more = "; details under Fidelity below" if details else ""
+    if s["fidelity_ok"] is False:
         why = s.get("fidelity_reasons") or ""
         why = "; ".join(why) if isinstance(why, list) else why
-        out.append(Block("alert", f"This run is not faithful: {why or 'see fidelity.csv'}") if s["fidelity_ok"] is False
-                   else Block("p", "The emulation kept up: every check passed (docs/analysis.md lists them)."))
+        return Block("alert", f"Fidelity: NOT faithful: {why or 'see fidelity.csv'}{more}.")
+    return Block("ok", f"Fidelity: faithful, the emulation kept up (every check passed{more}).")
+
+
+def fidelity_blocks(run: Run) -> list[Block]:
+    """Did the emulation keep up, in detail: the sampler's timing, PFC's reaction, the ports judged while
+    backlogged (the verdict itself is :func:`fidelity_line`)."""
+    s = run.summary or {}
+    out: list[Block] = []
     timing = [f"{label} {s[k]:.1f} ms" for k, label in (("sampler_interval_ms", "median interval"),
                                                         ("sampler_gap_p99_ms", "p99 gap"),
                                                         ("sampler_gap_max_ms", "worst gap"),
@@ -179,20 +207,50 @@ def fidelity_blocks(run: Run) -> list[Block]:
                              f"ports backlogged for at least {BACKLOGGED_MIN_S:g} s: the rate they achieved meanwhile "
                              f"against the configured one (below {PORT_RATE_MIN:g}: the shaper or the CPU did not "
                              "keep up)"))
-    return out
+    return [Block("h2", "Fidelity"), *out] if out else []
+
+
+def _off(params: dict) -> set[str]:
+    """Parameters of features this run left off: PFC's with PFC off, K with drop-tail, the watchdog's restore time
+    with no watchdog, the loss host with no loss, the flowlet gap without flowlets, a straggler factor without
+    stragglers."""
+    off: set[str] = set()
+    lossless = params.get("pfc") == "on" or str(params.get("mode", "")).startswith("lossless")
+    if not lossless:
+        off |= {k for k in params if k.startswith("pfc_")}
+        off |= {"xoff_bytes", "xon_bytes", "headroom_bytes", "watchdog_ms", "watchdog_restore_ms", "poll_interval_ms",
+                "pause_frames"}
+    if params.get("discipline") == "droptail" and params.get("mode") != "lossless_ecn":
+        off.add("k_bytes")
+    for wd, restore in (("pfc_watchdog_ms", "pfc_watchdog_restore_ms"), ("watchdog_ms", "watchdog_restore_ms")):
+        if params.get(wd) in (0, 0.0):
+            off.add(restore)
+    if params.get("loss_percent") in (0, 0.0):
+        off.add("loss_host")
+    if params.get("load_balancing") not in (None, "flowlet", "adaptive"):
+        off.add("flowlet_gap_ms")
+    if params.get("stragglers") in ("", None, 0):
+        off.add("straggler_factor")
+    if params.get("capture") == "":
+        off.add("capture")
+    return off & set(params)
 
 
 def config_blocks(run: Run) -> list[Block]:
-    """Configuration (manifest.json), parameters, versions and the run's files."""
+    """Configuration (manifest.json), the parameters of the features the run used, versions and the run's files
+    (versions and files folded)."""
     general, params, versions = config_tables(run)
     b = [Block("h2", "Configuration (manifest.json)"), Block("table", general), Block("h2", "Parameters")]
     if params:
-        b.append(Block("table", kv_table(params).rename(columns={"name": "parameter"})))
+        off = _off(params)
+        shown = {k: v for k, v in params.items() if k not in off}
+        b.append(Block("table", kv_table(shown).rename(columns={"name": "parameter"}),
+                       f"{len(off)} parameters of features this run left off omitted: {', '.join(sorted(off))}"
+                       if off else ""))
     else:
         b.append(Block("p", "No params in the manifest."))
     if versions:
-        b.append(Block("h2", "Versions"))
-        b.append(Block("table", kv_table(versions).rename(columns={"name": "component", "value": "version"})))
-    b.append(Block("h2", "Files"))
-    b.append(Block("table", file_rows(run)))
+        b.append(Block("details", ("Versions", [Block("table", kv_table(versions).rename(
+            columns={"name": "component", "value": "version"}))])))
+    b.append(Block("details", ("Files", [Block("table", file_rows(run))])))
     return b
