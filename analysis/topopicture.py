@@ -35,6 +35,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.text import Text
 
 from .load import Run, RunDirError, load_run
 from .metrics.queues import port_counter_deltas
@@ -72,8 +73,8 @@ class Layout:
 
 @dataclass(frozen=True)
 class TopologyPicture:
-    """What :func:`figure` draws: the layout, one row per port (``node, port, peer, tier, value``; value nan =
-    not sampled), what the value is (``by``, ``unit``) and the title."""
+    """What :func:`figure` draws: the layout, one row per port (``node, port, peer, tier, value, buffer``; value nan
+    = not sampled, buffer nan = not known, both in ``unit``), what the value is (``by``, ``unit``) and the title."""
 
     run_name: str
     layout: Layout
@@ -154,6 +155,26 @@ def _sized_in_packets(manifest: dict) -> bool:
     return all(isinstance(q, dict) and q.get("buffer_packets") and not q.get("buffer_bytes") for q in queues.values())
 
 
+def _buffer_sizes(manifest: dict, ports: pd.DataFrame, unit: str) -> list[float]:
+    """Per row of ``ports``: its queue's buffer in ``unit`` (``buffer_bytes`` / ``buffer_packets``) from the
+    manifest's topology (the tier's queue, or a per-port override's), nan where it does not say (a graph topology,
+    or classes, whose queues split a port)."""
+    topo = manifest.get("topology") or {}
+    queues = topo.get("queues")
+    if not isinstance(queues, dict) or topo.get("classes"):
+        return [math.nan] * len(ports)
+    own = {}
+    for o in topo.get("ports") or []:
+        if isinstance(o, dict) and isinstance(o.get("queue"), dict) and ":" in str(o.get("port", "")):
+            own[tuple(str(o["port"]).split(":", 1))] = o["queue"]
+    out = []
+    for r in ports.itertuples():
+        q = own.get((r.node, r.port), queues.get(r.tier))
+        size = q.get(unit) if isinstance(q, dict) else None
+        out.append(float(size) if isinstance(size, (int, float)) and size > 0 else math.nan)
+    return out
+
+
 def port_values(queues: pd.DataFrame, ports: pd.DataFrame, by: str) -> pd.DataFrame:
     """One row per port of ``ports`` (``node, port, peer, tier, value``): its peak backlog (``backlog`` = bytes,
     ``packets``) or counter increase (``drops``, ``marks``), summed over classes; nan where queues.csv has no
@@ -191,9 +212,12 @@ def picture(run: Run, by: str = "backlog") -> TopologyPicture:
     if by == "backlog" and _sized_in_packets(run.manifest):
         by = "packets"
     values = port_values(run.queues, run.ports, by)
+    values["buffer"] = (_buffer_sizes(run.manifest, values, f"buffer_{'packets' if by == 'packets' else 'bytes'}")
+                        if by in ("backlog", "packets") else math.nan)
     unit = {"backlog": "KiB", "packets": "packets", "drops": "packets dropped", "marks": "packets marked"}[by]
     if by == "backlog":
         values["value"] = values["value"] / 1024.0
+        values["buffer"] = values["buffer"] / 1024.0
     what = {"backlog": "peak backlog (KiB, summed over classes; sampled: a lower bound)",
             "packets": "peak backlog (packets, summed over classes; sampled: a lower bound)",
             "drops": "packets dropped over the run (qdisc counter)",
@@ -204,10 +228,13 @@ def picture(run: Run, by: str = "backlog") -> TopologyPicture:
     return TopologyPicture(run.name, layout(run.ports), values, by, unit, title)
 
 
-def _fmt(value: float, by: str) -> str:
+def _fmt(value: float, by: str, buffer: float = math.nan) -> str:
+    """A hot port's label value: ``59 KiB (92% of buffer)``, ``40 drops``."""
     if by == "backlog":
-        return f"{value:.1f} KiB" if value < 10 else f"{value:.0f} KiB"
-    return f"{value:.0f} {'pkts' if by == 'packets' else by}"
+        text = f"{value:.1f} KiB" if value < 10 else f"{value:.0f} KiB"
+    else:
+        text = f"{value:.0f} {'pkts' if by == 'packets' else by}"
+    return text + (f" ({100 * value / buffer:.0f}% of buffer)" if buffer > 0 else "")
 
 
 def _port_xy(lay: Layout, node: str, peer: str) -> tuple[float, float]:
@@ -234,6 +261,32 @@ def _draw_nodes(ax, lay: Layout, large: bool, label_hosts: set[str]) -> None:
         ax.text(-0.035, float(t), f"{name}\n({len(members)})", ha="right", va="center", fontsize=8, color="0.3")
 
 
+#: where a hot port's label may go, in points from the port, tried in turn until it overlaps no other label
+_LABEL_OFFSETS = ((12, 8), (12, -16), (12, 24), (12, -32), (12, 40), (12, -48), (12, 56))
+
+
+def _label_hottest(fig: Figure, ax, pic: TopologyPicture, hot: pd.DataFrame) -> None:
+    """Label the hottest ports ``node→peer: value``, each at the first offset where it overlaps no label placed
+    before it (hottest first); ports on the right get labels opening leftwards, clear of the colour bar."""
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    for r in hot.itertuples():
+        px, py = _port_xy(pic.layout, r.node, r.peer)
+        side = -1 if px > 0.6 else 1
+        ann = ax.annotate(f"{r.node}\u2192{r.peer}: {_fmt(r.value, pic.by, getattr(r, 'buffer', math.nan))}",
+                          (px, py), xytext=(side * 12, 8), ha="left" if side > 0 else "right",
+                          textcoords="offset points", fontsize=8, zorder=6,
+                          bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.5", "alpha": 0.9},
+                          arrowprops={"arrowstyle": "-", "color": "0.4", "linewidth": 0.6})
+        for dx, dy in _LABEL_OFFSETS:
+            ann.xyann = (side * dx, dy)
+            ann.update_positions(renderer)
+            box = Text.get_window_extent(ann, renderer).padded(3)  # the text alone, not the line to its port
+            if not any(box.overlaps(b) for b in placed):
+                break
+        placed.append(box)
+
+
 def figure(pic: TopologyPicture) -> Figure:
     """The matplotlib Figure (Agg canvas, no pyplot) of a :class:`TopologyPicture`: links grey, nodes named, ports
     coloured (gid ``ports`` on their collection), a colour bar and a legend outside the data, the hottest labelled."""
@@ -256,14 +309,6 @@ def figure(pic: TopologyPicture) -> Figure:
     ax.scatter(xy[~seen, 0], xy[~seen, 1], s=size, facecolors="white", edgecolors="0.6", zorder=4)
     sc = ax.scatter(xy[seen, 0], xy[seen, 1], c=vals["value"].to_numpy()[seen], cmap=cmap, norm=norm, s=size,
                     edgecolors="black", linewidths=0.5, zorder=5, gid="ports")
-    for i, r in enumerate(hot.itertuples()):
-        px, py = _port_xy(lay, r.node, r.peer)
-        right = px > 0.6  # labels of ports on the right open leftwards: they stay clear of the colour bar
-        ax.annotate(f"{r.node}\u2192{r.peer}: {_fmt(r.value, pic.by)}", (px, py),
-                    xytext=(-12 if right else 12, 8 + 13 * (i % 3)), ha="right" if right else "left",
-                    textcoords="offset points", fontsize=8, zorder=6,
-                    bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "0.5", "alpha": 0.9},
-                    arrowprops={"arrowstyle": "-", "color": "0.4", "linewidth": 0.6})
     bar = fig.colorbar(sc, ax=ax, fraction=0.03, pad=0.02)
     bar.set_label(f"{_LABELS[pic.by]} ({pic.unit})")
     ax.set_xlim(-0.1, 1.04)
@@ -275,6 +320,7 @@ def figure(pic: TopologyPicture) -> Figure:
                Line2D([], [], marker="o", ls="", mfc="white", mec="0.6", label="port not sampled")]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
+    _label_hottest(fig, ax, pic, hot)
     return fig
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib import colormaps
+from matplotlib.text import Annotation, Text
 
 from analysis.load import load_run
 from analysis.topopicture import (PORT_CMAP, draw_topology, figure, hottest, layout, picture, port_values)
@@ -56,9 +57,11 @@ def _run_dir(path: Path, ports, samples, *, queues_topology=None, write_queues=T
 
 
 def _incast_like(tmp_path: Path) -> Path:
-    """leaf2 -> h3 the hottest (peak 60000 B, 40 drops), spine1 -> leaf2 next, leaf1 -> spine1 idle; the rest of
-    the ports not sampled."""
-    return _run_dir(tmp_path / "incast", _leafspine_ports(), {
+    """leaf2 -> h3 the hottest (peak 60000 B of a 64000 B buffer, 40 drops), spine1 -> leaf2 next, leaf1 -> spine1
+    idle; the rest of the ports not sampled."""
+    tiers = {"host_nic": {"buffer_bytes": 262144}, "leaf_down": {"buffer_bytes": 64000},
+             "leaf_up": {"buffer_bytes": 262144}, "spine": {"buffer_bytes": 262144}}
+    return _run_dir(tmp_path / "incast", _leafspine_ports(), queues_topology=tiers, samples={
         ("leaf2", "h3"): [(1.0, 1000, 1, 0, 0), (1.1, 60000, 40, 10, 0), (1.2, 20000, 14, 40, 0)],
         ("spine1", "leaf2"): [(1.0, 0, 0, 0, 0), (1.1, 15000, 10, 0, 3), (1.2, 3000, 2, 0, 5)],
         ("leaf1", "spine1"): [(1.0, 0, 0, 0, 0), (1.1, 0, 0, 0, 0), (1.2, 0, 0, 0, 0)],
@@ -132,8 +135,11 @@ def test_colours_follow_the_values(tmp_path):
     lum = face[:, :3] @ [0.299, 0.587, 0.114]  # hotter is darker
     assert list(np.argsort(lum)) == list(np.argsort(-seen))
     texts = " ".join(t.get_text() for t in fig.axes[0].texts)
-    assert "leaf2\u2192h3: 59 KiB" in texts and "spine1\u2192leaf2: 15 KiB" in texts
+    assert "leaf2\u2192h3: 59 KiB (94% of buffer)" in texts and "spine1\u2192leaf2: 15 KiB (6% of buffer)" in texts
     assert "peak backlog" in pic.title and "1.0 ms" in pic.title
+    renderer = fig.canvas.get_renderer()
+    boxes = [Text.get_window_extent(a, renderer) for a in fig.axes[0].texts if isinstance(a, Annotation)]
+    assert len(boxes) == 2 and not boxes[0].overlaps(boxes[1])  # labels never cover each other
     assert "peak backlog (KiB)" in fig.axes[1].get_ylabel()  # the colour bar, an axes of its own
 
 
