@@ -237,9 +237,11 @@ def _fmt(value: float, by: str, buffer: float = math.nan) -> str:
     return text + (f" ({100 * value / buffer:.0f}% of buffer)" if buffer > 0 else "")
 
 
-def _port_xy(lay: Layout, node: str, peer: str) -> tuple[float, float]:
+def _port_xy(lay: Layout, node: str, peer: str, nth: int = 0) -> tuple[float, float]:
+    """Where a port is drawn: on its link near its node; the ``nth`` of parallel links' ports a little further."""
     (x0, y0), (x1, y1) = lay.xy[node], lay.xy[peer]
-    return x0 + PORT_AT * (x1 - x0), y0 + PORT_AT * (y1 - y0)
+    f = PORT_AT + 0.08 * nth
+    return x0 + f * (x1 - x0), y0 + f * (y1 - y0)
 
 
 def _draw_nodes(ax, lay: Layout, large: bool, label_hosts: set[str]) -> None:
@@ -265,13 +267,13 @@ def _draw_nodes(ax, lay: Layout, large: bool, label_hosts: set[str]) -> None:
 _LABEL_OFFSETS = ((12, 8), (12, -16), (12, 24), (12, -32), (12, 40), (12, -48), (12, 56))
 
 
-def _label_hottest(fig: Figure, ax, pic: TopologyPicture, hot: pd.DataFrame) -> None:
+def _label_hottest(fig: Figure, ax, pic: TopologyPicture, hot: pd.DataFrame, nth: pd.Series) -> None:
     """Label the hottest ports ``node→peer: value``, each at the first offset where it overlaps no label placed
     before it (hottest first); ports on the right get labels opening leftwards, clear of the colour bar."""
     renderer = fig.canvas.get_renderer()
     placed = []
     for r in hot.itertuples():
-        px, py = _port_xy(pic.layout, r.node, r.peer)
+        px, py = _port_xy(pic.layout, r.node, r.peer, int(nth[r.Index]))
         side = -1 if px > 0.6 else 1
         ann = ax.annotate(f"{r.node}\u2192{r.peer}: {_fmt(r.value, pic.by, getattr(r, 'buffer', math.nan))}",
                           (px, py), xytext=(side * 12, 8), ha="left" if side > 0 else "right",
@@ -301,7 +303,8 @@ def figure(pic: TopologyPicture) -> Figure:
         ax.plot([xa, xb], [ya, yb], color="0.75", linewidth=0.6 if large else 1.0, zorder=1)
     hot = hottest(vals)
     _draw_nodes(ax, lay, large, set(hot["node"]) | set(hot["peer"]))
-    xy = np.array([_port_xy(lay, r.node, r.peer) for r in vals.itertuples()]).reshape(-1, 2)
+    nth = vals.groupby(["node", "peer"], sort=False).cumcount()  # parallel links: their ports side by side
+    xy = np.array([_port_xy(lay, r.node, r.peer, int(nth[r.Index])) for r in vals.itertuples()]).reshape(-1, 2)
     seen = vals["value"].notna().to_numpy()
     vmax = float(vals["value"].max()) if seen.any() and vals["value"].max() > 0 else 1.0
     norm, cmap = Normalize(vmin=0.0, vmax=vmax), colormaps[PORT_CMAP]
@@ -320,7 +323,7 @@ def figure(pic: TopologyPicture) -> Figure:
                Line2D([], [], marker="o", ls="", mfc="white", mec="0.6", label="port not sampled")]
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
-    _label_hottest(fig, ax, pic, hot)
+    _label_hottest(fig, ax, pic, hot, nth)
     return fig
 
 

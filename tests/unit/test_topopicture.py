@@ -97,6 +97,10 @@ def test_a_graph_without_host_tiers_finds_hosts_by_their_single_port(tmp_path):
     lay = layout(load_run(_run_dir(tmp_path / "g", ports, {})).ports)
     assert lay.hosts == ["h1", "h2"]
     assert (lay.tier["a"], lay.tier["c"], lay.tier["b"], lay.tier["x"]) == (1, 1, 2, 3)
+    fig = figure(picture(load_run(_run_dir(tmp_path / "g2", ports, {("x", "x-eth1"): [(1.0, 500, 1, 0, 0)]}))))
+    drawn = np.vstack([c.get_offsets() for c in fig.axes[0].collections[-2:]])  # unsampled and sampled ports
+    assert len(drawn) == len(ports)  # every port drawn once; x's two ports to b (parallel links) apart:
+    assert len({tuple(np.round(xy, 6)) for xy in drawn}) == len(ports)
 
 
 def test_hottest_ports_and_values_per_metric(tmp_path):
