@@ -233,6 +233,10 @@ def _plots(run: Run, ops_tab: pd.DataFrame | None, qstats: pd.DataFrame | None, 
         p = plots.plot_pause_timeline(run.pfc, files_dir / "pauses.png",
                                       run_end=None if math.isnan(end) else end, t0=t0)
         figs.append((p, "PFC pause timeline"))
+    from . import topopicture
+
+    if (p := topopicture.draw_topology(run, files_dir / "topology.png")) is not None:
+        figs.append((p, "The fabric: each egress port coloured by its peak backlog (the hottest labelled)"))
     if not figs:
         return []
     return [Block("h2", "Plots"), *(Block("img", (Path(path), f"{rel_dir}/{Path(path).name}"), caption)
