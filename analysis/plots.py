@@ -204,12 +204,13 @@ def plot_rank_timeline(ops: pd.DataFrame, path: str | Path, *, t0: float | None 
     ax.set_ylim(-0.6, len(ranks) - 0.4)
     ax.invert_yaxis()
     ax.set_xlabel("time since run start (s)" if at_run_start else "time since the first op (s)")
-    ax.set_title(title + ("  (hatched: faults)" if faults is not None and len(faults) else ""))
-    ax.legend(handles=[Patch(color=c, label=k) for k, c in TIMELINE_COLOURS.items()], loc="upper right",
-              fontsize="small", ncol=3)
+    ax.set_title(title + ("  (hatched: faults)" if faults is not None and len(faults) else ""), loc="left")
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in TIMELINE_COLOURS.items()], loc="lower right",
+              bbox_to_anchor=(1.0, 1.0), fontsize="small", ncol=3, frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
-    fig.text(0.01, 0.01, TIMELINE_CAPTION + ";  dotted: iteration ends", fontsize="small", color="dimgray")
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.text(0.01, 0.01, TIMELINE_CAPTION + "\ndotted lines: iteration ends (the slowest rank's)", fontsize="small",
+             color="dimgray")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, format="png")
