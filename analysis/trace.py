@@ -41,16 +41,18 @@ MAX_QUEUE_POINTS = 20000
 MAX_DROP_EVENTS = 5000
 
 
-def _us(t_s: float, origin_s: float) -> float:
-    """Seconds on the run's clock -> microseconds since the run's start (ns resolution, so that a child slice
-    computed from the same instants as its parent never pokes out of it)."""
-    return round((float(t_s) - origin_s) * 1e6, 3)
+def _us(t_s: float, origin_s: float) -> int | float:
+    """Seconds on the run's clock -> whole microseconds since the run's start (nan stays nan). Whole numbers, so that
+    a child slice computed from the same instants as its parent ends exactly where it does: a viewer converting
+    fractional microseconds to its nanoseconds can round a child 1 ns past its parent and drop it as misnested."""
+    us = (float(t_s) - origin_s) * 1e6
+    return round(us) if math.isfinite(us) else us
 
 
 def _slice(name: str, cat: str, start_s: float, end_s: float, pid: int, tid: int, origin_s: float,
            args: dict | None = None) -> dict:
     ts = _us(start_s, origin_s)
-    ev = {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": max(round(_us(end_s, origin_s) - ts, 3), 0.0),
+    ev = {"name": name, "cat": cat, "ph": "X", "ts": ts, "dur": max(_us(end_s, origin_s) - ts, 0),
           "pid": pid, "tid": tid}
     if args:
         ev["args"] = args

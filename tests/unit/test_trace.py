@@ -90,18 +90,19 @@ def test_slices_split_each_op_and_nest_in_it(doc):
     for op in ops:
         kids = [e for e in xs if e["cat"] in ("wait", "transfer") and (e["pid"], e["tid"]) == (op["pid"], op["tid"])
                 and op["ts"] <= e["ts"] and e["ts"] + e["dur"] <= op["ts"] + op["dur"]]
-        assert sum(k["dur"] for k in kids) == pytest.approx(op["dur"], abs=0.01)
+        assert sum(k["dur"] for k in kids) == op["dur"]  # whole microseconds: the children tile the op exactly
+        assert kids[-1]["ts"] + kids[-1]["dur"] == op["ts"] + op["dur"]
         assert op["args"]["last_to_join"] == "rank 3"
     waits = [e for e in xs if e["cat"] == "wait"]
     assert {e["tid"] for e in waits} == {1, 2, 3}  # rank 3 (tid 4), the straggler, never waits
-    assert max(e["dur"] for e in waits) == pytest.approx((LATE_S + 0.002) * 1e6, abs=0.01)
-    assert min(e["dur"] for e in xs if e["cat"] == "transfer") == pytest.approx(TRANSFER_S * 1e6, abs=0.01)
+    assert max(e["dur"] for e in waits) == pytest.approx((LATE_S + 0.002) * 1e6, abs=1.0)
+    assert min(e["dur"] for e in xs if e["cat"] == "transfer") == pytest.approx(TRANSFER_S * 1e6, abs=1.0)
     assert any(e["cat"] == "compute" for e in xs)
 
 
 def test_one_clock_from_the_runs_start(doc):
     first_op = min(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "op")
-    assert first_op == pytest.approx((1.0 + 0.050) * 1e6, abs=0.01)  # rank 0 arrives 1.05 s after t0_monotonic
+    assert first_op == pytest.approx((1.0 + 0.050) * 1e6, abs=1.0)  # rank 0 arrives 1.05 s after t0_monotonic
     faults = [e for e in doc["traceEvents"] if e["ph"] == "i" and e["cat"] == "fault"]
     assert [(e["name"], e["ts"], e["s"]) for e in faults] == [("cpu_throttled h2", 1.5e6, "g"),
                                                               ("cpu_restored h2", 2.5e6, "g")]
