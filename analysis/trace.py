@@ -59,11 +59,11 @@ def _slice(name: str, cat: str, start_s: float, end_s: float, pid: int, tid: int
     return ev
 
 
-def _meta(kind: str, pid: int, value, tid: int | None = None) -> dict:
-    ev = {"name": kind, "ph": "M", "pid": pid, "args": {"sort_index" if kind.endswith("sort_index") else "name": value}}
-    if tid is not None:
-        ev["tid"] = tid
-    return ev
+def _meta(kind: str, pid: int, value, tid: int = 0) -> dict:
+    """A metadata event naming or ordering a process (tid 0) or thread; ts 0 as PyTorch's profiler writes them, for
+    viewers that want every event to have one."""
+    return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid,
+            "args": {"sort_index" if kind.endswith("sort_index") else "name": value}}
 
 
 def _rank_events(run: Run, origin_s: float) -> tuple[list[dict], list[dict], int]:
