@@ -21,8 +21,11 @@ from .metrics import GOOD_ABOVE, POOR_BELOW, nearest_rank, pause_intervals, rank
 __all__ = ["plot_cdf", "plot_metric_vs_param", "plot_pause_timeline", "plot_queue_occupancy", "plot_rank_timeline",
            "plot_scaling_efficiency", "shade_faults"]
 
-#: colours of the per-rank timeline
-TIMELINE_COLOURS = {"compute": "tab:green", "comm": "tab:blue", "wait": "tab:red"}
+#: colours of the per-rank timeline (kinds of :func:`analysis.metrics.rank_timeline`)
+TIMELINE_COLOURS = {"compute": "tab:green", "wait": "tab:red", "transfer": "tab:blue"}
+#: what each colour of the per-rank timeline means, printed under it
+TIMELINE_CAPTION = ("green: compute (between ops);  red: in the op, waiting for the last rank to join it;  "
+                    "blue: transfer (every rank joined, data moving)")
 #: most intervals drawn per rank and kind (closer ones are merged beyond this, as the report merges op phases)
 TIMELINE_MAX_BARS = 2000
 
@@ -224,15 +227,20 @@ def shade_faults(ax, faults: pd.DataFrame | None, t0: float) -> None:
 
 def plot_rank_timeline(ops: pd.DataFrame, path: str | Path, *, t0: float | None = None,
                        title: str = "per-rank timeline", faults: pd.DataFrame | None = None) -> Path:
-    """One row per rank (``broken_barh``): compute (green), communication (blue) and waiting for peers (red)
-    across the iterations (:func:`analysis.metrics.rank_timeline`); dotted lines at each iteration's end (the
-    slowest rank's). A straggler shows as the row with the long green bars while the others' red bars grow."""
+    """One row per rank (``broken_barh``): compute (green), waiting for the slowest peer to join the op (red) and
+    transfer once every rank has joined (blue), :func:`analysis.metrics.rank_timeline`; dotted lines at each
+    iteration's end (the slowest rank's); :data:`TIMELINE_CAPTION` under the axes. A straggler is the row with
+    the long green bars and no red, while its peers' red bars grow; in a run without one the ops are all blue.
+
+    ``t0``: the time origin, in the clock of ops.csv; pass the run's start (``Run.time_window()[0]``, the
+    manifest's ``t0_monotonic``) to share the axis with the queue and pause plots. Default: the first interval."""
     tl = rank_timeline(ops)
     ranks = sorted(tl["rank"].unique().tolist()) if len(tl) else []
-    fig, ax = _new((9.0, max(2.2, 0.45 * len(ranks) + 1.4)))
+    fig, ax = _new((9.0, max(2.5, 0.45 * len(ranks) + 1.7)))
     if tl.empty:
         _empty_note(ax, "no ops")
         return _save(fig, path)
+    at_run_start = t0 is not None
     t0 = float(tl["start_s"].min()) if t0 is None else t0
     for y, rank in enumerate(ranks):
         d = tl[tl["rank"] == rank]
@@ -240,8 +248,7 @@ def plot_rank_timeline(ops: pd.DataFrame, path: str | Path, *, t0: float | None 
             k = d[d["kind"] == kind]
             bars = [(s - t0, max(e - s, 1e-9)) for s, e in zip(k["start_s"], k["end_s"])]
             if bars:
-                ax.broken_barh(_merge_bars(bars, TIMELINE_MAX_BARS), (y - 0.35, 0.7), facecolors=colour,
-                               label=kind if y == 0 else None)
+                ax.broken_barh(_merge_bars(bars, TIMELINE_MAX_BARS), (y - 0.35, 0.7), facecolors=colour)
     shade_faults(ax, faults, t0)
     st = step_times(ops)
     for e in st["end_s"].head(200):
@@ -250,14 +257,18 @@ def plot_rank_timeline(ops: pd.DataFrame, path: str | Path, *, t0: float | None 
     ax.set_yticklabels([f"rank {r}" for r in ranks], fontsize="small")
     ax.set_ylim(-0.6, len(ranks) - 0.4)
     ax.invert_yaxis()
-    ax.set_xlabel("time (s)")
-    ax.set_title(title + "  (green: compute, blue: communication, red: waiting for peers)"
-                 + ("; hatched: faults" if faults is not None and len(faults) else ""))
-    handles = [Patch(color=c, label=k)
-               for k, c in TIMELINE_COLOURS.items()]
-    ax.legend(handles=handles, loc="upper right", fontsize="small", ncol=3)
+    ax.set_xlabel("time since run start (s)" if at_run_start else "time since the first op (s)")
+    ax.set_title(title + ("  (hatched: faults)" if faults is not None and len(faults) else ""), loc="left")
+    ax.legend(handles=[Patch(color=c, label=k) for k, c in TIMELINE_COLOURS.items()], loc="lower right",
+              bbox_to_anchor=(1.0, 1.0), fontsize="small", ncol=3, frameon=False)
     ax.grid(True, axis="x", alpha=0.3)
-    return _save(fig, path)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    fig.text(0.01, 0.01, TIMELINE_CAPTION + "\ndotted lines: iteration ends (the slowest rank's)", fontsize="small",
+             color="dimgray")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
 
 
 def plot_metric_vs_param(x: Sequence[float], series: Mapping[str, Sequence[float]] | Sequence[float],

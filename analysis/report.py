@@ -201,7 +201,7 @@ def _what_happened(run: Run, corr: pd.DataFrame | None, fiv: pd.DataFrame | None
 
         b.append(Block("p", "The slowest op: " + explain_slowest(run, table=corr) + "."))
         b.append(Block("p", "The slowest step: " + explain_slowest_step(run) + "."))
-        p = plots.plot_rank_timeline(run.ops, files_dir / "timeline.png", faults=fiv)
+        p = plots.plot_rank_timeline(run.ops, files_dir / "timeline.png", faults=fiv, t0=start)
         b.append(Block("img", (Path(p), f"{rel_dir}/{Path(p).name}"),
                        "Per-rank timeline: compute, communication and waiting for peers, one row per rank, "
                        "iteration ends marked (a straggler is the row with long compute; the others wait)"))
@@ -331,4 +331,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
     html_path, md_path = out / "report.html", out / "report.md"
     html_path.write_text(render_html(blocks, title), encoding="utf-8")
     md_path.write_text(render_markdown(blocks), encoding="utf-8")
+    from .trace import write_trace  # the run as a Perfetto / Chrome trace: trace.json beside the report
+
+    write_trace(run, out)
     return html_path, md_path

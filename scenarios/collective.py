@@ -156,6 +156,7 @@ SCENARIO = Scenario(
     table=(("collective", "collective"), ("ranks", "ranks"), ("message_bytes", "message (bytes)"),
            ("iterations", "iterations"), ("cct_ms_p50", "CCT p50 (ms)"), ("cct_ms_p99", "CCT p99 (ms)"),
            ("cct_ms_max", "CCT max (ms)"), ("bound_ms", "alpha-beta bound (ms)"), ("cct_vs_bound", "mean CCT / bound"),
+           ("transfer_vs_bound", "mean transfer / bound (late arrival left out)"),
            ("step_ms_p50", "step p50 (ms)"), ("step_ms_p99", "step p99 (ms)"), ("step_cv", "step CV"),
            ("comm_wait_fraction", "comm wait fraction"), ("algbw_gbps", "algbw (Gbit/s)"), ("busbw_gbps",
            "busbw (Gbit/s)"), ("switch_drops", "switch queue drops"), ("ecn_marks", "ECN marks"),

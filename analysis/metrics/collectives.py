@@ -1,9 +1,11 @@
 """Collective metrics from ops.csv (one row per rank and op): per-op CCT and bandwidth, step times per rank and
-per iteration, the communication-wait fraction, the per-rank timeline; and incast rounds from rounds.csv."""
+per iteration, the communication-wait fraction, each op's arrival skew and transfer (its CCT taken apart), the
+per-rank timeline; and incast rounds from rounds.csv."""
 
 from __future__ import annotations
 
 import math
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
@@ -129,12 +131,80 @@ def comm_wait_fraction(ops: pd.DataFrame) -> tuple[float, pd.Series]:
     return float(r["wait_s"].sum() / r["step_s"].sum()), per
 
 
+def op_arrivals(ops: pd.DataFrame) -> pd.DataFrame:
+    """When each collective op's ranks arrived, and what its completion time is made of: one row per
+    ``(iteration, op_index)`` with ``first_arrival_s`` / ``last_arrival_s`` (the earliest / latest rank's
+    ``start_s``: when its agent entered the op), ``end_s`` (the last rank's completion), ``cct_s`` =
+    end_s - first_arrival_s (as :func:`op_table`), ``arrival_skew_s`` = last_arrival_s - first_arrival_s (the part
+    of the CCT no network can shorten: a synchronous collective cannot finish before its last rank joins it) and
+    ``transfer_s`` = end_s - last_arrival_s (the part the network and the transport take once every rank is in).
+    ``cct_s == arrival_skew_s + transfer_s``.
+
+    ops.csv records no communicator: an ``(iteration, op_index)`` whose ranks form several independent groups (a
+    tensor-parallel op run by each group at once) is taken as one op, so its skew spans the groups."""
+    cols = ["iteration", "op_index", "op", "first_arrival_s", "last_arrival_s", "end_s", "cct_s", "arrival_skew_s",
+            "transfer_s"]
+    if ops.empty:
+        return pd.DataFrame({c: pd.Series([], dtype=object if c == "op" else
+                                          ("int64" if c in ("iteration", "op_index") else "float64")) for c in cols})
+    t = (ops.groupby(["iteration", "op_index"], sort=True)
+         .agg(op=("op", "first"), first_arrival_s=("start_s", "min"), last_arrival_s=("start_s", "max"),
+              end_s=("end_s", "max")).reset_index())
+    t["cct_s"] = t["end_s"] - t["first_arrival_s"]
+    t["arrival_skew_s"] = t["last_arrival_s"] - t["first_arrival_s"]
+    t["transfer_s"] = t["end_s"] - t["last_arrival_s"]
+    return t[cols]
+
+
+def rank_op_split(ops: pd.DataFrame) -> pd.DataFrame:
+    """Each rank's time in each op, split in two: ``arrival_wait_s`` (from this rank's arrival to the last rank's
+    arrival at the same op: waiting for the slowest peer to join; 0 for the last rank) and ``transfer_s`` (from
+    then to this rank's completion: moving data with every peer present). The split is clipped to the rank's
+    own op, so ``arrival_wait_s + transfer_s == end_s - start_s`` always (a rank that finished before the last
+    arrival, e.g. a broadcast root whose data fit in the socket buffers, spent all of it waiting).
+    Columns: rank, iteration, op_index, op, start_s, end_s, last_arrival_s, arrival_wait_s, transfer_s.
+
+    This differs from ops.csv's ``wait_s`` (the agent's time blocked in the transport with a receive
+    outstanding): that also counts waiting for bytes on the wire, ~all of a ring step's time in a run without a
+    straggler, so it cannot tell a late peer from a busy network."""
+    cols = ["rank", "iteration", "op_index", "op", "start_s", "end_s", "last_arrival_s", "arrival_wait_s",
+            "transfer_s"]
+    if ops.empty:
+        return pd.DataFrame({c: pd.Series([], dtype=object if c == "op" else
+                                          ("int64" if c in ("rank", "iteration", "op_index") else "float64"))
+                             for c in cols})
+    last = ops.groupby(["iteration", "op_index"])["start_s"].transform("max")
+    dur = (ops["end_s"] - ops["start_s"]).clip(lower=0.0)
+    wait = (last - ops["start_s"]).clip(lower=0.0).clip(upper=dur)
+    out = ops.assign(last_arrival_s=last, arrival_wait_s=wait, transfer_s=dur - wait)
+    return out[cols].sort_values(["rank", "iteration", "op_index"], kind="stable").reset_index(drop=True)
+
+
+def cct_split_vs_bound(ops: pd.DataFrame, bound_s: Mapping[str, float]) -> dict[str, float]:
+    """``cct_vs_bound`` taken apart: the mean over ops of ``arrival_skew_s / bound`` (``arrival_skew_vs_bound``:
+    time lost to a rank arriving late, e.g. a straggler's compute) and of ``transfer_s / bound``
+    (``transfer_vs_bound``: the network's and transport's share; near 1 on an uncongested fabric), which add up to
+    the mean CCT / bound; plus ``arrival_skew_ms_mean`` and ``transfer_ms_mean``. ``bound_s``: the alpha-beta
+    bound per op name (seconds); ops without a positive bound are left out. {} when no op has one."""
+    t = op_arrivals(ops)
+    b = t["op"].map(lambda o: float(bound_s.get(o, math.nan)))
+    t = t[b > 0]
+    b = b[b > 0]
+    if t.empty:
+        return {}
+    return {"arrival_skew_vs_bound": float((t["arrival_skew_s"] / b).mean()),
+            "transfer_vs_bound": float((t["transfer_s"] / b).mean()),
+            "arrival_skew_ms_mean": float(t["arrival_skew_s"].mean() * 1e3),
+            "transfer_ms_mean": float(t["transfer_s"].mean() * 1e3)}
+
+
 def rank_timeline(ops: pd.DataFrame) -> pd.DataFrame:
     """What each rank did, as intervals for a per-rank timeline: one row per (rank, iteration, kind, start_s,
     end_s) with kind ``compute`` (from the rank's previous iteration end, or its origin, to its first op start
-    of the iteration: compute phase plus any host-side gap), ``wait`` (the op's wait_s, drawn from the op's
-    start: ops.csv records how long a rank waited for its peers inside an op, not when) and ``comm`` (the rest
-    of each op)."""
+    of the iteration: compute phase plus any host-side gap), ``wait`` (from the rank's arrival at an op to the
+    last rank's arrival: waiting for the slowest peer to join, :func:`rank_op_split`) and ``transfer`` (from the
+    last arrival to this rank's completion of the op: data moving with every peer present). Per rank, the
+    intervals cover its origin to its last op end; an op's wait + transfer is its duration."""
     cols = ["rank", "iteration", "kind", "start_s", "end_s"]
     if ops.empty:
         return pd.DataFrame({c: pd.Series([], dtype="int64" if c in ("rank", "iteration") else
@@ -145,12 +215,12 @@ def rank_timeline(ops: pd.DataFrame) -> pd.DataFrame:
     for row, p in zip(r.itertuples(index=False), prev_end):
         if row.start_s > p:
             rows.append((int(row.rank), int(row.iteration), "compute", float(p), float(row.start_s)))
-    for o in ops.itertuples(index=False):
-        w = min(max(float(o.wait_s), 0.0), float(o.end_s - o.start_s))
-        if w > 0:
-            rows.append((int(o.rank), int(o.iteration), "wait", float(o.start_s), float(o.start_s + w)))
-        if o.end_s > o.start_s + w:
-            rows.append((int(o.rank), int(o.iteration), "comm", float(o.start_s + w), float(o.end_s)))
+    for o in rank_op_split(ops).itertuples(index=False):
+        split = float(o.start_s + o.arrival_wait_s)
+        if o.arrival_wait_s > 0:
+            rows.append((int(o.rank), int(o.iteration), "wait", float(o.start_s), split))
+        if o.transfer_s > 0:
+            rows.append((int(o.rank), int(o.iteration), "transfer", split, float(o.end_s)))
     return pd.DataFrame(rows, columns=cols).sort_values(["rank", "start_s"], kind="stable").reset_index(drop=True)
 
 

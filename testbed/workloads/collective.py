@@ -281,6 +281,8 @@ class CollectiveJob:
             "bound_ms": sum(bound_of[o] for o in head["op"]) / len(head) * 1e3,  # per op (buckets: their mean)
             "bound_payload_efficiency": efficiency,
             "cct_vs_bound": sum(ratios) / len(ratios) if ratios else None,
+            # cct_vs_bound = arrival_skew_vs_bound (a rank joining late) + transfer_vs_bound (the network's share)
+            **am.cct_split_vs_bound(asum.headline_ops(run.ops), bound_of),
             "data_verified": bool(res.verified),
             "mismatches": "; ".join(mism[:5]),
             "job_s": res.t_end - res.t_start,

@@ -1,0 +1,134 @@
+"""analysis.trace: the run as a Chrome / Perfetto trace (trace.json), checked against the Trace Event Format's rules
+(JSON object form with "traceEvents"; ph X complete events with ts/dur in microseconds, pid and tid; C counters with
+numeric args; i instants with a scope; M metadata naming processes and threads) on a hand-made run
+(tests/timeline_fixture.py: 4 ranks on 2 hosts, rank 3 a straggler, two queues, a PFC pause, two fault events)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from analysis import trace
+from analysis.load import load_run
+from tests.timeline_fixture import LATE_S, T0, TRANSFER_S, write_run
+
+RUNS = Path(__file__).resolve().parents[1] / "fixtures" / "runs"
+PHASES = {"X", "C", "i", "M"}
+META = {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
+
+
+def _no_nan(token: str):
+    raise AssertionError(f"{token} is not JSON a trace viewer accepts")
+
+
+def _load(path: Path) -> dict:
+    doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_nan)
+    assert isinstance(doc, dict) and isinstance(doc["traceEvents"], list)
+    return doc
+
+
+def _check_format(doc: dict) -> list[dict]:
+    """Every event obeys the format's rules; returns the non-metadata events."""
+    evs = doc["traceEvents"]
+    for e in evs:
+        assert e["ph"] in PHASES, e
+        assert isinstance(e["name"], str) and e["name"] and isinstance(e["pid"], int), e
+        if e["ph"] == "M":
+            assert e["name"] in META and isinstance(e["args"], dict), e
+            if e["name"].startswith("thread"):
+                assert isinstance(e["tid"], int), e
+            continue
+        assert isinstance(e["ts"], (int, float)) and e["ts"] >= 0, e
+        if e["ph"] == "X":
+            assert isinstance(e["tid"], int) and isinstance(e["dur"], (int, float)) and e["dur"] >= 0, e
+        elif e["ph"] == "C":
+            assert e["args"] and all(isinstance(v, (int, float)) for v in e["args"].values()), e
+        else:
+            assert e["s"] in ("g", "p", "t"), e
+    body = [e for e in evs if e["ph"] != "M"]
+    assert [e["ph"] for e in evs[:len(evs) - len(body)]] == ["M"] * (len(evs) - len(body))  # metadata first
+    ts = [e["ts"] for e in body]
+    assert ts == sorted(ts), "events out of time order"
+    return body
+
+
+@pytest.fixture
+def doc(tmp_path) -> dict:
+    run = load_run(write_run(tmp_path / "run"))
+    path = trace.write_trace(run, tmp_path / "out")
+    assert path == tmp_path / "out" / trace.TRACE_FILE
+    return _load(path)
+
+
+def test_trace_obeys_the_event_format(doc):
+    body = _check_format(doc)
+    assert {e["ph"] for e in body} == {"X", "C", "i"}
+    assert doc["displayTimeUnit"] == "ms" and doc["otherData"]["t0_monotonic"] == T0
+
+
+def test_one_process_per_host_one_track_per_rank(doc):
+    meta = [e for e in doc["traceEvents"] if e["ph"] == "M"]
+    procs = {e["pid"]: e["args"]["name"] for e in meta if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in meta if e["name"] == "thread_name"}
+    assert sorted(procs.values()) == ["fabric", "h1", "h2"]
+    pid = {v: k for k, v in procs.items()}
+    assert threads[(pid["h1"], 1)] == "rank 0" and threads[(pid["h1"], 2)] == "rank 1"
+    assert threads[(pid["h2"], 3)] == "rank 2" and threads[(pid["h2"], 4)] == "rank 3"
+    # every slice sits on a named rank track of its host
+    for e in doc["traceEvents"]:
+        if e["ph"] == "X":
+            assert (e["pid"], e["tid"]) in threads and procs[e["pid"]] in ("h1", "h2"), e
+
+
+def test_slices_split_each_op_and_nest_in_it(doc):
+    xs = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    ops = [e for e in xs if e["cat"] == "op"]
+    assert len(ops) == 12
+    for op in ops:
+        kids = [e for e in xs if e["cat"] in ("wait", "transfer") and (e["pid"], e["tid"]) == (op["pid"], op["tid"])
+                and op["ts"] <= e["ts"] and e["ts"] + e["dur"] <= op["ts"] + op["dur"]]
+        assert sum(k["dur"] for k in kids) == op["dur"]  # whole microseconds: the children tile the op exactly
+        assert kids[-1]["ts"] + kids[-1]["dur"] == op["ts"] + op["dur"]
+        assert op["args"]["last_to_join"] == "rank 3"
+    waits = [e for e in xs if e["cat"] == "wait"]
+    assert {e["tid"] for e in waits} == {1, 2, 3}  # rank 3 (tid 4), the straggler, never waits
+    assert max(e["dur"] for e in waits) == pytest.approx((LATE_S + 0.002) * 1e6, abs=1.0)
+    assert min(e["dur"] for e in xs if e["cat"] == "transfer") == pytest.approx(TRANSFER_S * 1e6, abs=1.0)
+    assert any(e["cat"] == "compute" for e in xs)
+
+
+def test_one_clock_from_the_runs_start(doc):
+    first_op = min(e["ts"] for e in doc["traceEvents"] if e["ph"] == "X" and e["cat"] == "op")
+    assert first_op == pytest.approx((1.0 + 0.050) * 1e6, abs=1.0)  # rank 0 arrives 1.05 s after t0_monotonic
+    faults = [e for e in doc["traceEvents"] if e["ph"] == "i" and e["cat"] == "fault"]
+    assert [(e["name"], e["ts"], e["s"]) for e in faults] == [("cpu_throttled h2", 1.5e6, "g"),
+                                                              ("cpu_restored h2", 2.5e6, "g")]
+    pauses = [(e["ts"], e["args"]["paused"]) for e in doc["traceEvents"] if e["ph"] == "C" and e["cat"] == "pfc"]
+    assert pauses == [(pytest.approx(1.2e6), 1), (pytest.approx(1.25e6), 0)]
+
+
+def test_queue_counters_and_drop_instants(doc):
+    cs = [e for e in doc["traceEvents"] if e["ph"] == "C" and e["cat"] == "queue"]
+    assert {e["name"] for e in cs} == {"backlog leaf1:spine1", "backlog leaf2:h3"}
+    assert max(e["args"]["bytes"] for e in cs if e["name"] == "backlog leaf1:spine1") == 12000
+    drops = [e for e in doc["traceEvents"] if e["ph"] == "i" and e["cat"] == "drop"]
+    # the fixture's drop counter steps 0 -> 1 -> 2 at samples 10 and 20
+    assert [(e["name"], e["args"]["drops"]) for e in drops] == [("drops leaf1:spine1", 1)] * 2
+    assert [e["ts"] for e in drops] == pytest.approx([1.5e6, 2.0e6])
+
+
+def test_report_writes_the_trace_and_runs_without_ops_still_get_one(tmp_path):
+    from analysis.report import write_report
+
+    run_dir = tmp_path / "straggler"
+    shutil.copytree(RUNS / "straggler_collective", run_dir)
+    write_report(run_dir)
+    body = _check_format(_load(run_dir / "trace.json"))
+    assert any(e["ph"] == "X" for e in body)
+    empty = write_run(tmp_path / "empty")
+    (empty / "ops.csv").unlink()
+    body = _check_format(_load(trace.write_trace(load_run(empty))))
+    assert not any(e["ph"] == "X" for e in body) and any(e["ph"] == "C" for e in body)
