@@ -203,8 +203,10 @@ def _what_happened(run: Run, corr: pd.DataFrame | None, fiv: pd.DataFrame | None
         b.append(Block("p", "The slowest step: " + explain_slowest_step(run) + "."))
         p = plots.plot_rank_timeline(run.ops, files_dir / "timeline.png", faults=fiv, t0=start)
         b.append(Block("img", (Path(p), f"{rel_dir}/{Path(p).name}"),
-                       "Per-rank timeline: compute, communication and waiting for peers, one row per rank, "
-                       "iteration ends marked (a straggler is the row with long compute; the others wait)"))
+                       "Per-rank timeline, one row per rank, on the queue plot's clock: compute (green), waiting "
+                       "for the last rank to arrive (red) and transfer (blue); a straggler is the row with long "
+                       "compute and no red, the others wait for it. trace.json holds the same in Perfetto's format "
+                       "(`testbed trace`)."))
     return b
 
 

@@ -8,6 +8,7 @@
     testbed report RUN_DIR       write report.html / report.md for a run directory
     testbed compare A B          is A different from B? runs or repeat folders: medians, CIs, a verdict
     testbed draw RUN_DIR         save a picture of the fabric, each port coloured by its peak backlog or drops
+    testbed trace RUN_DIR        write the run's timeline as a Perfetto / Chrome trace (trace.json)
     testbed sweep SCENARIO ...   one run per value of one parameter, then a table and plots
     testbed cli [--set ...]      build a fabric and open Mininet's CLI on it (pingall, h1 ping h4, tc -s ...)
     testbed lab list|show|run|check   classroom labs: handouts, their runs, automatic checking
@@ -25,6 +26,7 @@ import sys
 from testbed import __version__
 from testbed.commands import audit, explore
 from testbed.commands import draw as drawing
+from testbed.commands import trace as tracing
 from testbed.commands import labs as classlabs
 from testbed.commands.argparsing import OneLineErrorParser
 from testbed.errors import RunFailed, UsageError
@@ -285,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
                 classlabs.add_parser, audit.add_parser, _add_run):
         add(sub)
     drawing.add_parser(sub)
+    tracing.add_parser(sub)
     return p
 
 

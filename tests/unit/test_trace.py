@@ -132,3 +132,24 @@ def test_report_writes_the_trace_and_runs_without_ops_still_get_one(tmp_path):
     (empty / "ops.csv").unlink()
     body = _check_format(_load(trace.write_trace(load_run(empty))))
     assert not any(e["ph"] == "X" for e in body) and any(e["ph"] == "C" for e in body)
+
+
+def test_trace_command_writes_the_file_and_refuses_bad_input_in_one_line(tmp_path):
+    """`testbed trace RUN_DIR [--out FILE]`: the trace where asked; a missing run or a non-JSON --out is one line,
+    exit 2, nothing written."""
+    import subprocess
+    import sys
+
+    run_dir = write_run(tmp_path / "run")
+    cmd = [sys.executable, "-m", "testbed.cli", "trace"]
+    r = subprocess.run([*cmd, str(run_dir)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and (run_dir / "trace.json").is_file(), r.stderr
+    assert json.loads((run_dir / "trace.json").read_text())["traceEvents"]
+    out = tmp_path / "elsewhere" / "mine.json"
+    out.parent.mkdir()
+    r = subprocess.run([*cmd, str(run_dir), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and out.is_file() and sorted(p.name for p in out.parent.iterdir()) == ["mine.json"]
+    for bad in ([str(tmp_path / "nope")], [str(run_dir), "--out", str(tmp_path / "t.txt")], [str(tmp_path)]):
+        r = subprocess.run([*cmd, *bad], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
+    assert not (tmp_path / "t.txt").exists()
