@@ -131,7 +131,7 @@ def test_ring_allreduce_large_message_near_alpha_beta_bound(tmp_path):
     ratios = op_table(load_run(tmp_path / "ring").ops)["cct_s"].to_numpy() * 1e3 / s["bound_ms"]
     e = stats.estimate(ratios)
     print(f"ring all-reduce 2 MB, 4 ranks, 10 Mbit/s: op CCT / alpha-beta bound {e.text('{:.3f}')}, "
-          f"ops {sorted(round(r, 3) for r in ratios)}, fidelity_ok {s['fidelity_ok']} {s['fidelity_reasons']}")
+          f"ops {sorted(round(float(r), 3) for r in ratios)}, fidelity_ok {s['fidelity_ok']} {s['fidelity_reasons']}")
     assert e.n == iterations, e
     assert 0.95 <= e.low and e.high <= limit, (limit, e, s["fidelity_reasons"])
 
@@ -161,7 +161,8 @@ def test_straggler_raises_p99_step_by_its_slowdown(tmp_path):
     steps = {n: step_times(load_run(tmp_path / n).ops)["step_s"].to_numpy() * 1e3 for n in ("base", "slow")}
     e = stats.estimate(steps["slow"] - stats.estimate(steps["base"]).median)
     print(f"straggler's extra step time {e.text('{:.0f}')} ms against {extra:.0f} ms of extra compute; steps "
-          f"base {sorted(steps['base'].round())} slow {sorted(steps['slow'].round())}; comm wait fraction "
+          f"base {sorted(steps['base'].round().tolist())} slow {sorted(steps['slow'].round().tolist())}; "
+          f"comm wait fraction "
           f"{base['comm_wait_fraction']:.3f} -> {slow['comm_wait_fraction']:.3f}")
     assert e.n == 10, e
     assert 0.7 * extra <= e.low and e.high <= 1.3 * extra, (extra, e)
