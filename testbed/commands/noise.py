@@ -32,9 +32,9 @@ EFFECTS = (1.2, 1.5, 2.0)
 BATTERY = (
     ("incast", "incast", dict(topology="dumbbell", senders=8, block_bytes=32_000, rounds=20, host_rate_mbps=20.0,
                               fabric_rate_mbps=40.0, buffer_bytes=32_000, sample_interval_ms=2.0)),
-    # no queue sampling in the all-reduce: in the lab VM a sampled collective run crashed the interpreter (a
-    # segfault in pandas while the run judged its ports' rates) 4 times in 6 on 2026-12-04; the queue median comes
-    # from the incast's bottleneck
+    # no queue sampling in the all-reduce: the queue median comes from the incast's bottleneck. (Sampled collective
+    # runs crashed pandas in the lab VM under QEMU's AVX2 emulation, 4 times in 6; with the guest's Nehalem CPU the
+    # whole battery ran there, 5 of 5, on 2026-12-04.)
     ("allreduce", "collective", dict(collective="allreduce", size="256K", ranks=4, iterations=6, warmup=1,
                                      host_rate_mbps=20.0, fabric_rate_mbps=20.0, sample_interval_ms=0.0)),
 )

@@ -102,42 +102,71 @@ def _emulated_cpu() -> bool:
 
 def test_ring_allreduce_large_message_near_alpha_beta_bound(tmp_path):
     """2 MB at 10 Mbit/s: 2.4 s per all-reduce, long against any start-up effect, and half the packet rate of
-    4 MB at 20 Mbit/s, so the emulated VM's CPU (which also forwards every packet) is not what sets the time."""
-    kw = dict(collective="allreduce", algorithm="ring", size="2M", iterations=5, warmup=1, host_rate_mbps=10.0,
-              fabric_rate_mbps=10.0, sample_interval_ms=0)
+    4 MB at 20 Mbit/s, so the emulated VM's CPU (which also forwards every packet) is not what sets the time.
+
+    The claim rests on one run's 12 measured ops: the 95% interval of their median CCT / bound
+    (analysis.stats.estimate: distribution-free, [3rd, 10th] of 12) must lie inside [0.95, limit]. Ops hit by a VM
+    stall move the interval's ends by one rank at most, where the old test ran once more and judged the better of
+    two runs of 5. 13 ops of 2.4 s: the VM time of the old test's two runs.
+    Measured in the lab VM (3 runs in one boot, 2026-12-04, other developers' VMs alongside): median [95% CI] of
+    the 12 ops' CCT / bound 1.187 [1.132, 1.300] (ops 1.11-1.44, the machine busy), 1.047 [1.043, 1.060] and
+    1.053 [1.047, 1.056]. The nearest interval end (1.30) sits 0.3 below the VM's limit, ~2 run-to-run sd of the
+    interval's high end (sd 0.14, n 3): a false failure of roughly 1 in 50 on a busy machine from 3 runs, fewer on
+    a quiet one (1.06). Not yet shown below 1 in 100; a run with every op slow (fresh-clone CI once: 1.87 and
+    2.92 with the whole VM stalled) still fails, and says so with its fidelity reasons."""
+    from analysis import stats
+    from analysis.load import load_run
+    from analysis.metrics import op_table
+
+    iterations = 12
+    kw = dict(collective="allreduce", algorithm="ring", size="2M", iterations=iterations, warmup=1,
+              host_rate_mbps=10.0, fabric_rate_mbps=10.0, sample_interval_ms=0)
+    # 1.3x is the claim for a real CPU; under QEMU's software CPU (TCG: no KVM on the CI machines) the guest's two
+    # vCPUs also forward every packet through three shaped hops, so the emulated limit is wider (still far below a
+    # serialised ring, 4x)
     limit = 1.6 if _emulated_cpu() else 1.3
-    # 1.3x is the claim for a real CPU. Under QEMU's software CPU (TCG: no KVM on the CI machines) the guest's two
-    # vCPUs also forward every packet through three shaped hops; measured there 1.23, 1.26, 1.31 and once 1.48 of
-    # the header-aware bound, so the emulated limit is wider (still far below a serialised ring, 4x). Fresh-clone CI
-    # runs measured 1.87 once (25 retransmissions) and 2.92 once (72), every iteration of the run slow: the whole VM
-    # was slow for that minute (alone, and right after the PFC test that precedes it: 1.09, 1.18 and 1.09). Such a
-    # run is run once more and the better of the two is judged: the claim is what the emulation achieves, and a
-    # stalled VM is not the emulated network.
-    ratios = []
-    for attempt in (1, 2):
-        s = run(tmp_path, f"ring{attempt}", **kw)
-        show(f"ring 2M (run {attempt})", s)
-        assert s["data_verified"] is True
-        ratios.append(s["cct_ms_p50"] / s["bound_ms"])  # median of 5: two iterations hit by VM stalls do not decide
-        if ratios[-1] <= limit:
-            break
-    ratio = min(ratios)
-    print(f"ring all-reduce 2 MB, 4 ranks, 10 Mbit/s: median CCT / alpha-beta bound = {ratios}")
-    assert 0.95 <= ratio <= limit, (limit, ratios)
+    s = run(tmp_path, "ring", **kw)
+    show("ring 2M", s)
+    assert s["data_verified"] is True
+    ratios = op_table(load_run(tmp_path / "ring").ops)["cct_s"].to_numpy() * 1e3 / s["bound_ms"]
+    e = stats.estimate(ratios)
+    print(f"ring all-reduce 2 MB, 4 ranks, 10 Mbit/s: op CCT / alpha-beta bound {e.text('{:.3f}')}, "
+          f"ops {sorted(round(float(r), 3) for r in ratios)}, fidelity_ok {s['fidelity_ok']} {s['fidelity_reasons']}")
+    assert e.n == iterations, e
+    assert 0.95 <= e.low and e.high <= limit, (limit, e, s["fidelity_reasons"])
 
 
 def test_straggler_raises_p99_step_by_its_slowdown(tmp_path):
+    """One rank computes 3x as long (300 -> 900 ms a step): every synchronous step waits for it, so each step is
+    longer by about the extra compute. Graded on the steps of one run a side: the 95% interval of the median of
+    (straggler run's step - the base run's median step) (analysis.stats.estimate over 10 steps: [2nd, 9th]) must lie
+    within [0.7, 1.3] x the extra compute, so one step hit by a VM stall (CI: +370 ms once, which decided the old
+    p99-of-6 claim) moves the interval's end by one rank, not the verdict. The p99 of 10 steps is their max: only
+    its lower side is claimed. Measured in the lab VM (3 runs a side in one boot, 2026-12-04, machine shared):
+    extra step 603 [592, 612], 592 [587, 597], 593 [590, 599] ms against 600 (steps within a run: sd ~8 ms); comm
+    wait fraction 0.038-0.043 -> 0.496-0.499. Every interval end sits >= 168 ms (> 15 run-to-run sd) inside the
+    band and the wait fraction 0.25 past its margin of 0.2: a false failure far rarer than 1 in 100."""
+    from analysis import stats
+    from analysis.load import load_run
+    from analysis.metrics import step_times
+
     compute, factor = 300.0, 3.0  # compute dominates the step, so a slow (emulated) CPU's noise stays small
-    kw = dict(collective="allreduce", size="16K", iterations=6, warmup=1, compute_ms=compute, sample_interval_ms=0)
+    kw = dict(collective="allreduce", size="16K", iterations=10, warmup=1, compute_ms=compute, sample_interval_ms=0)
     base = run(tmp_path, "base", **kw)
     slow = run(tmp_path, "slow", stragglers="2", straggler_factor=factor, **kw)
     show("no straggler", base)
     show("straggler", slow)
     extra = (factor - 1) * compute
     assert base["data_verified"] and slow["data_verified"]
-    # p99 of 6 steps is their max: one emulated-VM stall lands on it (CI: +370 ms once), so the upper margin is wider
-    assert 0.7 * extra <= slow["step_ms_p99"] - base["step_ms_p50"] <= 1.8 * extra, (base, slow)
-    assert 0.7 * extra <= slow["step_ms_p50"] - base["step_ms_p50"] <= 1.3 * extra, (base, slow)
+    steps = {n: step_times(load_run(tmp_path / n).ops)["step_s"].to_numpy() * 1e3 for n in ("base", "slow")}
+    e = stats.estimate(steps["slow"] - stats.estimate(steps["base"]).median)
+    print(f"straggler's extra step time {e.text('{:.0f}')} ms against {extra:.0f} ms of extra compute; steps "
+          f"base {sorted(steps['base'].round().tolist())} slow {sorted(steps['slow'].round().tolist())}; "
+          f"comm wait fraction "
+          f"{base['comm_wait_fraction']:.3f} -> {slow['comm_wait_fraction']:.3f}")
+    assert e.n == 10, e
+    assert 0.7 * extra <= e.low and e.high <= 1.3 * extra, (extra, e)
+    assert slow["step_ms_p99"] - base["step_ms_p50"] >= 0.7 * extra, (base, slow)
     # the fast ranks spend the straggler's extra time waiting inside the collective
     assert slow["comm_wait_fraction"] > base["comm_wait_fraction"] + 0.2, (base, slow)
 
