@@ -166,9 +166,9 @@ def main() -> int:
           f"{a.repeats} run{'s' if a.repeats > 1 else ''} each: median [interval] (n, the interval's coverage)")
     totals = {n: [r["up"] + r["down"] for r in runs[n]] for n in names}
     for n in names:
-        print(f"{LABELS[n]:16} set-up {estimate([r['up'] for r in runs[n]]).text('{:.2f}')} s; "
-              f"tear-down {estimate([r['down'] for r in runs[n]]).text('{:.2f}')} s; "
-              f"total {estimate(totals[n]).text('{:.2f}')} s; {runs[n][0]['ports']} shaped ports")
+        print(f"{LABELS[n]:16} set-up {estimate([r['up'] for r in runs[n]]).text('{:.3g}')} s; "
+              f"tear-down {estimate([r['down'] for r in runs[n]]).text('{:.3g}')} s; "
+              f"total {estimate(totals[n]).text('{:.3g}')} s; {runs[n][0]['ports']} shaped ports")
     if "mininet" in runs:
         for n in names:
             if n != "mininet":
@@ -176,7 +176,7 @@ def main() -> int:
                 for what, key in (("set-up", "up"), ("tear-down", "down"), ("total", None)):
                     side = totals if key is None else {m: [r[key] for r in runs[m]] for m in (n, "mininet")}
                     d = compare(side[n], side["mininet"])
-                    parts.append(f"{what} {d.ratio:.2f}x [{d.ratio_low:.2f}, {d.ratio_high:.2f}]")
+                    parts.append(f"{what} {d.ratio:.3g}x [{d.ratio_low:.3g}, {d.ratio_high:.3g}]")
                 print(f"ratio {LABELS[n]} / stock mininet (ratio of medians [bootstrap 95% interval]): "
                       f"{', '.join(parts)}; total {d.verdict}")
     return 0
