@@ -135,7 +135,9 @@ def test_a_flapping_link_raises_the_ring_allreduce_tail_and_the_correlation_name
     the run without the fault (analysis.stats.compare: rank test and the ratio of medians' bootstrap interval), not
     one run's p99 and max against the other's. An op that overlaps a 400 ms outage cannot finish before the link
     is back: a floor well above the ~0.2 s an undisturbed op takes. With 2-4 overlapped ops against 14 the rank test
-    reaches p < 0.05 only when they sit above nearly all clean ops, which the 400 ms floor makes the rule."""
+    reaches p < 0.05 only when they sit above nearly all clean ops, which the 400 ms floor makes the rule. Measured (2
+    passes, shared machine): overlapped ops 735-988 and 745-1212 ms (3 each), clean 166-179 ms; ratio 4.47 [4.41, 5.94]
+    and 4.64 [4.37, 7.20], p 0.003 both times."""
     coll = get("collective")
     p = {x.name: x.default for x in coll.params}
     p.update(collective="allreduce", size="256K", iterations=14, warmup=1, spines=1, leaves=2, hosts_per_leaf=2,
