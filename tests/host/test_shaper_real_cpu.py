@@ -74,7 +74,7 @@ def backlogged_ratio(readings: list[tuple[float, int, int]], rate_mbps: float) -
 
 @pytest.mark.parametrize("rate", [10.0, 100.0])
 def test_shaped_path_holds_the_rate_on_the_real_cpu(rate):
-    """Measured (host kernel, 2-CPU machine shared with other developers' runs, 2 passes): over the backlogged
+    """Measured (host kernel, 2-CPU machine shared with other developers' runs, 3 passes): over the backlogged
     intervals 0.997-1.000 of the rate at 10 Mbit/s and 0.998-1.000 at 100 Mbit/s, backlogged 2.91-3.00 s of the
     3 s; whole windows 0.992-1.000. The bands (0.95-1.02, at least 0.3 s backlogged) are the shaper's own (HTB's
     rate tables, a packet's rounding per ~2 ms reading), not the CPU's: a run whose sender starves no longer fails
