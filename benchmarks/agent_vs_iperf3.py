@@ -12,7 +12,9 @@ Two paths, built in this run and torn down afterwards:
 On each path, iperf3 (one TCP stream, same congestion control) and then two agents (traffic.agent, rank 0 ->
 rank 1 point-to-point: the `pipeline` schedule with 2 ranks, data verified) move data; the agent's goodput is
 payload bytes of the measured iterations / (last op end - first op start). iperf3 and agents alternate --repeats
-times per path (the machine may be shared); prints the medians and agent / iperf3.
+times per path (the machine may be shared); prints each side's median with its 95% interval and n (analysis.stats:
+with 3 repeats the interval is the range, 75% coverage), and agent / iperf3 as the ratio of medians with its
+bootstrap interval.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from analysis.stats import compare, estimate  # noqa: E402
 from testbed.errors import require_root  # noqa: E402
 from testbed.kernel import links, netns  # noqa: E402
 
@@ -122,16 +124,19 @@ def main() -> int:
                     ips.append(iperf3(nsb, nsa, ipb, a.seconds, a.cc))
                     ags.append(agents(nsa, ipa, nsb, ipb, size, a.iterations, a.cc,
                                       Path(tmp) / f"{label}{k}")["goodput_mbps"])
-                rows.append((label, statistics.median(ips), statistics.median(ags), size, ips, ags))
+                rows.append((label, size, ips, ags))
     finally:
         fab.teardown()
         for ns in made:
             netns.remove(ns)
-    print(f"{'path':<10} {'iperf3 Mbit/s':>14} {'agent Mbit/s':>13} {'agent/iperf3':>13} {'agent message':>14}   "
-          f"(medians of {a.repeats}; per round iperf3 / agent)")
-    for label, ip_mbps, ag_mbps, size, ips, ags in rows:
+    print(f"(each side: the median of {a.repeats} rounds [its interval] (n, the interval's coverage); per round "
+          "iperf3 / agent)")
+    for label, size, ips, ags in rows:
         per = ", ".join(f"{x:.0f}/{y:.0f}" for x, y in zip(ips, ags))
-        print(f"{label:<10} {ip_mbps:>14.1f} {ag_mbps:>13.1f} {ag_mbps / ip_mbps:>13.3f} {size:>14}   {per}")
+        d = compare(ags, ips)
+        print(f"{label:<9} iperf3 {estimate(ips).text('{:.1f}')} Mbit/s; agent {estimate(ags).text('{:.1f}')} Mbit/s "
+              f"({size} B messages)")
+        print(f"{'':<9} agent/iperf3 {d.ratio:.3f} [{d.ratio_low:.3f}, {d.ratio_high:.3f}] ({d.verdict}); {per}")
     if a.rate_mbps:
         print(f"(shaped path: HTB at {a.rate_mbps:g} Mbit/s on every egress; cc {a.cc}; one TCP connection each)")
     return 0

@@ -13,8 +13,10 @@ through netlink in-process.
 
 Each build runs ``--repeats`` times, each time in a fresh Python process (as a user's script or ``mn`` would: no
 warm caches, and stock Mininet's one-time ``Mininet.init()`` paid every time), the three builders interleaved so
-that a busy machine slows them alike. Printed: the median set-up, tear-down and total of each, the fastest and
-slowest total, and each testbed build's total as a fraction of stock Mininet's.
+that a busy machine slows them alike. Printed: the median set-up, tear-down and total of each with its
+distribution-free interval and n (analysis.stats.estimate; 3 runs give the range, 75% coverage; 5 give 94%), and
+each testbed build's times over stock Mininet's as the ratio of medians with its bootstrap interval
+(analysis.stats.compare).
 
 Stock Mininet raises host sysctls in ``Mininet.init()`` (``fixLimits``: socket buffer maxima, TCP buffer ranges,
 neighbour thresholds, pty max) and never restores them; the benchmark records them first (so ``testbed clean``
@@ -25,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import time
@@ -135,7 +136,8 @@ def main() -> int:
     ap.add_argument("--leaves", type=int, default=4)
     ap.add_argument("--hosts-per-leaf", type=int, default=4)
     ap.add_argument("--rate-mbps", type=float, default=100)
-    ap.add_argument("--repeats", type=int, default=3, help="builds per builder; medians are printed (default 3)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="builds per builder; medians with their intervals are printed (default 3)")
     ap.add_argument("--only", action="append", choices=sorted(BUILDERS), help="measure only this builder "
                     "(repeatable; default: all three)")
     ap.add_argument("--one", choices=sorted(BUILDERS), help=argparse.SUPPRESS)  # internal: one build, JSON out
@@ -158,24 +160,25 @@ def main() -> int:
     for i in range(a.repeats):
         for n in names[i % len(names):] + names[:i % len(names)]:  # rotate: no builder always goes first
             runs[n].append(measure_once(n, shape))
+    from analysis.stats import compare, estimate
+
     print(f"topology: {a.spines} spines x {a.leaves} leaves x {a.hosts_per_leaf} hosts, {a.rate_mbps:g} Mbit/s links; "
-          f"median of {a.repeats} run{'s' if a.repeats > 1 else ''} each")
-    print(f"{'':16} {'set-up s':>9} {'tear-down s':>12} {'total s':>8} {'min-max total s':>16} {'shaped ports':>13}")
-    med = {}
+          f"{a.repeats} run{'s' if a.repeats > 1 else ''} each: median [interval] (n, the interval's coverage)")
+    totals = {n: [r["up"] + r["down"] for r in runs[n]] for n in names}
     for n in names:
-        ups = [r["up"] for r in runs[n]]
-        downs = [r["down"] for r in runs[n]]
-        totals = [r["up"] + r["down"] for r in runs[n]]
-        med[n] = (statistics.median(ups), statistics.median(downs), statistics.median(totals))
-        print(f"{LABELS[n]:16} {med[n][0]:9.2f} {med[n][1]:12.2f} {med[n][2]:8.2f} "
-              f"{f'{min(totals):.2f}-{max(totals):.2f}':>16} {runs[n][0]['ports']:13d}")
-    if "mininet" in med:
-        mn_up, mn_down, mn_total = med["mininet"]
+        print(f"{LABELS[n]:16} set-up {estimate([r['up'] for r in runs[n]]).text('{:.3g}')} s; "
+              f"tear-down {estimate([r['down'] for r in runs[n]]).text('{:.3g}')} s; "
+              f"total {estimate(totals[n]).text('{:.3g}')} s; {runs[n][0]['ports']} shaped ports")
+    if "mininet" in runs:
         for n in names:
             if n != "mininet":
-                up, down, total = med[n]
-                print(f"ratio {LABELS[n]} / stock mininet: set-up {up / mn_up:.2f}x, tear-down {down / mn_down:.2f}x, "
-                      f"total {total / mn_total:.2f}x")
+                parts = []
+                for what, key in (("set-up", "up"), ("tear-down", "down"), ("total", None)):
+                    side = totals if key is None else {m: [r[key] for r in runs[m]] for m in (n, "mininet")}
+                    d = compare(side[n], side["mininet"])
+                    parts.append(f"{what} {d.ratio:.3g}x [{d.ratio_low:.3g}, {d.ratio_high:.3g}]")
+                print(f"ratio {LABELS[n]} / stock mininet (ratio of medians [bootstrap 95% interval]): "
+                      f"{', '.join(parts)}; total {d.verdict}")
     return 0
 
 

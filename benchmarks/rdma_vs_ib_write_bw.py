@@ -15,7 +15,8 @@ the limit). On it, alternately --repeats times:
   buffers, data verified), rank 0 -> rank 1 point-to-point (the `pipeline` schedule, 2 ranks), --iters measured
   iterations of a --size message after one warm-up; goodput = payload bytes / (last op end - first op start).
 
-Prints the medians and agent / ib_write_bw as a ratio (also as JSON with --json).
+Prints each side's median with its interval and n (analysis.stats.estimate) and agent / ib_write_bw as the ratio
+of medians with its bootstrap interval (analysis.stats.compare); also as JSON with --json.
 
 Measured (2026-12-02, lab VM, software emulation, heavily shared machine; --repeats 1 --iters 16, 1 MB):
 ib_write_bw 0.130 Gbit/s, agent 0.098 Gbit/s, ratio 0.757.
@@ -27,7 +28,6 @@ import argparse
 import json
 import os
 import re
-import statistics
 import sys
 import tempfile
 import time
@@ -35,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from analysis.stats import compare, estimate  # noqa: E402
 from testbed.errors import require_root  # noqa: E402
 from testbed.kernel import netns  # noqa: E402
 
@@ -131,15 +132,17 @@ def main() -> int:
                 ags.append(agents(na, ia, nb, ib, size, a.iters, Path(tmp) / f"r{k}", (da, db))["goodput_gbps"])
     finally:
         fab.teardown()
-    ib_m, ag_m = statistics.median(ibs), statistics.median(ags)
-    print(f"{'ib_write_bw Gbit/s':>19} {'agent Gbit/s':>13} {'agent/ib_write_bw':>18} {'message':>9} {'iters':>6}   "
-          f"(medians of {a.repeats}; per round ib_write_bw / agent)")
+    ib_e, ag_e, d = estimate(ibs), estimate(ags), compare(ags, ibs)
+    print(f"ib_write_bw {ib_e.text('{:.3f}')} Gbit/s; agent {ag_e.text('{:.3f}')} Gbit/s "
+          f"({size} B messages x {a.iters}; median [interval] (n, the interval's coverage))")
     per = ", ".join(f"{x:.3f}/{y:.3f}" for x, y in zip(ibs, ags))
-    print(f"{ib_m:>19.3f} {ag_m:>13.3f} {ag_m / ib_m:>18.3f} {size:>9} {a.iters:>6}   {per}")
+    print(f"agent/ib_write_bw {d.ratio:.3f} [{d.ratio_low:.3f}, {d.ratio_high:.3f}] (ratio of medians, bootstrap 95% "
+          f"interval; {d.verdict}); per round ib_write_bw / agent: {per}")
     print(f"(path h1 -> leaf1 -> h2, rxe on each host NIC, HTB at {a.rate_mbps:g} Mbit/s)")
     if a.json:
-        print(json.dumps({"ib_write_bw_gbps": ib_m, "agent_gbps": ag_m, "ratio": ag_m / ib_m, "message_bytes": size,
-                          "iters": a.iters, "rounds_ib_write_bw": ibs, "rounds_agent": ags}))
+        print(json.dumps({"ib_write_bw_gbps": ib_e.as_dict(), "agent_gbps": ag_e.as_dict(), "ratio": d.ratio,
+                          "ratio_low": d.ratio_low, "ratio_high": d.ratio_high, "verdict": d.verdict,
+                          "message_bytes": size, "iters": a.iters, "rounds_ib_write_bw": ibs, "rounds_agent": ags}))
     return 0
 
 

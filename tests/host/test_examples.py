@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
+
+from analysis import stats
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -64,11 +67,26 @@ def test_custom_topo_queue_counters(tmp_path):
 
 def test_a_real_ddp_job_slows_with_one_slow_host_link(tmp_path):
     """examples/ddp_slow_link.py: 4 PyTorch DDP ranks over gloo; when rank 0 begins step 6 (its own step_begin event
-    starts the fault), rank 0's host link drops to a quarter of its rate both ways, and every rank's step slows."""
+    starts the fault), rank 0's host link drops to a quarter of its rate both ways, and every rank's step slows.
+
+    The steps before and after the fault (4-5 a side, the fault's own step left out) are compared as samples
+    (analysis.stats.compare), not their two p50s. Measured before: p50 666 ms before, 2912 ms after at 1/4 (the
+    ring's all-reduce crosses the slow link every step): a 4x shift set by the port's rate, so every step after
+    sits above every step before and the rank test's p is 0.016 at 4 vs 5 (0.008 at 5 vs 5); the ratio's interval
+    is asserted above 2. Measured with it (2 passes, shared machine): before 617-699 ms, after 2712-3233 ms, ratio
+    4.68 [4.19, 5.11] and 4.47 [4.19, 4.75], p 0.008 both times: a false failure needs the slowed link to stop
+    mattering, far rarer than 1 in 100."""
     m = run_example("ddp_slow_link", tmp_path / "run", "--steps", "12", "--fault-at-step", "6", timeout_s=300)
-    # measured: 666 ms before, 2912 ms after at 1/4 (the ring's all-reduce crosses the slow link every step)
     assert m["exit_status"] == [0] and m["steps_before"] >= 4 and m["steps_after"] >= 4, m
-    assert m["step_ms_after_p50"] > 2.5 * m["step_ms_before_p50"], m
+    ops = pd.read_csv(tmp_path / "run" / "ops.csv")  # the example's own step definition, from the run's ops
+    it = ops.groupby("iteration").agg(start=("iter_start_s", "min"), end=("end_s", "max"))
+    step_ms = (it["end"] - it["start"]) * 1e3
+    before, after = list(step_ms[step_ms.index < 6]), list(step_ms[step_ms.index > 6])
+    assert (len(before), len(after)) == (m["steps_before"], m["steps_after"]), (before, after, m)
+    d = stats.compare(after, before)
+    print(f"DDP step after vs before the slow link: {d.a.text()} vs {d.b.text()}; ratio {d.ratio:.2f} "
+          f"[{d.ratio_low:.2f}, {d.ratio_high:.2f}], p {d.p_value:.2g}: {d.verdict}")
+    assert d.verdict == "A > B" and d.ratio_low > 2, d
     events = (tmp_path / "run" / "events.csv").read_text()
     assert "iteration_reached,leaf1:h1,iteration=6" in events and "port_slow,h1:eth0" in events, events
 

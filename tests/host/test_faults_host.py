@@ -10,8 +10,10 @@ import time
 
 import pytest
 
+from analysis import stats
 from analysis.correlate import correlate_run, explain_slowest
 from analysis.load import load_run
+from analysis.metrics import op_table
 from testbed.faults import plan as faultplan
 from testbed.errors import UsageError
 from testbed.kernel import netns
@@ -127,7 +129,15 @@ def test_bad_fault_specs_exit_2_before_anything_is_built(tmp_path):
 
 def test_a_flapping_link_raises_the_ring_allreduce_tail_and_the_correlation_names_it(tmp_path):
     """One spine, so every cross-leaf hop of the ring uses leaf1-spine1: while it is down (and withdrawn) the ring
-    stalls, and TCP recovers only by retransmission timeouts after it comes back."""
+    stalls, and TCP recovers only by retransmission timeouts after it comes back.
+
+    The ops the outages overlap (the correlation says so from the run's own events) are compared with every op of
+    the run without the fault (analysis.stats.compare: rank test and the ratio of medians' bootstrap interval), not
+    one run's p99 and max against the other's. An op that overlaps a 400 ms outage cannot finish before the link
+    is back: a floor well above the ~0.2 s an undisturbed op takes. With 2-4 overlapped ops against 14 the rank test
+    reaches p < 0.05 only when they sit above nearly all clean ops, which the 400 ms floor makes the rule. Measured (2
+    passes, shared machine): overlapped ops 735-988 and 745-1212 ms (3 each), clean 166-179 ms; ratio 4.47 [4.41, 5.94]
+    and 4.64 [4.37, 7.20], p 0.003 both times."""
     coll = get("collective")
     p = {x.name: x.default for x in coll.params}
     p.update(collective="allreduce", size="256K", iterations=14, warmup=1, spines=1, leaves=2, hosts_per_leaf=2,
@@ -138,13 +148,19 @@ def test_a_flapping_link_raises_the_ring_allreduce_tail_and_the_correlation_name
     hit = run_scenario(coll, p, 1, tmp_path / "flap", quiet=True, faults=[flap])
     print({k: (base[k], hit[k]) for k in ("cct_ms_p50", "cct_ms_p99", "cct_ms_max", "tcp_retrans_segs")})
     assert base["data_verified"] and hit["data_verified"]
-    # each 400 ms outage stalls the op it hits by at least that long; the undisturbed ops take ~0.2 s
-    assert hit["cct_ms_p99"] > base["cct_ms_p99"] + 300, (base, hit)
-    assert hit["cct_ms_max"] > 2 * base["cct_ms_max"], (base, hit)
     assert hit["link_down_events"] == 2 and hit["routes_withdrawn_events"] == 2, hit
     run = load_run(tmp_path / "flap")
     assert list(run.events["kind"]).count("link_up") == 2
     table = correlate_run(run)
+    # each 400 ms outage stalls the op it hits by at least that long; the undisturbed ops take ~0.2 s
+    hit_ms = list(table.loc[table["faults"].str.contains("leaf1-spine1 down for", na=False), "cct_ms"])
+    base_ms = list(op_table(load_run(tmp_path / "base").ops)["cct_s"] * 1e3)
+    d = stats.compare(hit_ms, base_ms)
+    print(f"op CCT overlapping an outage vs without the fault: {d.a.text()} vs {d.b.text()}; ratio {d.ratio:.2f} "
+          f"[{d.ratio_low:.2f}, {d.ratio_high:.2f}], p {d.p_value:.2g}: {d.verdict}; {sorted(round(x) for x in hit_ms)}"
+          f" vs {sorted(round(x) for x in base_ms)}")
+    assert len(hit_ms) >= 2 and max(hit_ms) >= 400, (hit_ms, table[["cct_ms", "faults"]])
+    assert d.verdict == "A > B", d
     slowest = table.sort_values("cct_ms").iloc[-1]
     assert "leaf1-spine1 down for" in slowest["faults"], table[["cct_ms", "faults"]]
     line = explain_slowest(run, 0.99, table=table)

@@ -20,6 +20,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analysis import stats
+from analysis.load import load_run
+from analysis.metrics import step_times
 from testbed.kernel import netns
 from testbed.commands.runner import run_scenario
 from testbed.scenario import get
@@ -62,6 +65,15 @@ def nothing_left(before_ns):
 
 
 def test_ddp_step_tail_grows_with_a_small_buffer_under_background_traffic(tmp_path):
+    """The 9 measured steps a side compared by analysis.stats.compare (rank test and the ratio of medians' bootstrap
+    interval), not one run's step p99 (the max of 9 steps) against the other's; the drops and retransmissions are
+    the kernel's counters of the mechanism. Measured (host kernel, 2-CPU machine shared with other developers' runs,
+    3 passes): busy steps 675-1336, 677-909 and 760-1320 ms (medians 1093, 815, 1202), clean 540-644 ms (medians
+    583-597); ratio 1.83 [1.22, 2.18], 1.40 [1.25, 1.50] and 2.03 [1.71, 2.18], p 0.0004 each time (every busy step
+    above every clean one). The verdict needs p < 0.05, i.e. up to 17 of the 81 busy/clean pairs may be out of
+    order, and the ratio's interval above 1; the busy steps that miss the drops come closest (675 ms, 30 ms above
+    the slowest clean step). A false failure needs 4-5 of the 9 busy steps inside the clean range in one run; none
+    was in 27: rarer than 1 in 100 on this evidence, though 3 passes are thin for the claim."""
     before = netns.list_ours()
     # 3 hosts per leaf: ranks on h1..h4, two bulk flows from the idle hosts into rank hosts through 50 KB buffers
     clean = program(tmp_path, "clean", cmd=DDP, hosts_per_leaf=3)
@@ -77,8 +89,13 @@ def test_ddp_step_tail_grows_with_a_small_buffer_under_background_traffic(tmp_pa
         assert prog["exit_status"].tolist() == [0, 0, 0, 0] and prog["host"].tolist() == ["h1", "h2", "h3", "h4"]
     man = json.loads((tmp_path / "busy" / "manifest.json").read_text())
     assert man["complete"] is True and man["program"]["versions"]["torch"], man["program"]
-    # measured (host, 2 runs each): clean p99 701-730 ms, 1 retransmission; busy p99 1132 ms, 2286 retransmissions
-    assert busy["step_ms_p99"] > 1.2 * clean["step_ms_p99"], (clean, busy)
+    # the 9 measured steps a side, compared by analysis.stats (rank test and the ratio of medians' interval)
+    steps = {d: step_times(load_run(tmp_path / d).ops)["step_s"] * 1e3 for d in ("busy", "clean")}
+    d = stats.compare(steps["busy"], steps["clean"])
+    print(f"DDP step busy vs clean: {d.a.text()} vs {d.b.text()}; ratio {d.ratio:.2f} "
+          f"[{d.ratio_low:.2f}, {d.ratio_high:.2f}], p {d.p_value:.2g}: {d.verdict}; "
+          f"busy {sorted(round(x) for x in steps['busy'])}, clean {sorted(round(x) for x in steps['clean'])}")
+    assert d.verdict == "A > B", d
     assert busy["tcp_retrans_segs"] > 10 * (clean["tcp_retrans_segs"] + 5), (clean, busy)
     assert busy["switch_drops"] > 50 and clean["switch_drops"] < busy["switch_drops"] / 10, (clean, busy)
     rep = subprocess.run([sys.executable, "-m", "testbed.cli", "report", str(tmp_path / "busy")],
