@@ -35,7 +35,13 @@ def judge_run(rundir, summary: dict) -> None:
         timing = fidelity.sampler_timing(queues)
         summary.update(timing)
         stalled = fidelity.sampler_stalled(timing.get("sampler_gap_max_ms"))
-        found += [short, stalled or fidelity.timers_late(timing.get("sampler_late_ms_p99"))]
+        # Late timers make a run unfaithful where its timings pass through user-space wake-ups (a collective's or a
+        # program's step hand-offs, an incast's rounds). Bulk kernel-TCP flows (pfc-hol, smoke) are paced by the
+        # kernel: there a late sampler only samples coarser (the stall check above still applies), and a late PFC
+        # controller is judged by its own check below. Lab 05 in the lab VM measured 45-66 ms on a quiet machine
+        # with its lossless class at 0 drops in every run.
+        late = fidelity.timers_late(timing.get("sampler_late_ms_p99")) if _has_handoffs(path) else None
+        found += [short, stalled or late]
     found.append(fidelity.pfc_too_slow(summary))
     found = fidelity.reasons(*found)
     if found:
@@ -43,3 +49,16 @@ def judge_run(rundir, summary: dict) -> None:
         summary["fidelity_ok"] = False
         summary["fidelity_reasons"] = ([*found, *before] if isinstance(before, list)
                                        else "; ".join(x for x in (*found, before) if x))
+
+
+def _has_handoffs(path) -> bool:
+    """The run recorded ops (a collective, a program) or incast rounds: steps that user-space agents hand off."""
+    for name in ("ops.csv", "rounds.csv"):
+        f = path / name
+        try:
+            with open(f) as fh:
+                if fh.readline() and fh.readline():
+                    return True
+        except OSError:
+            continue
+    return False
