@@ -44,6 +44,9 @@ def judge_run(rundir, summary: dict) -> None:
         found += [short, stalled or late]
     found.append(fidelity.pfc_too_slow(summary))
     found = fidelity.reasons(*found)
+    # every run says whether it was faithful (a scenario's own checks may already have said no)
+    summary.setdefault("fidelity_ok", True)
+    summary.setdefault("fidelity_reasons", "")
     if found:
         before = summary.get("fidelity_reasons") or ""
         summary["fidelity_ok"] = False

@@ -39,13 +39,13 @@ def _late_sampler_run(tmp_path: Path, name: str) -> Folder:
 
 def test_bulk_flows_keep_their_verdict_with_late_timers_but_a_collective_does_not(tmp_path):
     flows = _late_sampler_run(tmp_path, "flows")
-    s = {"fidelity_ok": True, "fidelity_reasons": ""}
+    s = {}  # a scenario without checks of its own (pfc-hol): the verdict still says faithful or not
     judge_run(flows, s)
-    assert s["sampler_late_ms_p99"] > 40 and s["fidelity_ok"] is True, s
+    assert s["sampler_late_ms_p99"] > 40 and s["fidelity_ok"] is True and s["fidelity_reasons"] == "", s
     ops = _late_sampler_run(tmp_path, "ops")
     ops.write_csv("ops.csv", ["iteration", "op", "op_index", "collective", "rank", "host", "start_s", "end_s",
                               "bytes_sent", "bytes_recv", "wait_s"], [[0, "allreduce", 0, "allreduce", 0, "h1", 0.1,
                                                                       0.2, 1, 1, 0.0]])
-    s = {"fidelity_ok": True, "fidelity_reasons": ""}
+    s = {}
     judge_run(ops, s)
     assert s["fidelity_ok"] is False and "timers fired late" in str(s["fidelity_reasons"]), s
