@@ -24,6 +24,7 @@ What gets built, per node of the topology:
 * link delay / jitter / loss: NOT under the shaper (netem under HTB would count packets in flight as queue): the
   egress direction a->b gets a netem on an IFB device in b's namespace, fed from b's ingress by a mirred redirect.
   So a packet is shaped and queued at a's egress, then delayed/lost "on the wire" before b receives it.
+  (testbed.network.impairment; the manifest's description of all this: testbed.network.description)
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import Any, Callable
 import pyroute2.config
 
 from testbed.errors import UsageError
+from testbed.network import description, impairment
 from testbed.network.cluster import build_servers, build_tunnels, place
 from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray
 from testbed.network.loadbalance import FlowletBalancing
@@ -57,9 +59,7 @@ pyroute2.config.disable_mp_signal = True
 MAX_NS_NAME = 48
 _RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
 NUD_PERMANENT = 0x80  # a neighbour entry that never expires and is never probed (include/uapi/linux/neighbour.h)
-IMPAIR_PRIO = 10  # ingress filter feeding an impairment's IFB: after a dead link's cut (testbed.kernel.linkfail)
 ETH_P_IP = 0x0800
-NETEM_LIMIT_PACKETS = 100_000  # netem's own FIFO must never be the one that drops
 SHAPER_SLACK_MS = qdisc.SHAPER_SLACK_MS
 
 
@@ -326,24 +326,7 @@ class Fabric:
                        keys=[f"0x{d << 18:08x}/0x00fc0000+0"], target=f"1:{minor:x}")
 
     def _impairments(self, iprs) -> None:
-        """Delay/jitter/loss of direction a->b on an IFB in b's namespace, fed from b's ingress (see docstring)."""
-        count: dict[str, int] = {}
-        for l, side in self.impaired:
-            # traffic leaving `side` is delayed before the other end receives it
-            rx, rx_port = (l.b, l.b_port) if side == "a" else (l.a, l.a_port)
-            ipr = iprs[rx]
-            k = count.get(rx, 0)
-            count[rx] = k + 1
-            ifb = f"tbifb{k}"
-            ipr.link("add", ifname=ifb, kind="ifb")
-            ifb_idx = ipr.link_lookup(ifname=ifb)[0]
-            ipr.link("set", index=ifb_idx, state="up", mtu=l.spec.mtu)
-            port_idx = ipr.link_lookup(ifname=rx_port)[0]
-            ipr.tc("add", "ingress", index=port_idx)
-            qdisc.redirect_ingress(ipr, port_idx, IMPAIR_PRIO, ifb_idx)
-            ipr.tc("add", "netem", index=ifb_idx, handle="1:", delay=int(round(l.spec.delay_ms * 1000)),
-                   jitter=int(round(l.spec.jitter_ms * 1000)), loss=l.spec.loss_percent, limit=NETEM_LIMIT_PACKETS)
-            self.ifb[(rx, rx_port)] = ifb
+        impairment.build_link_impairments(self, iprs)
 
     def rxe_name(self, host: str) -> str:
         return f"{PREFIX}-{self.run_id}-{host}-rxe"
@@ -368,47 +351,13 @@ class Fabric:
         construction as link impairments; the port's egress HTB is untouched). Returns the IFB's name."""
         return self.set_rx_netem(node, ifname, loss_percent=loss_percent)
 
-    def set_rx_netem(self, node: str, ifname: str, loss_percent: float = 0.0, delay_ms: float = 0.0,
-                     jitter_ms: float = 0.0, corrupt_percent: float = 0.0, ge_p_percent: float = 0.0,
-                     ge_r_percent: float = 0.0, ge_bad_loss_percent: float = 100.0, ge_good_loss_percent: float = 0.0,
-                     ipr=None) -> str:
-        """Loss, delay, jitter and corruption of packets *arriving* at node:ifname: netem on an IFB fed from the
-        port's ingress (made on first use; later calls change its netem in place, all zero clears it). Returns
-        the IFB's name. ``ge_*``: bursty loss, netem's Gilbert-Elliott model (with ``ge_p_percent`` > 0, instead
-        of ``loss_percent``): per packet, good -> bad with ge_p, bad -> good with ge_r; a packet is lost with
-        ge_bad_loss in the bad state, ge_good_loss in the good one. ``ipr``: an open IPRoute in node's namespace
-        (default: one opened for this call)."""
-        if ipr is None:
-            with netns.ipr(self._ns[node]) as own:
-                return self.set_rx_netem(node, ifname, loss_percent, delay_ms, jitter_ms, corrupt_percent,
-                                         ge_p_percent, ge_r_percent, ge_bad_loss_percent, ge_good_loss_percent, own)
-        netem = dict(delay=int(round(delay_ms * 1000)), jitter=int(round(jitter_ms * 1000)), loss=loss_percent,
-                     prob_corrupt=corrupt_percent, limit=NETEM_LIMIT_PACKETS)
-        if ge_p_percent > 0:
-            netem["ge"] = (ge_p_percent / 100, ge_r_percent / 100, 1 - ge_bad_loss_percent / 100,
-                           ge_good_loss_percent / 100)
-        ifb = self.ifb.get((node, ifname))
-        if ifb is None:
-            ifb = f"{PREFIX}ifbl{len(self.ifb)}"
-            ipr.link("add", ifname=ifb, kind="ifb")
-            self.ifb[(node, ifname)] = ifb  # recorded before the netem: a failed netem leaves a usable IFB
-            ifb_idx = ipr.link_lookup(ifname=ifb)[0]
-            port_idx = ipr.link_lookup(ifname=ifname)[0]
-            mtu = ipr.get_links(port_idx)[0].get_attr("IFLA_MTU")
-            ipr.link("set", index=ifb_idx, state="up", mtu=mtu)
-            qdisc.ensure_ingress(ipr, port_idx)
-            qdisc.redirect_ingress(ipr, port_idx, IMPAIR_PRIO, ifb_idx)
-        ipr.tc("replace", "netem", index=ipr.link_lookup(ifname=ifb)[0], handle="1:", **netem)
-        return ifb
+    def set_rx_netem(self, node: str, ifname: str, ipr=None, **netem: float) -> str:
+        """Loss, delay, jitter, corruption or bursty loss of packets arriving at node:ifname (testbed.network.
+        impairment.set_rx_netem has the parameters). Returns the IFB's name."""
+        return impairment.set_rx_netem(self, node, ifname, ipr=ipr, **netem)
 
     def link_netem(self, node: str, ifname: str) -> dict[str, float]:
-        """The netem settings the topology gives packets arriving at node:ifname (its link's delay, jitter, loss
-        for that direction; all zero on a clean link): what a fault's netem is put back to."""
-        for l in self.topology.links:
-            if (node, ifname) in ((l.a, l.a_port), (l.b, l.b_port)):
-                return {"loss_percent": l.spec.loss_percent, "delay_ms": l.spec.delay_ms,
-                        "jitter_ms": l.spec.jitter_ms}
-        raise KeyError(f"no link ends at {node}:{ifname}")
+        return impairment.link_netem(self.topology, node, ifname)
 
     # ---- teardown ----
 
@@ -429,49 +378,7 @@ class Fabric:
 
     def describe(self) -> dict[str, Any]:
         """For manifest.json: the spec's own description plus what the builder did with it."""
-        d = dict(self.topology.describe())
-        d["builder"] = {
-            "namespaces": dict(self._ns),
-            "servers": ({"placer": "mininet.examples.cluster.SwitchBinPlacer (leaves with spines interleaved)",
-                         "nodes": {s: self.placement.nodes_on(s) for s in self.placement.servers},
-                         "namespaces": dict(self.server_ns), "datacentre_network": self.dcnet_ns,
-                         "tunnels": [f"{self.topology.links[i].a}:{self.topology.links[i].a_port} <-> "
-                                     f"{self.topology.links[i].b}:{self.topology.links[i].b_port} (VNI {i + 1})"
-                                     for i in self.placement.crossing],
-                         "how": "VXLAN over UDP 4789 between the servers' namespaces, underlay MTU 9000"}
-                        if self.server_ns else "one"),
-            "offloads": "off on every fabric interface (TSO/GSO/GRO and every other segmentation or receive "
-                        "aggregation feature the veth offers), so queues hold wire-sized packets",
-            "ipv6": "disabled in every namespace",
-            "rp_filter": 0,
-            "rps": f"net.core.rps_default_mask={rps_mask()} in every namespace: one flow's packets stay in order "
-                   "across veth hops (see testbed.network.fabric.rps_mask)",
-            "shaper": "HTB at the link rate on every egress (host NICs included), leaf queue per class; burst = one "
-                      f"frame + {SHAPER_SLACK_MS} ms of line rate",
-            "ecmp": "kernel multipath routes, net.ipv4.fib_multipath_hash_policy=1",
-            "spray": ({g.node: {"ports": list(g.ports), "how": "clsact egress: meta(random) cascade, skbedit mark + "
-                                "mirred redirect; far ends share a MAC"} for g in self.spray}
-                      if self.spray else "off"),
-            "flowlet": ({"mode": "adaptive (least congested path, CONGA-style)" if b.adaptive else
-                         "flowlet (random uplink per flowlet, LetFlow)", "gap_ms": b.gap_ms,
-                         **({"poll_ms": b.poll_ms} if b.adaptive else {}),
-                         "routers": {p.node: list(p.ports) for p in b.plans},
-                         "how": "cls_bpf direct-action on the uplinks' clsact egress (flowlet.bpf.c): flowlet table, "
-                                "bpf_redirect to the chosen uplink; far ends share a MAC"}
-                        if (b := self.balancing) is not None else "off"),
-            "shared_macs": {f"{n}:{p}": m for (n, p), m in sorted(self.macs.items())} or "none",
-            "impairments": ("netem on an IFB at the receiving end's ingress (not under the shaper)"
-                            if self.impaired else "none"),
-            "classification": ("u32 on the DSCP bits per class" if any(len(p.classes) > 1 for p in self.port_plans)
-                                else "single class per port"),
-            "ports": len(self.port_plans),
-            "rxe": {h: {"device": d, "netdev": n} for h, (d, n) in self.rxe.items()} or "none",
-            "congestion_control": (f"{self.topology.tcp.congestion_control} as namespace default" +
-                                   (f" except {', '.join(self.cc_default_failed)} (not in the kernel's "
-                                    "tcp_allowed_congestion_control: set per socket by the agents)"
-                                    if self.cc_default_failed else "")),
-        }
-        return d
+        return description.describe(self, rps_mask())
 
 
 def tcp_connect_ok(fabric: Fabric, src: str, dst: str, port: int = 5201, timeout: float = 5.0) -> bool:
