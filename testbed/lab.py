@@ -35,14 +35,28 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
-from testbed.errors import require_root
-
-if TYPE_CHECKING:
-    from testbed.workloads.program import Program
+from analysis.faults import fault_summary
+from analysis.load import load_csv
+from analysis.summary import balancing_metrics, server_metrics
+from testbed.errors import CapabilityMissing, UsageError, require_root
+from testbed.faults import plan as faultplan
+from testbed.faults.timeline import EVENT_COLUMNS, FaultTimeline
+from testbed.kernel import doctor
+from testbed.kernel.state import RunState
+from testbed.measure.portrecord import PortCounters
+from testbed.measure.tcprecord import TcpCounters
+from testbed.measure.telemetry import QueueSampler, port_totals
+from testbed.measure.verdict import judge_run
+from testbed.network.cluster import SERVER_COLUMNS, place, server_rows
+from testbed.network.net import TestbedCLI, TestbedNet
+from testbed.params import SEED_HELP, SEED_MAX
+from testbed.rundir import RunDir, check_out_dir, default_out
 from testbed.workloads.handles import Burst, Collective, Flows, TrafficFiles, host_name, run_burst, start_flows
+from testbed.workloads.program import Program
 from testbed.workloads.settings import CollectiveSettings, Form, settings_for
+from topologies.mininet_topo import spec_from_topo
 
 #: the first TCP port lab traffic listens on; every flows()/burst() call takes the next free ones
 FIRST_PORT = 5300
@@ -58,9 +72,6 @@ class Lab:
 
     def __init__(self, topo, out: str | Path | None = None, seed: int = 1, name: str = "lab",
                  params: dict[str, Any] | None = None, rxe: bool = False, quiet: bool = False, servers: int = 1):
-        from testbed.errors import UsageError
-        from testbed.params import SEED_HELP, SEED_MAX
-        from testbed.rundir import check_out_dir, default_out
 
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
             raise UsageError(f"seed: {SEED_HELP} (got {seed!r})")
@@ -71,15 +82,11 @@ class Lab:
         self.rxe = rxe
         self.servers = servers
         if servers != 1:  # the split is checked before anything exists (testbed.network.cluster)
-            from testbed.network.cluster import place
-            from topologies.mininet_topo import spec_from_topo
 
             place(spec_from_topo(topo), servers)
         self.quiet = quiet
         self.out = check_out_dir(out) if out is not None else default_out(name)
         if rxe:  # before anything exists: SoftRoCE across namespaces is a kernel capability (the lab VM has it)
-            from testbed.kernel import doctor
-            from testbed.errors import CapabilityMissing
 
             if doctor.missing(["rxe:netns"]):
                 raise CapabilityMissing("rxe:netns", "rxe=True needs SoftRoCE across namespaces: run it in the lab "
@@ -105,9 +112,6 @@ class Lab:
     # ---- lifetime ----
 
     def __enter__(self) -> "Lab":
-        from testbed.network.net import TestbedNet
-        from testbed.rundir import RunDir
-        from testbed.kernel.state import RunState
 
         require_root(f"a lab ({self.name})")
         self._install_sigterm()
@@ -165,8 +169,6 @@ class Lab:
 
     def _record_balancing(self) -> None:
         """The flowlet balancer's counters (flowlets started, packets moved), read from its maps before it goes."""
-        from analysis.load import load_csv
-        from analysis.summary import balancing_metrics
 
         path = self.rundir.write_csv("balancing.csv", ["node", "flowlets", "moved_packets", "packets"],
                                      self.net.fabric.balancing.stats())
@@ -174,16 +176,12 @@ class Lab:
 
     def _record_servers(self) -> None:
         """A fabric split over servers: what each server's tunnels carried (servers.csv, testbed.network.cluster)."""
-        from analysis.load import load_csv
-        from analysis.summary import server_metrics
-        from testbed.network.cluster import SERVER_COLUMNS, server_rows
 
         path = self.rundir.write_csv("servers.csv", SERVER_COLUMNS, server_rows(self.net.fabric))
         self.summary.update(server_metrics(load_csv(path, "servers")))
 
     def _judge_fidelity(self) -> None:
         """Did the machine keep up? testbed.measure.verdict.judge_run on the raw files, into the summary."""
-        from testbed.measure.verdict import judge_run
 
         judge_run(self.rundir, self.summary)
 
@@ -221,7 +219,6 @@ class Lab:
         """Sample the backlog, drops and marks of ``ports`` ((node, ifname); default: every shaped port) every
         ``every_ms`` until the lab ends; ``queues.csv`` (and ``cpu.csv``) are written then, or at
         ``sampler.stop(lab.rundir)`` if the experiment reads them first. Returns the sampler."""
-        from testbed.measure.telemetry import QueueSampler
 
         sampler = QueueSampler(self.net.fabric, interval_s=every_ms / 1000.0, ports=ports).start()
         self.on_teardown(lambda: sampler.stop(self.rundir))
@@ -229,14 +226,12 @@ class Lab:
 
     def port_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         """Sent/dropped/marked totals of every shaped port now (one netlink dump per namespace)."""
-        from testbed.measure.telemetry import port_totals
 
         return port_totals(self.ports())
 
     def port_deltas(self, ports: Iterable[tuple[str, str]] | None = None):
         """The counters of ``ports`` ((node, ifname); default: every shaped port) now; ``.stop()`` reads them again
         and returns what the traffic in between added. Returns the :class:`testbed.measure.portrecord.PortCounters`."""
-        from testbed.measure.portrecord import PortCounters
 
         wanted = set(ports) if ports is not None else None
         return PortCounters(p for p in self.ports() if wanted is None or (p[0], p[2]) in wanted)
@@ -246,7 +241,6 @@ class Lab:
     def tcp_counters(self, hosts: Iterable | None = None):
         """The hosts' (default: all) kernel TCP counters now; ``.stop()`` reads them again and writes tcp.csv (also
         done at teardown). Returns the :class:`testbed.measure.tcprecord.TcpCounters`."""
-        from testbed.measure.tcprecord import TcpCounters
 
         names = [host_name(h) for h in (hosts if hosts is not None else self.net.hosts)]
         rec = TcpCounters({h: self.net.ns(h) for h in names})
@@ -286,7 +280,6 @@ class Lab:
         """Start a real distributed program, one process per rank in its host's namespace, as torchrun
         (``launcher="torch"``) or Open MPI's mpirun (``"mpi"``) starts it; ``.wait()`` for its end. See
         :mod:`testbed.workloads.program` (timeout_s, start_timeout_s, env, warmup_steps, master_port, cwd)."""
-        from testbed.workloads.program import Program
 
         return Program(self, cmd, hosts, ranks, ranks_per_host, launcher, **kw).start()
 
@@ -315,7 +308,6 @@ class Lab:
         or collective job, or when the script calls :meth:`start_workload`. Each change, and routing's reaction,
         is written to ``events.csv``; the fabric is put back as built when the lab ends."""
         if self.faults is None:
-            from testbed.faults.timeline import FaultTimeline
 
             self.faults = FaultTimeline(self.net.fabric, self.progress)
             self.on_teardown(self._close_faults)
@@ -328,7 +320,6 @@ class Lab:
         """Schedule a fault ``after_s`` seconds after a collective job begins its measured iteration ``iteration``
         (0 = the first), e.g. ``lab.at_iteration(3, "link-down leaf1-spine1 for_s=0.3")``: the job's rank 0
         reports each iteration's start as it begins it. Otherwise as :meth:`at`."""
-        from testbed.faults import plan as faultplan
 
         f = faultplan.parse(fault) if isinstance(fault, str) else fault
         return self.at(after_s, faultplan.make(f.kind, f.target, **{**dict(f.params), "at_iteration": iteration}))
@@ -348,9 +339,6 @@ class Lab:
     def _close_faults(self) -> None:
         """Stop the timeline, put the fabric back, write events.csv (with the frames the dead links swallowed as a
         last ``dead_link_frames`` event) and add analysis' fault numbers to the summary."""
-        from analysis.faults import fault_summary
-        from analysis.load import load_csv
-        from testbed.faults.timeline import EVENT_COLUMNS
 
         events = self.faults.close()
         lost = self.faults.lost_frames()
@@ -364,7 +352,6 @@ class Lab:
 
     def cli(self) -> None:
         """Mininet's CLI on the live fabric (``exit`` or Ctrl-D returns to the script; samplers keep running)."""
-        from testbed.network.net import TestbedCLI
 
         TestbedCLI(self.net)
 

@@ -33,6 +33,10 @@ from typing import Any, Callable, Sequence
 
 from testbed.errors import RunFailed, UsageError
 from testbed.params import SEED_MAX
+from analysis.repeats import seed_dir, summarize, values
+from analysis.report import fmt
+from analysis.stats import estimate
+from testbed.rundir import check_out_dir
 
 __all__ = ["RepeatResult", "check_repeat", "print_repeats", "repeat"]
 
@@ -46,13 +50,11 @@ class RepeatResult:
 
     def values(self, metric: str) -> list[float]:
         """The metric over the complete, faithful runs (analysis.repeats.values)."""
-        from analysis.repeats import values
 
         return values(self.path, metric)
 
     def estimate(self, metric: str):
         """The metric's median with its confidence interval (an analysis.stats.Estimate; n = 0 when no run has it)."""
-        from analysis.stats import estimate
 
         return estimate(self.values(metric))
 
@@ -75,8 +77,6 @@ def repeat(experiment: Callable[[Path, int], Any], runs: int, out: str | Path, s
     (analysis.repeats.summarize) and return a :class:`RepeatResult`. A run that raises is recorded (and is
     ``incomplete`` in repeat.json: its manifest never said complete) and the next one runs; Ctrl-C and usage
     errors stop the repeats, after repeat.json is written for the runs made so far."""
-    from analysis.repeats import seed_dir, summarize
-    from testbed.rundir import check_out_dir
 
     check_repeat(runs, seed)
     out = check_out_dir(out)
@@ -114,7 +114,6 @@ def print_repeats(result: RepeatResult, table: Sequence[tuple[str, str]] = ()) -
     from rich.console import Console
     from rich.table import Table
 
-    from analysis.report import fmt
 
     metrics = result.summary.get("metrics", {})
     varies = [k for k, e in metrics.items() if e["low"] != e["high"]]

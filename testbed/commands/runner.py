@@ -23,6 +23,8 @@ from testbed.scenario import Scenario
 from testbed.vm import labvm
 from topologies.mininet_topo import spec_from_topo
 from topologies.spec import SpecError
+from testbed.commands import repeat
+from testbed.commands.repeat import check_repeat, print_repeats
 
 __all__ = ["Scenario", "main", "run_repeats", "run_scenario", "use_vm", "print_table", "missing_capabilities"]
 
@@ -120,7 +122,6 @@ def run_repeats(scenario: Scenario, params: dict, runs: int, out: Path, seed: in
                 faults: Sequence = (), say: Callable[[str], None] | None = None):
     """A scenario run ``runs`` times in this kernel, seeds seed .. seed+runs-1, into the repeat folder ``out``
     (testbed.commands.repeat.repeat around :func:`run_scenario`); returns its RepeatResult."""
-    from testbed.commands import repeat
 
     def one(d: Path, s: int) -> None:
         run_scenario(scenario, params, s, d, quiet=quiet, faults=faults)
@@ -131,7 +132,6 @@ def run_repeats(scenario: Scenario, params: dict, runs: int, out: Path, seed: in
 def _main_repeats(scenario: Scenario, params: dict, opts: argparse.Namespace, out: Path, faults: Sequence) -> int:
     """`testbed run SCENARIO --repeat N`: N runs into OUT/seed-<s>/, repeat.json, the table of medians and CIs.
     Exit status 1 when a run failed (the others are still summarized)."""
-    from testbed.commands.repeat import print_repeats
 
     result = run_repeats(scenario, params, opts.repeat, out, opts.seed, quiet=opts.quiet, faults=faults)
     print_repeats(result, scenario.table)
@@ -152,7 +152,6 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         return 0
     opts = _options(extra)
     if opts.repeat is not None:
-        from testbed.commands.repeat import check_repeat
 
         check_repeat(opts.repeat, opts.seed)
         if opts.cli or opts.live:

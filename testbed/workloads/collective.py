@@ -30,6 +30,18 @@ import sys
 from testbed.measure import liveview
 from testbed.workloads.settings import JOB_PARAMS, job_plan
 from traffic.jobplan import OPS_COLUMNS, JobPlan, ops_rows, payload_efficiency, tcpinfo_deltas
+from analysis import fidelity, metrics as am, summary as asum
+from testbed.errors import RunFailed
+from testbed.kernel import netns
+from testbed.kernel.counters import rdma_counters
+from testbed.measure.telemetry import QueueSampler
+from traffic.background import BackgroundFlows
+from traffic.controller import ControlError, Controller, Member
+from traffic.forkserver import ForkServer
+from traffic.job import format_nccl_table, iteration_plan
+from traffic.rdma import RECOVERY_COUNTERS
+from traffic.schedule import ScheduleError, alpha_beta_bound_s
+from traffic.tcp import INFO_KEYS
 
 __all__ = ["JOB_PARAMS", "CollectiveJob", "RdmaCounters", "job_plan"]  # the knobs and their plan: settings.py
 
@@ -43,7 +55,6 @@ class RdmaCounters:
     device, phase, counter, value) and returns the summed increase of every counter over the hosts."""
 
     def __init__(self, fabric, hosts):
-        from testbed.kernel.counters import rdma_counters
 
         self._read = lambda: {h: rdma_counters(fabric.ns(h), fabric.rxe[h][0]) for h in hosts if h in fabric.rxe}
         self.device = {h: d for h, (d, _) in fabric.rxe.items()}
@@ -71,8 +82,6 @@ class CollectiveJob:
     def __init__(self, lab, plan: JobPlan, transport: str = "tcp", cc: str = "cubic", dscp: int = 0,
                  rdma: dict | None = None, verify: bool = True, timeout_s: float = 600.0,
                  sample_interval_ms: float = 0.0):
-        from testbed.kernel import netns
-        from traffic.forkserver import ForkServer
 
         self.lab, self.plan, self.transport, self.cc, self.dscp = lab, plan, transport, cc, dscp
         self.rdma_opts = dict(rdma or {})
@@ -99,7 +108,6 @@ class CollectiveJob:
         if self.transport == "rdma":
             devices = {str(r): fabric.rxe[h][0] for r, h in enumerate(pl.placement.hosts)}
             transport["rdma"] = {"devices": devices, **self.rdma_opts}
-        from traffic.job import iteration_plan
 
         faults = getattr(self.lab, "faults", None)
         return {"ranks": pl.ranks, "seed": pl.seed, "verify": self.verify, "timeout_s": self.timeout_s,
@@ -109,11 +117,6 @@ class CollectiveJob:
     def run(self) -> "CollectiveJob":
         """Start the agents, run the job to its end, read the counters again and write the run's files.
         RunFailed (naming the agent logs) when an agent or the control plane fails."""
-        from testbed.errors import RunFailed
-        from testbed.kernel import netns
-        from testbed.measure.telemetry import QueueSampler
-        from traffic.background import BackgroundFlows
-        from traffic.controller import ControlError
 
         lab, fabric, pl = self.lab, self.lab.net.fabric, self.plan
         lab.rundir.manifest["topology"] = fabric.describe()  # with what the experiment added (loss)
@@ -166,8 +169,6 @@ class CollectiveJob:
     def _controller(self, fabric):
         """The control plane of the job's agents (traffic.controller), reporting each iteration's start to the fault
         timeline (faults at an iteration) and the live view when either wants it."""
-        from testbed.kernel import netns
-        from traffic.controller import Controller, Member
 
         lab, pl = self.lab, self.plan
         members = [Member(r, h, fabric.ns(h), fabric.host_ip(h)) for r, h in enumerate(pl.placement.hosts)]
@@ -185,7 +186,6 @@ class CollectiveJob:
                           on_iteration=on_iteration if at_fault is not None or liveview.enabled() else None)
 
     def _write(self, sampler) -> None:
-        from traffic.tcp import INFO_KEYS
 
         rundir, res = self.lab.rundir, self.res
         rows = ops_rows(self.plan, res.ops, res.t_measure_by_rank)
@@ -202,9 +202,6 @@ class CollectiveJob:
     def _sweep(self, run, efficiency: float) -> list[dict]:
         """analysis.summary.nccl_table's rows plus the alpha-beta bound of each op (beta per payload byte: the
         shaper also carries every packet's headers), written as sweep.csv and printed as nccl-tests does."""
-        from analysis import summary as asum
-        from traffic.job import format_nccl_table
-        from traffic.schedule import ScheduleError, alpha_beta_bound_s
 
         pl, link = self.plan, self.lab.net.spec.host_link
         nrows = asum.nccl_table(run.ops).to_dict("records")
@@ -235,7 +232,6 @@ class CollectiveJob:
         """summary.json's numbers of the job (see docs/collective.md): analysis.summary's collective metrics over
         ops.csv and tcp.csv, the alpha-beta bound, data verification (:meth:`_job_numbers`), port and rxe counter
         increases, background goodput, fidelity (:meth:`_network_numbers`)."""
-        from analysis import summary as asum
 
         pl, spec = self.plan, self.lab.net.spec
         run = asum.load_quietly(self.lab.rundir.path)
@@ -256,8 +252,6 @@ class CollectiveJob:
 
     def _job_numbers(self, run, nrows: list[dict], bound_of: dict[str, float], efficiency: float) -> dict:
         """What the job is and how its ops went: the headline ops' CCTs and steps against the bound, verification."""
-        from analysis import metrics as am
-        from analysis import summary as asum
 
         pl, res = self.plan, self.res
         # the headline ops (analysis.summary.headline_ops): a sweep reports its largest size, buckets every op
@@ -292,8 +286,6 @@ class CollectiveJob:
     def _network_numbers(self, run) -> dict:
         """What the fabric and the hosts did meanwhile: retransmissions, the ports' drops and marks, background
         goodput, queue sampling, and whether this machine kept up (fidelity)."""
-        from analysis import fidelity
-        from analysis import summary as asum
 
         spec, q = self.lab.net.spec, self.queue_stats
         ti = tcpinfo_deltas(self.res.tcp_info)
@@ -333,7 +325,6 @@ class CollectiveJob:
         }
 
     def _rdma_summary(self) -> dict:
-        from traffic.rdma import RECOVERY_COUNTERS
 
         d = self.rdma_delta
         out = {f"rdma_{k}": v for k, v in d.items()}

@@ -10,6 +10,15 @@ import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Callable, Sequence
+from analysis.load import load_csv
+from analysis.metrics import op_table, percentiles, round_times
+from analysis.summary import headline_ops
+from testbed.kernel import netns
+from testbed.kernel.qdisc import shape_loopback
+from testbed.workloads.collective import CollectiveJob
+from traffic.background import BackgroundFlows
+from traffic.incast import IncastRounds, ROUNDS_COLUMNS
+from traffic.job import BackgroundFlow
 
 if TYPE_CHECKING:
     from testbed.workloads.settings import CollectiveSettings
@@ -45,7 +54,6 @@ class TrafficFiles:
             return 1 + max((r[0] for r in self.round_rows), default=-1)
 
     def add_rounds(self, rundir, rows: list[tuple]) -> None:
-        from traffic.incast import ROUNDS_COLUMNS
 
         with self.lock:
             self.round_rows += rows
@@ -56,9 +64,6 @@ class TrafficFiles:
 def start_flows(lab, pairs: Sequence[tuple], duration_s: float | None, cc: str | None, src_ports, dscp: int,
                 ack_dscp: int | None, rate_mbps: float) -> "Flows":
     """What :meth:`testbed.lab.Lab.flows` does (its docstring): the senders started, a :class:`Flows` back."""
-    from testbed.kernel import netns
-    from traffic.background import BackgroundFlows
-    from traffic.job import BackgroundFlow
 
     pairs = [(host_name(a), host_name(b)) for a, b in pairs]
     sports = list(src_ports) if src_ports is not None else [0] * len(pairs)
@@ -81,8 +86,6 @@ def start_flows(lab, pairs: Sequence[tuple], duration_s: float | None, cc: str |
 def run_burst(lab, senders: Sequence, receiver, size_bytes: int, rounds: int, at_s: float | None,
               cc: str | None) -> "Burst":
     """What :meth:`testbed.lab.Lab.burst` does (its docstring): the rounds run, a :class:`Burst` back."""
-    from testbed.kernel import netns
-    from traffic.incast import IncastRounds
 
     names = [host_name(h) for h in senders]
     rname = host_name(receiver)
@@ -166,7 +169,6 @@ class Burst:
     def __init__(self, rows: list[tuple]):
         import pandas as pd
 
-        from analysis.metrics import round_times
 
         self.rows = rows
         self.rounds = round_times(pd.DataFrame(rows, columns=["round", "sender", "start_s", "end_s", "bytes"]))
@@ -175,7 +177,6 @@ class Burst:
         self.end_s = float(self.rounds["end_s"].max())
 
     def percentiles_ms(self):
-        from analysis.metrics import percentiles
 
         return percentiles(self.round_ms)
 
@@ -191,7 +192,6 @@ class Collective:
     :attr:`port_deltas` (the ports' kernel counters over the job)."""
 
     def __init__(self, lab, settings: "CollectiveSettings"):
-        from testbed.workloads.collective import CollectiveJob
 
         s, spec = settings, lab.net.spec
         self.lab, self.settings = lab, s
@@ -210,7 +210,6 @@ class Collective:
 
     def _scale_up(self) -> None:
         """Each host's ranks share its loopback, shaped as the server's scale-up domain (NVLink-class)."""
-        from testbed.kernel.qdisc import shape_loopback
 
         s, lab = self.settings, self.lab
         for host in dict.fromkeys(self.plan.placement.hosts):
@@ -254,9 +253,6 @@ class Collective:
     def cct_ms(self) -> list[float]:
         """Each measured headline op's completion time (first rank's start to last rank's end), from ops.csv."""
         if self._cct_ms is None:
-            from analysis.load import load_csv
-            from analysis.metrics import op_table
-            from analysis.summary import headline_ops
 
             ops = load_csv(self.lab.rundir.path / "ops.csv", "ops")
             self._cct_ms = [float(c) * 1e3 for c in op_table(headline_ops(ops))["cct_s"]]
@@ -264,6 +260,5 @@ class Collective:
 
     def percentiles_ms(self):
         """analysis.metrics' nearest-rank p50/p95/p99/max of :attr:`cct_ms` (the summary's cct_ms_* numbers)."""
-        from analysis.metrics import percentiles
 
         return percentiles(self.cct_ms)

@@ -42,6 +42,10 @@ from testbed.errors import RunFailed, UsageError
 from testbed.kernel import uts
 from testbed.workloads import mpirun
 from testbed.workloads.interpreter import rank_command
+from testbed.kernel import netns
+from traffic import progevents
+from traffic.jobplan import OPS_COLUMNS
+from traffic.progevents import parse
 
 LAUNCHERS = ("torch", "mpi")
 ROOT = Path(__file__).resolve().parents[2]
@@ -128,7 +132,6 @@ class Program:
         return f
 
     def start(self) -> "Program":
-        from testbed.kernel import netns
 
         (self.dir / "events").mkdir(parents=True, exist_ok=True)
         self.lab.on_teardown(self.stop)
@@ -232,7 +235,6 @@ class Program:
             return
         done = chunk.rfind(b"\n") + 1  # whole lines only
         self._events_read += done
-        from traffic.progevents import parse
 
         for e in parse(chunk[:done].decode("utf-8", "replace").splitlines())[0]:
             if e["event"] == "step_begin" and isinstance(e.get("step"), int):
@@ -253,8 +255,6 @@ class Program:
 
     def _collect(self, status: dict, end_s: dict, t_end: float) -> ProgramResult:
         """program.csv, and ops.csv from the events (when there are any)."""
-        from traffic import progevents
-        from traffic.jobplan import OPS_COLUMNS
 
         rundir, t0 = self.lab.rundir, self.t_start
         rows = [(r, h, lr, "" if status.get(r) is None else status[r], f"{end_s.get(r, t_end):.6f}")

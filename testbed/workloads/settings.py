@@ -25,6 +25,9 @@ from typing import Any, Mapping, Sequence, Union
 from testbed.errors import UsageError
 from testbed.params import Param
 from topologies import LeafSpineSpec, Topology
+from topologies.mininet_topo import spec_from_topo
+from traffic.jobplan import JobError, plan_job
+from traffic.rdma import check_path_mtu
 
 P, MBPS, B = Param, "Mbit/s", "bytes"
 #: the knobs of a collective job, declared once: what traffic.jobplan.plan_job reads (collective .. bg_rate_mbps,
@@ -290,7 +293,6 @@ class CollectiveSettings:
     def check(self, topo, seed: int = 1) -> None:
         """Plan the job against ``topo`` (a Mininet Topo of topologies.mininet_topo, or a spec) without building
         anything: what ``lab.collective`` would refuse is refused here, before the Lab exists."""
-        from topologies.mininet_topo import spec_from_topo
 
         self.plan(topo if isinstance(topo, Topology) else spec_from_topo(topo), seed)
 
@@ -311,8 +313,6 @@ def settings_for(what: "str | CollectiveSettings | Form" = "allreduce", **fields
 def job_plan(p: Mapping[str, Any], spec, seed: int):
     """The plan of a job whose knobs are :data:`JOB_PARAMS`' values ``p``, on the fabric ``spec`` (its hosts and
     leaves; rdma_mtu is checked against its host links): UsageError, one line, on bad input."""
-    from traffic.jobplan import JobError, plan_job
-    from traffic.rdma import check_path_mtu
 
     try:
         check_path_mtu(p["rdma_mtu"], spec.host_link.mtu, on_rdma=p["transport"] == "rdma")
