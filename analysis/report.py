@@ -333,7 +333,7 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
     html_path, md_path = out / "report.html", out / "report.md"
     html_path.write_text(render_html(blocks, title), encoding="utf-8")
     md_path.write_text(render_markdown(blocks), encoding="utf-8")
-    from .trace import write_trace  # the run as a Perfetto / Chrome trace: trace.json beside the report
+    from .trace import TRACE_FILE, write_trace  # the run as a Perfetto / Chrome trace: trace.json beside the report
 
-    write_trace(run, out)
+    write_trace(run, out / TRACE_FILE)
     return html_path, md_path

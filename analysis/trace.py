@@ -168,9 +168,10 @@ def trace_events(run: Run) -> dict:
                           "t0_monotonic": origin}}
 
 
-def write_trace(run: Run, out_dir: str | Path | None = None) -> Path:
-    """Write :data:`TRACE_FILE` into ``out_dir`` (default: the run directory) and return its path."""
-    path = Path(out_dir if out_dir is not None else run.path) / TRACE_FILE
+def write_trace(run: Run, path: str | Path | None = None) -> Path:
+    """Write the trace to the file ``path`` (default: :data:`TRACE_FILE` in the run directory) and return it. The file
+    itself is written, nothing beside it: ``--out /tmp/t.json`` leaves a ``/tmp/trace.json`` alone."""
+    path = Path(path) if path is not None else run.path / TRACE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(trace_events(run), separators=(",", ":"), allow_nan=False), encoding="utf-8")
     return path

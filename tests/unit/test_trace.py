@@ -58,7 +58,7 @@ def _check_format(doc: dict) -> list[dict]:
 @pytest.fixture
 def doc(tmp_path) -> dict:
     run = load_run(write_run(tmp_path / "run"))
-    path = trace.write_trace(run, tmp_path / "out")
+    path = trace.write_trace(run, tmp_path / "out" / trace.TRACE_FILE)
     assert path == tmp_path / "out" / trace.TRACE_FILE
     return _load(path)
 
@@ -149,6 +149,11 @@ def test_trace_command_writes_the_file_and_refuses_bad_input_in_one_line(tmp_pat
     out.parent.mkdir()
     r = subprocess.run([*cmd, str(run_dir), "--out", str(out)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and out.is_file() and sorted(p.name for p in out.parent.iterdir()) == ["mine.json"]
+    # a trace.json already in the target folder (another run's) is left as it was: the file is written, not renamed
+    (out.parent / "trace.json").write_text("another run's trace")
+    r = subprocess.run([*cmd, str(run_dir), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and (out.parent / "trace.json").read_text() == "another run's trace", r.stderr
+    assert json.loads(out.read_text())["traceEvents"]
     for bad in ([str(tmp_path / "nope")], [str(run_dir), "--out", str(tmp_path / "t.txt")], [str(tmp_path)]):
         r = subprocess.run([*cmd, *bad], capture_output=True, text=True, timeout=120)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (bad, r.stderr)
