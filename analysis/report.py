@@ -339,8 +339,10 @@ def _wire(run: Run) -> list[Block]:
             Block("table", wt)]
 
 
-def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
-    """Write ``report.html`` (self-contained) and ``report.md`` (+ ``report_files/*.png``) for one run.
+def write_report(run_dir: str | Path, out_dir: str | Path | None = None, slides: bool = False) -> tuple[Path, Path]:
+    """Write ``report.html`` (self-contained) and ``report.md`` (+ ``report_files/*.png``) for one run, trace.json
+    beside them, and with ``slides`` also ``slides.html`` (:mod:`analysis.slides`: a few full-screen slides for a
+    projector, from the same blocks).
 
     ``out_dir`` defaults to the run directory itself. Returns ``(html_path, md_path)``. Raises
     :class:`analysis.load.RunDirError` (one line) when the folder is not a readable run directory.
@@ -358,4 +360,9 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
     from .trace import TRACE_FILE, write_trace  # the run as a Perfetto / Chrome trace: trace.json beside the report
 
     write_trace(run, out / TRACE_FILE)
+    if slides:
+        from .slides import SLIDES_FILE, render_slides
+
+        page = render_slides(run, blocks, f"{run.manifest.get('scenario', '?')}: {run.name}", files_dir=out / FILES_DIR)
+        (out / SLIDES_FILE).write_text(page, encoding="utf-8")
     return html_path, md_path
