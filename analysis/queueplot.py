@@ -73,7 +73,7 @@ def queue_panels(queues: pd.DataFrame, ports: Sequence[str], limits: Mapping[str
 def plot_queue_ports(queues: pd.DataFrame, path: str | Path, *, ports: Sequence[str],
                      limits: Mapping[str, PortLimits] | None = None, ticks: pd.DataFrame | None = None,
                      ops: pd.DataFrame | None = None, t0: float | None = None, faults: pd.DataFrame | None = None,
-                     title: str = "queue occupancy", phase_name: str = "", panel_height_in: float = 2.1) -> Path:
+                     title: str = "queue occupancy", phase_name: str = "", panel_height_in: float = 1.7) -> Path:
     """The figure of :func:`queue_panels`: one panel per port, stacked on one time axis; ``ops``: phases
     (``start_s``/``end_s``) shaded in alternating colours; ``faults``: hatched spans; ``t0``: the time origin (the
     run's start, so the axis matches the per-rank timeline); ``panel_height_in``: each panel's height (inches)."""
