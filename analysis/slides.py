@@ -128,8 +128,8 @@ def _story_slide(title: str, blocks: list[Block]) -> str:
 
 
 def _short(caption: str) -> str:
-    """A caption's head, before its first parenthesis: a projector shows one line, the report the rest."""
-    return caption.split(" (", 1)[0]
+    """A caption's head, before its first parenthesis or colon: a projector shows one line, the report the rest."""
+    return caption.split(" (", 1)[0].split(": ", 1)[0]
 
 
 def _hottest_queue(run: Run, qd: pd.DataFrame, path: Path, t0: float | None) -> tuple[Path, str]:
