@@ -9,7 +9,15 @@ For every collective op (an ``(iteration, op_index)`` group of ops.csv) and its 
 * ``peak_backlog_bytes``: largest backlog (summed over classes) among samples inside ``[start, end]``;
   nan when no sample falls inside (an op shorter than the sampling interval);
 * ``paused_ms``: time the most-paused link spent paused inside ``[start, end]`` (pauses of different
-  priorities on a port count once).
+  priorities on a port count once);
+* ``arrival_skew_ms`` / ``late_rank`` / ``late_host``: how long after the first rank the last one joined the op,
+  and which rank that was (a synchronous collective cannot finish before its last rank joins; no network can
+  shorten this part). For a grouped op (every tensor-parallel group's all-reduce of a layer at once: the
+  manifest's ``op_groups``, or the ``groups`` argument), per group, and the op's is its most skewed group's; the
+  groups do not wait for each other, so a skew across them says nothing.
+
+When the fabric did nothing during the slowest op and its skew is a large part of it, :func:`explain_op` names the
+late rank as the cause.
 
 Pure pandas/numpy; reads no files itself (give it DataFrames or a loaded ``Run``).
 """
@@ -17,7 +25,7 @@ Pure pandas/numpy; reads no files itself (give it DataFrames or a loaded ``Run``
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -26,12 +34,16 @@ from .faults import describe, fault_intervals, overlapping
 from .metrics import nearest_rank, op_table, pause_intervals, percentiles, step_times
 from .metrics.samples import _union_length
 
-__all__ = ["OP_NETWORK_COLUMNS", "correlate_ops", "correlate_run", "explain_op", "explain_slowest",
-           "explain_slowest_step", "port_label", "step_ops"]
+__all__ = ["LATE_SHARE", "OP_NETWORK_COLUMNS", "correlate_ops", "correlate_run", "explain_op", "explain_slowest",
+           "explain_slowest_step", "op_groups", "op_skews", "port_label", "step_ops"]
 
 OP_NETWORK_COLUMNS = ["iteration", "op_index", "op", "collective", "start_s", "end_s", "cct_ms",
                       "peak_backlog_bytes", "peak_port", "drops", "drop_port", "drop_port_drops", "marks",
-                      "paused_ms", "pause_port", "worst_port", "faults"]
+                      "paused_ms", "pause_port", "worst_port", "faults", "arrival_skew_ms", "late_rank", "late_host",
+                      "groups"]
+#: the late rank is named as an op's cause when its arrival skew is at least this share of the op (as the story's
+#: :data:`analysis.story.LATE_SHARE`)
+LATE_SHARE = 0.25
 
 
 def port_label(node: str, port: str) -> str:
@@ -76,9 +88,52 @@ def _bracket_delta(t: np.ndarray, v: np.ndarray, start: float, end: float) -> fl
     return float(np.where(d < 0, seg[1:], d).sum())
 
 
+def op_groups(manifest: Mapping) -> dict[str, list[list[int]]]:
+    """The manifest's ``op_groups`` (op name -> its communicators, disjoint lists of ranks; the collective scenario
+    writes it for grouped ops), checked: {} when absent or malformed."""
+    raw = manifest.get("op_groups") if isinstance(manifest, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return {}
+    out = {}
+    for name, groups in raw.items():
+        if isinstance(groups, list) and all(isinstance(g, list) and all(isinstance(r, int) for r in g) for g in groups):
+            out[str(name)] = [list(g) for g in groups]
+    return out
+
+
+def op_skews(ops: pd.DataFrame, groups: Mapping[str, list[list[int]]] | None = None) -> pd.DataFrame:
+    """Per ``(iteration, op_index)``: ``arrival_skew_ms`` (last minus first rank's start, within each group of the
+    op's ``groups`` entry, the largest of them; the whole op is one group when it has none), ``late_rank`` and
+    ``late_host`` (the last to join that group; -1 and "" when the op has one rank) and ``groups`` (how many)."""
+    cols = ["iteration", "op_index", "arrival_skew_ms", "late_rank", "late_host", "groups"]
+    if ops.empty:
+        return pd.DataFrame({c: pd.Series([], dtype="int64" if c in ("iteration", "op_index", "late_rank", "groups")
+                                          else (object if c == "late_host" else float)) for c in cols})
+    gid = {(name, r): i for name, gs in (groups or {}).items() for i, g in enumerate(gs) for r in g}
+    d = ops.assign(_g=[gid.get((o, int(r)), -1) for o, r in zip(ops["op"].astype(str), ops["rank"])],
+                   _h=ops["host"].astype(str) if "host" in ops.columns else "")
+    key = ["iteration", "op_index", "_g"]
+    first = d.groupby(key, sort=False)["start_s"].transform("min")
+    last_idx = d.groupby(key, sort=False)["start_s"].idxmax()
+    per = d.loc[last_idx.to_numpy()].assign(skew=(d.loc[last_idx.to_numpy(), "start_s"]
+                                                  - first.loc[last_idx.to_numpy()]) * 1e3)
+    size = d.groupby(key, sort=False)["rank"].transform("size").loc[last_idx.to_numpy()]
+    per = per.assign(_n=size.to_numpy())
+    n_groups = per.groupby(["iteration", "op_index"])["_g"].transform("size")
+    per = per.assign(_ng=n_groups.to_numpy()).sort_values("skew", ascending=False, kind="stable")
+    top = per.drop_duplicates(["iteration", "op_index"]).sort_values(["iteration", "op_index"], kind="stable")
+    return pd.DataFrame({"iteration": top["iteration"].astype("int64").to_numpy(),
+                         "op_index": top["op_index"].astype("int64").to_numpy(),
+                         "arrival_skew_ms": top["skew"].to_numpy(float),
+                         "late_rank": [int(r) if n > 1 else -1 for r, n in zip(top["rank"], top["_n"])],
+                         "late_host": [str(h) if n > 1 else "" for h, n in zip(top["_h"], top["_n"])],
+                         "groups": top["_ng"].astype("int64").to_numpy()})
+
+
 def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
                   links: Iterable | None = None, run_end: float | None = None,
-                  events: pd.DataFrame | None = None) -> pd.DataFrame:
+                  events: pd.DataFrame | None = None, groups: Mapping[str, list[list[int]]] | None = None
+                  ) -> pd.DataFrame:
     """One row per collective op with what the watched links did during it.
 
     ``links``: iterable of ``"node:port"`` strings or ``(node, port)`` tuples; None watches every port found
@@ -87,8 +142,9 @@ def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
     start_s, end_s, cct_ms, peak_backlog_bytes, peak_port, drops (sum over watched ports), drop_port (most
     drops), drop_port_drops, marks (sum), paused_ms (on the most-paused link), pause_port, worst_port
     (pause_port if any pause, else drop_port if any drop, else peak_port), faults (the fault intervals of
-    ``events``, events.csv, that overlapped the op: "leaf1-spine1 down for 120 ms, ..."). Port fields are ""
-    when nothing qualifies.
+    ``events``, events.csv, that overlapped the op: "leaf1-spine1 down for 120 ms, ..."), arrival_skew_ms,
+    late_rank, late_host and groups (:func:`op_skews` with ``groups``). Port fields are "" when nothing
+    qualifies.
     """
     ot = op_table(ops)
     wanted = _normalise_links(links)
@@ -104,9 +160,11 @@ def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
         if wanted is None or label in wanted:
             pauses.setdefault(label, []).append((row.start_s, row.end_s))
 
+    skews = {(int(k.iteration), int(k.op_index)): k for k in op_skews(ops, groups).itertuples(index=False)}
     rows = []
     for op in ot.itertuples(index=False):
         s, e = float(op.start_s), float(op.end_s)
+        sk = skews[(int(op.iteration), int(op.op_index))]
         peak, peak_port, drops_total, drop_port, drop_port_drops, marks_total = _queues_during(series, s, e)
         paused, pause_port = 0.0, ""
         for label, ivs in pauses.items():
@@ -119,12 +177,15 @@ def correlate_ops(ops: pd.DataFrame, queues: pd.DataFrame, pfc: pd.DataFrame, *,
                      "peak_backlog_bytes": peak, "peak_port": peak_port, "drops": drops_total,
                      "drop_port": drop_port, "drop_port_drops": drop_port_drops, "marks": marks_total,
                      "paused_ms": paused * 1e3, "pause_port": pause_port, "worst_port": worst,
-                     "faults": describe(overlapping(fault_iv, s, e))})
+                     "faults": describe(overlapping(fault_iv, s, e)), "arrival_skew_ms": float(sk.arrival_skew_ms),
+                     "late_rank": int(sk.late_rank), "late_host": sk.late_host, "groups": int(sk.groups)})
     df = pd.DataFrame(rows, columns=OP_NETWORK_COLUMNS)
     if df.empty:
         return pd.DataFrame({c: pd.Series([], dtype=object if c in ("op", "collective", "peak_port", "drop_port",
-                                                                     "pause_port", "worst_port", "faults") else
-                                          ("int64" if c in ("iteration", "op_index") else float))
+                                                                     "pause_port", "worst_port", "faults",
+                                                                     "late_host") else
+                                          ("int64" if c in ("iteration", "op_index", "late_rank", "groups")
+                                           else float))
                              for c in OP_NETWORK_COLUMNS})
     return df
 
@@ -155,7 +216,8 @@ def correlate_run(run, links: Iterable | None = None) -> pd.DataFrame:
     """:func:`correlate_ops` on a loaded ``Run`` (pauses still open are closed at the run's end)."""
     end = run.time_window()[1]
     return correlate_ops(run.ops, run.queues, run.pfc, links=links,
-                         run_end=None if (end is None or math.isnan(end)) else end, events=run.events)
+                         run_end=None if (end is None or math.isnan(end)) else end, events=run.events,
+                         groups=op_groups(run.manifest))
 
 
 def _fmt_q(q: float) -> str:
@@ -177,13 +239,30 @@ def explain_op(row: pd.Series | dict, prefix: str = "op") -> str:
         parts.append(f"{int(row['drop_port_drops'])} drops on {row['drop_port']}")
     if row["marks"] > 0:
         parts.append(f"{int(row['marks'])} ECN marks")
+    late = _late_clause(row)
     if parts:
         body = " and ".join(parts) if len(parts) <= 2 else ", ".join(parts[:-1]) + " and " + parts[-1]
-        return f"{head} coincided with {body}"
+        return f"{head} coincided with {body}" + (f"; besides, {late}" if late else "")
+    quiet = f"{head} coincided with no pauses, drops or marks on the watched links"
+    if late:
+        return f"{quiet}: the cause is its late rank, {late}"
     if not (isinstance(row["peak_backlog_bytes"], float) and math.isnan(row["peak_backlog_bytes"])):
-        return (f"{head} coincided with no pauses, drops or marks on the watched links "
-                f"(peak backlog {int(row['peak_backlog_bytes'])} B on {row['peak_port']})")
-    return f"{head} coincided with no pauses, drops or marks on the watched links (no queue sample inside it)"
+        return f"{quiet} (peak backlog {int(row['peak_backlog_bytes'])} B on {row['peak_port']})"
+    return f"{quiet} (no queue sample inside it)"
+
+
+def _late_clause(row) -> str:
+    """"rank 2 (h3) joined 600.0 ms after the first rank (arrival skew: 97% of the op)" when the op's arrival skew
+    is at least :data:`LATE_SHARE` of it; "" otherwise (or when the row has no skew columns)."""
+    get = row.get if hasattr(row, "get") else (lambda k, d=None: d)
+    skew, rank, cct = get("arrival_skew_ms"), get("late_rank", -1), row["cct_ms"]
+    if skew is None or (isinstance(skew, float) and math.isnan(skew)) or rank is None or int(rank) < 0 or \
+            not cct > 0 or skew < LATE_SHARE * cct:
+        return ""
+    host = get("late_host", "")
+    of = " of its group" if int(get("groups", 1) or 1) > 1 else ""
+    return (f"rank {int(rank)}{f' ({host})' if host else ''} joined {skew:.1f} ms after the first rank{of} "
+            f"(arrival skew: {skew / cct:.0%} of the op)")
 
 
 def explain_slowest(run, q: float = 0.99, links: Iterable | None = None,

@@ -44,7 +44,7 @@ from .faults import events_table, fault_intervals
 from .load import IncompleteRunWarning, Run, load_run
 from .render import Block, fmt, md_table, render_html, render_markdown
 from .sections import config_blocks, fidelity_blocks, fidelity_line, long_tables, metric_table, wire_table
-from .story import event_times, incast_ideal_ms, queue_thresholds, rto_min_ms, tell
+from .story import incast_ideal_ms, rto_min_ms, tell
 
 __all__ = ["PLOT_POINTS", "Block", "build_blocks", "downsample_queues", "fmt", "key_metrics", "md_table", "render_html",
            "render_markdown", "wire_table", "write_report"]
@@ -74,9 +74,10 @@ def key_metrics(run: Run, *, queue_stats: pd.DataFrame | None = None,
 
 def downsample_queues(queues: pd.DataFrame, points: int = PLOT_POINTS, ports: Iterable[str] | None = None
                       ) -> pd.DataFrame:
-    """Backlog summed over classes per (node, port, t_s), then per port at most ``points`` time bins, each
-    holding the bin's maximum backlog at the bin's first sample time. Returns queues-shaped rows (class
-    ``"*"``) that :func:`analysis.plots.plot_queue_occupancy` accepts; ``ports`` (``"node:port"``) limits it."""
+    """Backlog (bytes, and packets when queues.csv has them) summed over classes per (node, port, t_s), then per port
+    at most ``points`` time bins, each holding the bin's maximum backlog at the bin's first sample time. Returns
+    queues-shaped rows (class ``"*"``) that :func:`analysis.queueplot.plot_queue_ports` and
+    :func:`analysis.plots.plot_queue_occupancy` accept; ``ports`` (``"node:port"``) limits it."""
     if queues.empty:
         return queues
     node_codes, node_names = pd.factorize(queues["node"], sort=False)
@@ -90,23 +91,23 @@ def downsample_queues(queues: pd.DataFrame, points: int = PLOT_POINTS, ports: It
     else:
         mask = np.ones(len(key), dtype=bool)
     t = queues["t_s"].to_numpy(dtype=float)[mask]
-    frame = pd.DataFrame({"key": key[mask], "t_s": t,
-                          "backlog_bytes": queues["backlog_bytes"].to_numpy(dtype=np.int64)[mask]})
+    cols = ["backlog_bytes"] + (["backlog_packets"] if "backlog_packets" in queues.columns else [])
+    frame = pd.DataFrame({"key": key[mask], "t_s": t, **{c: queues[c].to_numpy(dtype=np.int64)[mask] for c in cols}})
     if frame.empty:
         return queues.iloc[:0]
-    per_t = frame.groupby(["key", "t_s"], sort=False)["backlog_bytes"].sum().reset_index()
+    per_t = frame.groupby(["key", "t_s"], sort=False)[cols].sum().reset_index()
     tt = per_t["t_s"].to_numpy(dtype=float)
     lo, hi = float(tt.min()), float(tt.max())
     width = (hi - lo) / points if hi > lo else 1.0
     per_t["bin"] = np.minimum(((tt - lo) / width).astype(np.int64), points - 1)
-    out = per_t.groupby(["key", "bin"], sort=True).agg(t_s=("t_s", "min"), backlog_bytes=("backlog_bytes", "max"))
+    out = per_t.groupby(["key", "bin"], sort=True).agg(t_s=("t_s", "min"), **{c: (c, "max") for c in cols})
     out = out.reset_index()
     k = out["key"].to_numpy()
     n_ports = max(len(port_names), 1)
     out["node"] = np.asarray(node_names, dtype=object)[k // n_ports]
     out["port"] = np.asarray(port_names, dtype=object)[k % n_ports]
     out["class"] = "*"
-    return out[["t_s", "node", "port", "class", "backlog_bytes"]]
+    return out[["t_s", "node", "port", "class", *cols]]
 
 
 def _phases(intervals: pd.DataFrame, max_phases: int = MAX_PHASES) -> pd.DataFrame:
@@ -220,9 +221,11 @@ def _plots(run: Run, ops_tab: pd.DataFrame | None, qstats: pd.DataFrame | None, 
 
     figs: list[tuple[Path, str]] = []
     if ops_tab is not None:
+        bounds = _bound_lines(run, ops_tab)
         p = plots.plot_cdf({"CCT": ops_tab["cct_s"] * 1e3}, files_dir / "cdf_cct.png",
-                           xlabel="collective completion time (ms)", title="CCT CDF")
-        figs.append((p, "Collective completion time CDF"))
+                           xlabel="collective completion time (ms)", title="CCT CDF", lines=bounds)
+        figs.append((p, "Collective completion time CDF" + (f" (vertical lines: {', '.join(bounds)}: the time no "
+                                                            "network could beat)" if bounds else "")))
     rt = m.round_times(run.rounds) if len(run.rounds) else None
     if rt is not None:
         lines = _round_lines(run)
@@ -245,6 +248,24 @@ def _plots(run: Run, ops_tab: pd.DataFrame | None, qstats: pd.DataFrame | None, 
                                     for path, caption in figs)]
 
 
+def _bound_lines(run: Run, ops_tab: pd.DataFrame, most: int = 3) -> dict[str, float]:
+    """The alpha-beta bound of the plotted ops (ms): one line when they share it, else one per op name (the first
+    ``most`` distinct bounds)."""
+    from .references import op_bounds_ms
+
+    b = op_bounds_ms(run)
+    if "*" in b:
+        return {"alpha-beta bound": round(b["*"], 2)}
+    mine = {o: b[o] for o in dict.fromkeys(ops_tab["op"].astype(str)) if o in b}
+    if len({round(v, 3) for v in mine.values()}) == 1:
+        return {"alpha-beta bound": round(next(iter(mine.values())), 2)}
+    out: dict[str, float] = {}
+    for o, v in sorted(mine.items(), key=lambda kv: kv[1]):
+        if round(v, 2) not in out.values() and len(out) < most:
+            out[f"bound {o}"] = round(v, 2)
+    return out
+
+
 def _round_lines(run: Run) -> dict[str, float]:
     """The ideal round and ideal + RTOmin (ms), where the run's files give them."""
     ideal, rto = incast_ideal_ms(run), rto_min_ms(run)
@@ -256,10 +277,11 @@ def _round_lines(run: Run) -> dict[str, float]:
 
 def _queue_plot(run: Run, qstats: pd.DataFrame, ops_tab: pd.DataFrame | None, rt: pd.DataFrame | None,
                 fiv: pd.DataFrame | None, t0: float | None, files_dir: Path) -> tuple[Path, str]:
-    """Backlog of the busiest ports (most drops, then highest peak; at most :data:`QUEUE_PORTS`) with the
-    thresholds (buffer, K, XOFF/XON), drops and marks at their times, phases shaded, the y-range set by the
-    buffer."""
-    from . import plots
+    """Backlog of the busiest ports (most drops, then highest peak; at most :data:`QUEUE_PORTS`), a panel each with
+    that port's own limits (buffer, K, XOFF/XON) in its buffer's unit and its drops, marks, pauses and RTOs as ticks
+    (:mod:`analysis.queueplot`), phases shaded, on the run's clock."""
+    from .queueplot import plot_queue_ports
+    from .references import port_limits, queue_ticks
 
     busy = qstats.merge(m.port_counter_deltas(run.queues)[["node", "port", "drops"]], on=["node", "port"], how="left")
     top = busy.sort_values(["drops", "max_bytes"], ascending=False, kind="stable").head(QUEUE_PORTS)
@@ -270,18 +292,18 @@ def _queue_plot(run: Run, qstats: pd.DataFrame, ops_tab: pd.DataFrame | None, rt
         phases, what = _phases(ops_tab), "ops"
     elif rt is not None:
         phases, what = _phases(rt), "incast rounds"
-    thresholds = queue_thresholds(run)
-    buf = next((v for k, v in thresholds if k == "buffer"), None)
-    events = pd.concat([event_times(run.queues, k).assign(kind=k) for k in ("drops", "marks")], ignore_index=True)
-    p = plots.plot_queue_occupancy(ds, files_dir / "queues.png", ports=ports, ops=phases, t0=t0, faults=fiv,
-                                   thresholds=thresholds, events=events, ylim_bytes=buf,
-                                   phase_name=f"{what}, alternating colours" if what else "")
+    limits = port_limits(run, ports)
+    p = plot_queue_ports(ds, files_dir / "queues.png", ports=ports, limits=limits, ticks=queue_ticks(run),
+                         ops=phases, t0=t0, faults=fiv, phase_name=f"{what}, alternating colours" if what else "")
     more = len(qstats) - len(ports)
-    return p, ("Queue occupancy over time (backlog summed over classes; shaded: "
+    in_packets = [k for k, v in limits.items() if v.unit == "packets"]
+    return p, ("Queue occupancy over time, one panel per port (backlog summed over classes; shaded: "
                f"{what or 'no phases'}; the {len(ports)} busiest ports by drops, then peak"
                + (f", {more} quieter ports in the table below" if more > 0 else "")
-               + ("; horizontal lines: " + ", ".join(k for k, _ in thresholds) + " from the parameters"
-                  if thresholds else "") + "; ticks at the top: drops (red) and ECN marks (orange) when sampled)")
+               + "; horizontal lines: each port's own buffer, ECN K or RED levels and PFC XOFF/XON"
+               + (f"; in packets where the buffer is ({', '.join(in_packets)})" if in_packets else "")
+               + "; ticks at the top: drops (red), ECN marks (orange), PFC pauses (purple), a sender that waited a "
+               "retransmission timeout finishing (black x))")
 
 
 def _all_metrics(run: Run, vals: dict, data: dict[str, float]) -> list[Block]:
@@ -317,8 +339,10 @@ def _wire(run: Run) -> list[Block]:
             Block("table", wt)]
 
 
-def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tuple[Path, Path]:
-    """Write ``report.html`` (self-contained) and ``report.md`` (+ ``report_files/*.png``) for one run.
+def write_report(run_dir: str | Path, out_dir: str | Path | None = None, slides: bool = False) -> tuple[Path, Path]:
+    """Write ``report.html`` (self-contained) and ``report.md`` (+ ``report_files/*.png``) for one run, trace.json
+    beside them, and with ``slides`` also ``slides.html`` (:mod:`analysis.slides`: a few full-screen slides for a
+    projector, from the same blocks).
 
     ``out_dir`` defaults to the run directory itself. Returns ``(html_path, md_path)``. Raises
     :class:`analysis.load.RunDirError` (one line) when the folder is not a readable run directory.
@@ -333,7 +357,12 @@ def write_report(run_dir: str | Path, out_dir: str | Path | None = None) -> tupl
     html_path, md_path = out / "report.html", out / "report.md"
     html_path.write_text(render_html(blocks, title), encoding="utf-8")
     md_path.write_text(render_markdown(blocks), encoding="utf-8")
-    from .trace import write_trace  # the run as a Perfetto / Chrome trace: trace.json beside the report
+    from .trace import TRACE_FILE, write_trace  # the run as a Perfetto / Chrome trace: trace.json beside the report
 
-    write_trace(run, out)
+    write_trace(run, out / TRACE_FILE)
+    if slides:
+        from .slides import SLIDES_FILE, render_slides
+
+        page = render_slides(run, blocks, f"{run.manifest.get('scenario', '?')}: {run.name}", files_dir=out / FILES_DIR)
+        (out / SLIDES_FILE).write_text(page, encoding="utf-8")
     return html_path, md_path

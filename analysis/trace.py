@@ -9,11 +9,16 @@ the report's queue, pause and timeline plots use):
   with two children, ``wait`` (from the rank's arrival to the last rank's arrival: waiting for the slowest peer to
   join) and ``transfer`` (from then to the rank's completion), and ``compute`` slices between ops
   (:func:`analysis.metrics.rank_op_split`, :func:`analysis.metrics.rank_timeline`);
-* a ``fabric`` process with counter tracks (``ph: C``): the backlog in bytes of the :data:`MAX_QUEUE_PORTS`
-  ports with the highest peak (queues.csv, summed over classes) and, per (port, priority) that was paused, a 0/1
-  PFC pause track (pfc.csv's xoff/xon, :func:`analysis.metrics.pause_intervals`);
-* instant events (``ph: i``): every row of events.csv (faults and the fabric's reactions; global scope) and every
-  queue sample at which a port's drop counter rose (the drops since the previous sample; fabric scope).
+* a ``fabric`` process: counter tracks (``ph: C``) of the backlog in bytes of the :data:`MAX_QUEUE_PORTS` ports
+  with the highest peak (queues.csv, summed over classes) and, per port whose counter rose, its drops and ECN marks
+  since the run's start; per (port, priority) that was paused a track of PFC pause slices (pfc.csv's xoff to xon,
+  :func:`analysis.metrics.pause_intervals`); instant events (``ph: i``) for every row of events.csv (faults and the
+  fabric's reactions; global scope) and every queue sample at which a port's drop counter rose (fabric scope);
+* a ``machine`` process with cpu.csv's busy percent of the CPUs every host (namespace) shares, when the run has it.
+
+Every event carries ``ph``, ``name``, ``pid``, ``tid`` and ``ts`` (whole microseconds); slices a ``dur``; counters
+numeric ``args``; metadata events (``ph: M``) name and order the processes and threads. Open the file at
+https://ui.perfetto.dev (Open trace file) or in chrome://tracing.
 
 Pure: reads a :class:`analysis.load.Run`, writes one file; no kernel, no plotting."""
 
@@ -110,27 +115,69 @@ def _thin(t: np.ndarray, v: np.ndarray, points: int) -> tuple[np.ndarray, np.nda
     return d["t"].to_numpy(), d["v"].to_numpy()
 
 
-def _fabric_events(run: Run, pid: int, origin_s: float, end_s: float) -> list[dict]:
-    """Queue backlog and PFC pause counters, drop instants, all in the fabric process."""
-    ev = []
+def _fabric_events(run: Run, pid: int, origin_s: float, end_s: float) -> tuple[list[dict], list[dict]]:
+    """Queue backlog, drop and ECN-mark counter tracks, drop instants and PFC pauses as slices (one track per paused
+    port and priority), all in the fabric process; returns (events, thread metadata of the pause tracks)."""
+    ev: list[dict] = []
     q = run.queues
     if len(q):
-        per_t = q.groupby(["node", "port", "t_s"], sort=True)["backlog_bytes"].sum().reset_index()
+        per_t = q.groupby(["node", "port", "t_s"], sort=True)[["backlog_bytes", "drops", "marks"]].sum().reset_index()
         peak = per_t.groupby(["node", "port"])["backlog_bytes"].max().sort_values(ascending=False, kind="stable")
         for node, port in peak.index[:MAX_QUEUE_PORTS]:
             d = per_t[(per_t["node"] == node) & (per_t["port"] == port)]
             t, v = _thin(d["t_s"].to_numpy(dtype=float), d["backlog_bytes"].to_numpy(dtype=float), MAX_QUEUE_POINTS)
-            ev += [{"name": f"backlog {node}:{port}", "cat": "queue", "ph": "C", "ts": _us(ti, origin_s),
-                    "pid": pid, "args": {"bytes": int(vi)}} for ti, vi in zip(t, v)]
+            ev += [_counter(f"backlog {node}:{port}", "queue", ti, origin_s, pid, {"bytes": int(vi)})
+                   for ti, vi in zip(t, v)]
+        ev += _cumulative_counters(per_t, pid, origin_s)
         ev += _drop_events(q, pid, origin_s)
+    meta: list[dict] = []
     if len(run.pfc):
-        for p in m.pause_intervals(run.pfc, end_s).itertuples(index=False):
-            name = f"PFC paused {p.node}:{p.port} prio {p.prio}"
-            ev += [{"name": name, "cat": "pfc", "ph": "C", "ts": _us(p.start_s, origin_s), "pid": pid,
-                    "args": {"paused": 1}},
-                   {"name": name, "cat": "pfc", "ph": "C", "ts": _us(p.end_s, origin_s), "pid": pid,
-                    "args": {"paused": 0}}]
+        iv = m.pause_intervals(run.pfc, end_s)
+        keys = sorted({(str(p.node), str(p.port), int(p.prio)) for p in iv.itertuples(index=False)})
+        tid_of = {k: i + 1 for i, k in enumerate(keys)}  # tid 0 is the faults track
+        for k, tid in tid_of.items():
+            meta += [_meta("thread_name", pid, f"PFC pause {k[0]}:{k[1]} prio {k[2]}", tid),
+                     _meta("thread_sort_index", pid, tid, tid)]
+        for p in iv.itertuples(index=False):
+            ev.append(_slice("PFC pause", "pfc", p.start_s, p.end_s, pid, tid_of[(str(p.node), str(p.port),
+                                                                                  int(p.prio))], origin_s,
+                             {"port": f"{p.node}:{p.port}", "prio": int(p.prio), "still_paused_at_end": bool(p.open)}))
+    return ev, meta
+
+
+def _counter(name: str, cat: str, t_s: float, origin_s: float, pid: int, args: dict) -> dict:
+    """A counter sample (``ph: C``): each key of ``args`` is one numeric series of the track ``name`` in ``pid``."""
+    return {"name": name, "cat": cat, "ph": "C", "ts": _us(t_s, origin_s), "pid": pid, "tid": 0, "args": args}
+
+
+def _cumulative_counters(per_t: pd.DataFrame, pid: int, origin_s: float) -> list[dict]:
+    """Per port whose drop or ECN-mark counter rose: that counter since the run's start (a step at every sample that
+    saw it rise, from 0 at the port's first sample), so the viewer shows when and how fast a port dropped or marked."""
+    ev = []
+    for (node, port), d in per_t.groupby(["node", "port"], sort=True):
+        t = d["t_s"].to_numpy(dtype=float)
+        for col, name in (("drops", "drops"), ("marks", "ECN marks")):
+            v = np.maximum.accumulate(d[col].to_numpy(dtype=float))
+            v = v - v[0]
+            if not v[-1] > 0:
+                continue
+            rise = np.flatnonzero(np.diff(v, prepend=0.0) > 0)
+            if rise.size > MAX_QUEUE_POINTS:
+                rise = rise[np.linspace(0, rise.size - 1, MAX_QUEUE_POINTS).astype(np.int64)]
+            ev.append(_counter(f"{name} {node}:{port}", col, t[0], origin_s, pid, {col: 0}))
+            ev += [_counter(f"{name} {node}:{port}", col, t[i], origin_s, pid, {col: int(v[i])}) for i in rise]
     return ev
+
+
+def _cpu_events(run: Run, pid: int, origin_s: float) -> list[dict]:
+    """cpu.csv's busy share of the machine's CPUs as a percent counter track: every host is a namespace of one
+    kernel, so the hosts share these CPUs and there is one track, not one per host."""
+    c = run.cpu
+    if c.empty:
+        return []
+    t, v = _thin(c["t_s"].to_numpy(dtype=float), c["busy_fraction"].to_numpy(dtype=float) * 100, MAX_QUEUE_POINTS)
+    return [_counter("CPU busy (all hosts share it)", "cpu", ti, origin_s, pid, {"percent": round(float(vi), 2)})
+            for ti, vi in zip(t, v)]
 
 
 def _drop_events(q: pd.DataFrame, pid: int, origin_s: float) -> list[dict]:
@@ -144,7 +191,7 @@ def _drop_events(q: pd.DataFrame, pid: int, origin_s: float) -> list[dict]:
     if len(per) > MAX_DROP_EVENTS:
         per = per.nlargest(MAX_DROP_EVENTS, "inc_drops")
     return [{"name": f"drops {r.node}:{r.port}", "cat": "drop", "ph": "i", "s": "p", "ts": _us(r.t_s, origin_s),
-             "pid": pid, "args": {"drops": int(r.inc_drops)}} for r in per.itertuples(index=False)]
+             "pid": pid, "tid": 0, "args": {"drops": int(r.inc_drops)}} for r in per.itertuples(index=False)]
 
 
 def trace_events(run: Run) -> dict:
@@ -154,13 +201,17 @@ def trace_events(run: Run) -> dict:
     origin = 0.0 if start is None or math.isnan(start) else float(start)
     end = origin if end is None or math.isnan(end) else float(end)
     ranks, meta, pid = _rank_events(run, origin)
-    fabric = _fabric_events(run, pid, origin, end)
+    fabric, pause_meta = _fabric_events(run, pid, origin, end)
     faults = [{"name": f"{r.kind} {r.target}", "cat": "fault", "ph": "i", "s": "g", "ts": _us(r.t_s, origin),
                "pid": pid, "tid": 0, "args": {"detail": str(r.detail)}} for r in run.events.itertuples(index=False)]
     if fabric or faults:
         meta += [_meta("process_name", pid, "fabric"), _meta("process_sort_index", pid, pid),
-                 _meta("thread_name", pid, "faults", 0)]
-    body = sorted((e for e in ranks + fabric + faults if math.isfinite(e["ts"]) and math.isfinite(e.get("dur", 0.0))),
+                 _meta("thread_name", pid, "faults", 0), *pause_meta]
+    cpu = _cpu_events(run, pid + 1, origin)
+    if cpu:
+        meta += [_meta("process_name", pid + 1, "machine"), _meta("process_sort_index", pid + 1, pid + 1)]
+    body = sorted((e for e in ranks + fabric + faults + cpu
+                   if math.isfinite(e["ts"]) and math.isfinite(e.get("dur", 0.0))),
                   key=lambda e: (e["ts"], -e.get("dur", 0.0)))
     return {"traceEvents": meta + body, "displayTimeUnit": "ms",
             "otherData": {"run": run.name, "scenario": str(run.manifest.get("scenario", "?")),
@@ -168,9 +219,10 @@ def trace_events(run: Run) -> dict:
                           "t0_monotonic": origin}}
 
 
-def write_trace(run: Run, out_dir: str | Path | None = None) -> Path:
-    """Write :data:`TRACE_FILE` into ``out_dir`` (default: the run directory) and return its path."""
-    path = Path(out_dir if out_dir is not None else run.path) / TRACE_FILE
+def write_trace(run: Run, path: str | Path | None = None) -> Path:
+    """Write the trace to the file ``path`` (default: :data:`TRACE_FILE` in the run directory) and return it. The file
+    itself is written, nothing beside it: ``--out /tmp/t.json`` leaves a ``/tmp/trace.json`` alone."""
+    path = Path(path) if path is not None else run.path / TRACE_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(trace_events(run), separators=(",", ":"), allow_nan=False), encoding="utf-8")
     return path

@@ -104,7 +104,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         except UsageError as e:
             raise UsageError(f"{e} (write the report elsewhere with --out DIR)") from None
     try:
-        html_path, md_path = write_report(run_dir, args.out)
+        html_path, md_path = write_report(run_dir, args.out, slides=args.slides)
     except RunDirError as e:
         raise UsageError(str(e)) from None
     except PermissionError as e:
@@ -112,6 +112,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
                          ) from None
     print(html_path)
     print(md_path)
+    if args.slides:
+        from analysis.slides import SLIDES_FILE
+
+        print(html_path.parent / SLIDES_FILE)
     return 0
 
 
@@ -217,6 +221,9 @@ def _add_report(sub) -> None:
                         "paths. Reads only the folder; needs no root and no kernel features.")
     rp.add_argument("run_dir", metavar="RUN_DIR", help="a run directory (has manifest.json)")
     rp.add_argument("--out", default=None, metavar="DIR", help="write the report here (default: RUN_DIR)")
+    rp.add_argument("--slides", action="store_true",
+                    help="also write slides.html: a few full-screen slides (the story, the key plot, the timeline, "
+                    "what to look at next) to project; Page Down moves from one to the next")
     rp.set_defaults(func=_cmd_report)
 
 

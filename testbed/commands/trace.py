@@ -43,10 +43,8 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         run = load_run(run_dir)
-        path = write_trace(run, out.parent if out is not None else None)
+        path = write_trace(run, out)
     except RunDirError as e:
         raise UsageError(str(e)) from None
-    if out is not None and path != out:
-        path = path.replace(out)
     print(f"{path}  (open it at https://ui.perfetto.dev or chrome://tracing)")
     return 0

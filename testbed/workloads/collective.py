@@ -50,6 +50,34 @@ SWEEP_COLUMNS = ["op", "collective", "message_bytes", "size", "count", "time_us"
 RDMA_COLUMNS = ["host", "device", "phase", "counter", "value"]
 
 
+def op_groups(plan) -> dict[str, list[list[int]]]:
+    """Each grouped op's communicators (op name -> disjoint rank lists): the ranks its schedule's sends and receives
+    join. ops.csv names no communicator, and analysis.correlate measures a grouped op's arrival skew per group."""
+    out = {}
+    for seg in plan.job.segments:
+        for name, key, *_ in seg.ops:
+            sched = plan.schedules[key]
+            if "group_size" not in dict(sched.params):
+                continue
+            root = list(range(sched.ranks))
+
+            def find(r: int) -> int:
+                while root[r] != r:
+                    root[r] = root[root[r]]
+                    r = root[r]
+                return r
+            for prog in sched.programs:
+                for st in prog.steps:
+                    for x in (*st.sends, *st.recvs):
+                        root[find(x.peer)] = find(prog.rank)
+            comps: dict[int, list[int]] = {}
+            for prog in sched.programs:
+                if prog.steps:
+                    comps.setdefault(find(prog.rank), []).append(prog.rank)
+            out[str(name)] = sorted(comps.values())
+    return out
+
+
 class RdmaCounters:
     """The hosts' rxe counters (``rdma statistic``) now; :meth:`stop` reads them again, writes rdma.csv (host,
     device, phase, counter, value) and returns the summed increase of every counter over the hosts."""
@@ -121,6 +149,8 @@ class CollectiveJob:
         lab, fabric, pl = self.lab, self.lab.net.fabric, self.plan
         lab.rundir.manifest["topology"] = fabric.describe()  # with what the experiment added (loss)
         lab.rundir.manifest["placement"] = pl.placement.as_dict()
+        if groups := op_groups(pl):
+            lab.rundir.manifest["op_groups"] = groups
         lab.rundir.write_manifest()
         ctl = self._controller(fabric)
         lab.on_teardown(ctl.stop)

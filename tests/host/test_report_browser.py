@@ -42,3 +42,15 @@ def test_chromium_renders_the_report(fixture, tmp_path):
     js_errors = [ln for ln in log.splitlines() if "Uncaught" in ln or "CONSOLE" in ln and "error" in ln.lower()]
     assert js_errors == [], js_errors
     assert "ERR_FILE_NOT_FOUND" not in log and "net::ERR" not in log, log[-3000:]
+
+
+def test_chromium_renders_the_slides(tmp_path):
+    """slides.html (`testbed report --slides`) loads without script errors and its first slide is not blank."""
+    from tests.unit.test_report_story import incast_run
+
+    html, _ = write_report(incast_run(tmp_path / "run"), slides=True)
+    shot, r = _screenshot(html.parent / "slides.html", tmp_path)
+    log = r.stdout + r.stderr
+    assert shot.exists() and shot.stat().st_size > 10_000, log[-3000:]
+    assert [ln for ln in log.splitlines() if "Uncaught" in ln or "CONSOLE" in ln and "error" in ln.lower()] == []
+    assert "net::ERR" not in log, log[-3000:]

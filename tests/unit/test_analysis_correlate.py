@@ -77,3 +77,49 @@ def test_explain_incomplete_and_empty():
     t = correlate_ops(empty_frame("ops"), empty_frame("queues"), empty_frame("pfc"))
     assert t.empty and list(t.columns) == OP_NETWORK_COLUMNS
     assert explain_slowest(None, table=t) == "p99 op: no collective ops in this run"
+
+
+def _ops(starts: dict[int, float], end: float, op: str = "tp.l0", iteration: int = 0) -> list[dict]:
+    return [{"iteration": iteration, "op": op, "op_index": 0, "collective": "allreduce", "rank": r, "host": f"h{r + 1}",
+             "start_s": s, "end_s": end, "bytes_sent": 1, "bytes_recv": 1, "wait_s": 0.0} for r, s in starts.items()]
+
+
+def test_a_late_rank_on_a_quiet_network_is_named_as_the_cause(tmp_path):
+    """The story names a straggler; the slowest-op sentence no longer stops at "no pauses, drops or marks"."""
+    from tests.unit.test_report_story import collective_run
+
+    run = load_run(collective_run(tmp_path / "c", late_ms=600.0, late_rank=2))
+    s = explain_slowest(run)
+    assert "coincided with no pauses, drops or marks on the watched links: the cause is its late rank, rank 2 (h3) " \
+           "joined 600.0 ms after the first rank (arrival skew: 97% of the op)" in s, s
+    # a prompt rank on a quiet network: the sentence says what the queues did, no rank is blamed
+    calm = load_run(collective_run(tmp_path / "d", late_ms=1.0))
+    assert "late rank" not in explain_slowest(calm) and "peak backlog" in explain_slowest(calm)
+    # the network did act: its events first, the late rank after them
+    busy = load_run(collective_run(tmp_path / "e", late_ms=600.0, drops=7))
+    assert "drops on spine1:leaf1; besides, rank 2 (h3) joined 600.0 ms" in explain_slowest(busy), explain_slowest(busy)
+
+
+def test_grouped_ops_are_skewed_per_group_not_across_groups():
+    """Two tensor-parallel groups {0, 1} and {2, 3} run one op at once; group B starts 500 ms after group A (the
+    groups do not wait for each other). Within each group the ranks join 1 ms apart: no late rank. Across the groups
+    the skew would read 501 ms and blame rank 3."""
+    groups = {"tp.l0": [[0, 1], [2, 3]]}
+    ops = pd.DataFrame(_ops({0: 1.0, 1: 1.001, 2: 1.5, 3: 1.501}, 1.6))
+    t = correlate_ops(ops, empty_frame("queues"), empty_frame("pfc"), groups=groups)
+    assert t.iloc[0].arrival_skew_ms == pytest.approx(1.0) and t.iloc[0].groups == 2
+    assert "late rank" not in explain_slowest(None, table=t)
+    whole = correlate_ops(ops, empty_frame("queues"), empty_frame("pfc"))  # no groups known: one group
+    assert whole.iloc[0].arrival_skew_ms == pytest.approx(501.0) and whole.iloc[0].late_rank == 3
+    # rank 2 is late within group B: it is named, with its group
+    late = pd.DataFrame(_ops({0: 1.0, 1: 1.001, 2: 1.4, 3: 1.1}, 1.6))
+    t = correlate_ops(late, empty_frame("queues"), empty_frame("pfc"), groups=groups)
+    assert (t.iloc[0].late_rank, t.iloc[0].arrival_skew_ms) == (2, pytest.approx(300.0))
+    assert "rank 2 (h3) joined 300.0 ms after the first rank of its group" in explain_slowest(None, table=t)
+
+
+def test_op_groups_come_from_the_manifest_checked(tmp_path):
+    from analysis.correlate import op_groups
+
+    assert op_groups({"op_groups": {"tp.l0": [[0, 1], [2, 3]]}}) == {"tp.l0": [[0, 1], [2, 3]]}
+    assert op_groups({"op_groups": {"tp.l0": [[0, "x"]], "dp": "no"}}) == {} and op_groups({}) == {}

@@ -336,7 +336,7 @@ def test_report_and_compare_import_nothing_from_the_fabric():
 def test_cli_report_unwritable_folder_is_one_line(tmp_path, monkeypatch, capsys):
     import analysis.report as report
 
-    def denied(run_dir, out=None):
+    def denied(run_dir, out=None, slides=False):
         raise PermissionError(13, "Permission denied", str(run_dir))
 
     monkeypatch.setattr(report, "write_report", denied)

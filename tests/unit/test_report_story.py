@@ -199,7 +199,7 @@ def test_incast_page_opens_with_the_story_and_draws_the_rto_lines(tmp_path):
     first = md.index("3 of 10 incast rounds took 216-226 ms")
     assert first < md.index("| incast round time, p99 (n=10) | 226 ms |") < md.index("## Plots")
     assert "(vertical lines: ideal, ideal + RTOmin)" in md
-    assert "horizontal lines: buffer from the parameters" in md
+    assert "horizontal lines: each port's own buffer, ECN K or RED levels and PFC XOFF/XON" in md
     assert md.index("## Plots") < md.index("<summary>All metrics (") and md.rstrip().endswith("</details>")
     assert "| round_ms_p99 | 226 | the files |" in md  # every metric is still there, folded
 
