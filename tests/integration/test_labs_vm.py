@@ -1,14 +1,15 @@
 """The classroom labs that need the lab VM's kernel (RED/ECN step marking, DCTCP, the plug qdisc for PFC, rxe
 and netem), as `sudo testbed lab run N` runs them there. Nothing is run again: a lab whose check fails fails.
 
-The lab VM is software-emulated, about 10x slower than the host: one run of each of a VM lab's runs took, in the
-lab VM here (shared machine, so noisy), 53 s for lab 03 (3 runs; 26 s for today's 2 runs in this test), 88 s for
-lab 09 (4 runs); lab 05 (2 runs of 4 s of traffic each) was not measured here, say a minute. At their full repeats
-(5 each) that is about 16 min instead of about 3.5 min: +12.5 min on a suite that must stay under ~45 min (host ~8
-and lab-VM ~13 min before, plus the other repeated tests this issue adds). So CI runs each VM lab once
-(``--repeat 1``) and asserts what one run can show without a coin flip: every run completes and gives every
-statement its metric (no missing run, no run made differently, no metric absent). The labs' science at full
-repeats is checked by `testbed lab run N` (the reference numbers with their spread in each lab's INSTRUCTOR.md)."""
+The lab VM is software-emulated, about 10x slower than the host. Measured in 5-repeat `lab run`s in the lab VM here
+(shared machine, so noisy): lab 03 took 17-27 s a run (15 runs in 270 and 401 s; its 3 runs once: about 55-80 s),
+lab 05 about 11 s a run (10 runs in 108 s; its 2 runs once: about 25 s), lab 09 18-41 s a run (20 runs in 359-824 s;
+its 4 runs once: about 70-165 s). At their full repeats (5 each) that is about 12-22 min instead of about 2.5-4.5
+min: +10-18 min on a suite that must stay under ~45 min (host ~8 and lab-VM ~13 min before, plus the other repeated
+tests this issue adds). So CI runs each VM lab once (``--repeat 1``) and asserts what one run can show without a
+coin flip: every run completes and gives every statement its metric (no missing run, no run made differently, no
+metric absent). The labs' science at full repeats is checked by `testbed lab run N` (the reference numbers with
+their spread in each lab's INSTRUCTOR.md)."""
 
 from __future__ import annotations
 
