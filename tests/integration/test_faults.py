@@ -88,10 +88,19 @@ def test_bursty_gilbert_elliott_loss_is_set_live_and_drops_about_its_mean(tmp_pa
     assert delta["h1"]["TcpRetransSegs"] >= 10, delta["h1"]
 
 
+STORM_MS = 2000.0  # the pause storm's length
+
+
 def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(tmp_path):
     """h4's NIC keeps sending XOFF (a stuck receiver): leaf2's port towards it stays paused, its queue fills and
     leaf2 pauses what feeds it (spine1, h3), so a ring all-reduce in the lossless class stalls for the storm. With
-    the PFC watchdog on, the port is released after 100 ms (and paused again 200 ms later): the ring keeps going."""
+    the PFC watchdog on, the port is released after 100 ms (and paused again 200 ms later): the ring keeps going.
+
+    Each run is judged against the storm's own length (2 s) and its own undisturbed ops (p50), never against the
+    other run: in earlier lab-VM CI runs the op under the storm took 2607-2688 ms without the watchdog and 930-986 ms
+    with it (ops without the storm ~730 ms; a machine shared with other work), so without it the worst op
+    exceeds p50 by 1.9-2.0 s (asserted > 1.5 s) and with it by 0.2-0.26 s (asserted < 1 s, half the storm: the
+    watchdog's cycle leaves the port paused about 100 ms in every 300 ms, an op at most ~1.5x its length)."""
     import csv
 
     from testbed.faults import plan as faultplan
@@ -104,7 +113,7 @@ def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(
              host_rate_mbps=10.0, fabric_rate_mbps=10.0, pfc="on", pfc_xoff_bytes=16_000, pfc_xon_bytes=8_000)
     # from measured iteration 1 on (a time from the workload's start would hit the warm-up iteration, whose length
     # varies: measured 2.5 s in the lab VM)
-    storm = faultplan.parse("pause-storm leaf2:h4 at_iteration=1 at_s=0.1 for_s=2")
+    storm = faultplan.parse(f"pause-storm leaf2:h4 at_iteration=1 at_s=0.1 for_s={STORM_MS / 1000:g}")
     runs = {}
     for name, wd in (("storm", 0.0), ("watchdog", 100.0)):
         q = dict(p, pfc_watchdog_ms=wd)
@@ -117,7 +126,7 @@ def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(
     hit, wd = runs["storm"], runs["watchdog"]
     assert hit["data_verified"] and wd["data_verified"]
     # no watchdog: an op waits out the 2 s storm
-    assert hit["cct_ms_max"] > 1500 + hit["cct_ms_p50"], hit
+    assert hit["cct_ms_max"] > 0.75 * STORM_MS + hit["cct_ms_p50"], hit
     rows = list(csv.DictReader(open(tmp_path / "storm" / "pfc.csv")))
     paused = {f"{r['node']}:{r['port']}" for r in rows if r["event"] == "xoff"}
     assert "leaf2:h4" in paused and len(paused - {"leaf2:h4"}) >= 1, paused  # it spread upstream
@@ -132,5 +141,11 @@ def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(
     # releases, 5 of leaf2:h4, the others at h3, spine1:leaf2, leaf1:spine1)
     released = list(wev[wev["kind"] == "pfc_watchdog"]["target"])
     assert released.count("leaf2:h4") >= 2, released
-    # measured: the op under the storm 2688 ms without the watchdog, 986 ms with it (undisturbed ops ~730 ms)
-    assert wd["cct_ms_max"] < 0.7 * hit["cct_ms_max"], (hit, wd)
+    # with it, no op waited the storm out: the worst op stayed within half the storm of the run's own p50
+    assert wd["cct_ms_max"] < STORM_MS / 2 + wd["cct_ms_p50"], wd
+    # and it was the watchdog: the stormed port's releases fall inside the storm (a 300 ms cycle: ~6 in 2 s)
+    on = float(wev[wev["kind"] == "pause_storm"]["t_s"].min())
+    off = float(wev[wev["kind"] == "pause_storm_end"]["t_s"].max())
+    inside = wev[(wev["kind"] == "pfc_watchdog") & (wev["target"] == "leaf2:h4") & wev["t_s"].between(on, off)]
+    print("leaf2:h4 released by the watchdog inside the storm:", len(inside), "times")
+    assert len(inside) >= 2, (on, off, wev)
