@@ -96,11 +96,15 @@ def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(
     leaf2 pauses what feeds it (spine1, h3), so a ring all-reduce in the lossless class stalls for the storm. With
     the PFC watchdog on, the port is released after 100 ms (and paused again 200 ms later): the ring keeps going.
 
-    Each run is judged against the storm's own length (2 s) and its own undisturbed ops (p50), never against the
-    other run: in earlier lab-VM CI runs the op under the storm took 2607-2688 ms without the watchdog and 930-986 ms
-    with it (ops without the storm ~730 ms; a machine shared with other work), so without it the worst op
-    exceeds p50 by 1.9-2.0 s (asserted > 1.5 s) and with it by 0.2-0.26 s (asserted < 1 s, half the storm: the
-    watchdog's cycle leaves the port paused about 100 ms in every 300 ms, an op at most ~1.5x its length)."""
+    Each run is judged against the storm's own length (its pause_storm -> pause_storm_end interval, ~2 s) and its own
+    ops, never against the other run. Without the watchdog the op under way when the storm began cannot finish
+    until it ends (h4 receives nothing), so it outlasts the storm: measured 2607-2693 ms against ~1990 ms of storm.
+    The run's p50 is no yardstick there: one CI run's undisturbed ops took 1340 ms against 640 ms in the watchdog
+    run of the same boot (the shared machine), which failed the old "max > p50 + 1.5 s". With the watchdog no op
+    waits the storm out: the worst op exceeded the run's p50 by 174-260 ms (ops 812-986 ms in the lab VM), asserted
+    below half the storm (the watchdog's cycle leaves the port paused ~100 ms in every 300 ms, so an op under the
+    storm takes about 1.5x its length at most); and the stormed port's releases fall inside the storm (releases in
+    all: 11 in an earlier run, 5 of them of leaf2:h4; 23 in the run that failed the old p50 claim)."""
     import csv
 
     from testbed.faults import plan as faultplan
@@ -125,8 +129,8 @@ def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(
         print(name, {k: s.get(k) for k in keys})
     hit, wd = runs["storm"], runs["watchdog"]
     assert hit["data_verified"] and wd["data_verified"]
-    # no watchdog: an op waits out the 2 s storm
-    assert hit["cct_ms_max"] > 0.75 * STORM_MS + hit["cct_ms_p50"], hit
+    # no watchdog: the op under way when the storm began waited it out
+    assert hit["storming_ms_total"] > 0.75 * STORM_MS and hit["cct_ms_max"] > hit["storming_ms_total"], hit
     rows = list(csv.DictReader(open(tmp_path / "storm" / "pfc.csv")))
     paused = {f"{r['node']}:{r['port']}" for r in rows if r["event"] == "xoff"}
     assert "leaf2:h4" in paused and len(paused - {"leaf2:h4"}) >= 1, paused  # it spread upstream
