@@ -109,17 +109,18 @@ def test_incast_sender_sweep(tmp_path, capsys):
         print("senders", SENDERS, "round p99 s", p99, "drops", drops, "loss", loss)
     # Rounds, each point against constants of the mechanism, not against another point's single run: the
     # bottleneck serialises every sender's block, so a round takes at least n x block / rate (25.6, 102.4, 204.8 ms),
-    # and one sender (no incast) stays far below the 8-sender floor. Measured in 4 lab-VM sweeps: p99 26.6-34.1 /
-    # 277-306 / 333-362 ms, and a fifth 44 / 284 / 337 ms. The 4 -> 8 step (40-67 ms in those 5 sweeps, round p99's
-    # CV 37% in the lab VM's noise floor) is not asserted: one run per point cannot separate it.
+    # and one sender (no incast) stays far below the 8-sender floor. Measured in 6 lab-VM sweeps: p99 26.6-50.3 /
+    # 277-395 / 333-362 ms. The 4 -> 8 step is not asserted: +40 to +67 ms in five sweeps and -44 ms in the sixth
+    # (395 against 352 ms, which failed the old "p99 non-decreasing"); round p99's CV is 37% in the lab VM's noise
+    # floor, and one run per point cannot separate such a step.
     ideal_s = [n * int(FIXED["block_bytes"]) * 8 / (float(FIXED["host_rate_mbps"]) * 1e6) for n in SENDERS]
     assert all(r >= i for r, i in zip(p99, ideal_s)), ("round p99 below n x block / rate", p99, ideal_s)
     assert p99[0] < ideal_s[-1], ("one sender's round p99 reached the 8-sender floor", p99, ideal_s)
     # Drops are the bottleneck's own counter: twice the bytes per round into the same 16 kB buffer drop about twice
-    # as much (4 -> 8 senders: 109-129 -> 247-283 in 5 sweeps). A sender as fast as the port overflows it only when
-    # shaper timers run late (16 kB is 6.4 ms of the port's rate; the emulated CPU): 0 drops in 4 sweeps, 13 (loss
-    # 0.09) in the fifth, while the incast points lost 0.16-0.20. So no "one sender drops nothing" claim.
+    # as much (4 -> 8 senders: 65-129 -> 238-283 in 6 sweeps). A sender as fast as the port overflows it only when
+    # shaper timers run late (16 kB is 6.4 ms of the port's rate; the emulated CPU): 0 drops in 5 sweeps, 13 (loss
+    # 0.09) in one, while the incast points lost 0.10-0.20. So no "one sender drops nothing" claim.
     _nondecreasing(drops, "bottleneck drops")
-    # The loss RATE saturates once the buffer overflows every round (measured 0.16-0.19 at 4 senders, 0.18-0.20 at
+    # The loss RATE saturates once the buffer overflows every round (measured 0.10-0.19 at 4 senders, 0.18-0.20 at
     # 8: more senders also back off longer after their RTOs); it must only rise from no incast to any incast.
     assert drops[-1] > 0 and min(loss[1:]) > loss[0]
