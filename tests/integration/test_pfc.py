@@ -135,13 +135,12 @@ def test_pfc_makes_the_class_lossless_and_without_it_the_same_traffic_drops(loss
 def test_ecn_marking_below_xoff_reduces_pauses(lossless, lossless_ecn):
     """DCTCP marking at K below XOFF makes the senders cut their windows before the queue reaches XOFF, so fewer
     pauses. One run a side, compared as counts: the controller's own pause count and paused time, not a timing, and
-    an effect far larger than the spread. Measured in the lab VM (3 runs a side, one boot each): pauses 148 / 175 /
-    181 alone -> 56 / 70 / 77 with marking, fully separated; the worst pairing (77 against 148) is 0.52, the bar 0.75
-    (ratios 0.38-0.43 in same-boot pairs); paused time 15.4 / 20.3 s -> 4.3 / 5.4 s (2 runs a side; worst pairing
-    0.35). Failing would need the marked run's count
-    to rise ~1.4x above its highest seen while the unmarked one falls to its lowest: repeats would cost two more
-    4 s runs a side in the emulated VM for no information these margins lack. Lossless drops = 0 is the
-    mechanism's own invariant (marking keeps the queue below XOFF, PFC covers the rest)."""
+    an effect far larger than the spread. Measured in the lab VM, 4 pairs (each pair in one boot; the machine
+    shared): pauses 148 / 175 / 181 / 189 alone -> 56 / 70 / 77 / 104 with marking, ratios 0.38 / 0.40 / 0.43 /
+    0.55 (mean 0.44, sd 0.08: the 0.75 bar sits ~4 sd above); paused time 15.4 / 20.3 / 19.0 s -> 4.3 / 5.4 / 6.6 s,
+    ratios 0.27-0.35. A false failure needs a pair ~4 sd out (a rough normal estimate from 4 pairs: well under 1 in
+    100); repeats would cost two more 4 s runs a side in the emulated VM. Lossless drops = 0 is the mechanism's own
+    invariant (marking keeps the queue below XOFF, PFC covers the rest)."""
     s, _ = lossless
     e, _ = lossless_ecn
     print(f"pauses: PFC alone {s['pfc_pause_events']} ({s['pfc_paused_ms_total']:.0f} ms paused), PFC + DCTCP "
