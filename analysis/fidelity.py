@@ -16,7 +16,7 @@ __all__ = ["BACKLOG_MIN_BYTES", "BACKLOGGED_MIN_S", "CPU_BUSY_MAX", "PORT_RATE_M
            "SAMPLER_LATE_MAX_MS",
            "UNJUDGED_TIERS", "busy_during", "cpu_busy", "excluded_intervals", "goodput_below", "judged_ports",
            "machine_limited", "pfc_too_slow", "port_rates", "port_shortfall", "reasons", "sampler_stalled",
-           "sampler_timing", "sampling_too_slow", "shaper_over_rate", "timers_late"]
+           "sampler_timing", "sampling_too_slow", "shaper_over_rate", "timeouts_without_loss", "timers_late"]
 
 #: a port is judged over a sample interval when the backlog at its start could by itself keep the port sending for
 #: the whole interval (backlog >= rate x interval, and at least two full frames): it had something to send all
@@ -129,6 +129,34 @@ def pfc_too_slow(pfc: dict) -> str | None:
     return (f"PFC reacted in up to {pfc.get('pfc_reaction_ms_max') or 0:.1f} ms: the feeders could send "
             f"{pfc.get('pfc_headroom_needed_bytes', 0)} bytes meanwhile, more than the "
             f"{pfc.get('pfc_headroom_bytes', 0)}-byte headroom")
+
+
+def timeouts_without_loss(rc_timeout_retries: int | None, tcp_retrans_beyond_probes: int | None,
+                          tcp_loss_probes: int = 0) -> str | None:
+    """Call only for a clean fabric (nothing dropped at any port, no loss configured, no fault, no PFC pause): the
+    transports' timers fired although the network lost nothing, so an ACK came later than the timer allows, and on
+    this fabric only the emulating CPUs delay a packet that long.
+
+    * RDMA RC (rxe): ``rc_timeout_retries`` go-back-N rounds started by the requester's local ACK timer (4.096 us x
+      2^rdma_timeout: 268 ms at the default 16) with no PSN gap behind them. Queues here delay a packet by tens of
+      ms at most (buffer / rate). Lab 09 in the lab VM: clean RoCE runs with 1-24 such retries took 2.76-5.84x
+      their bound, those with none 1.26-1.76x (10 runs).
+    * TCP: segments sent again beyond the tail-loss probes (``tcp_retrans_beyond_probes`` = TcpRetransSegs -
+      TcpExtTCPLossProbes): a probe is TCP's own early guess at 2 RTTs (clean host-kernel and lab-VM runs send
+      1-6 probe retransmissions, each answered by a D-SACK: nothing was lost), anything beyond is an RTO or a
+      fast retransmit, which a clean per-flow-routed fabric gives no reason for.
+    """
+    parts = []
+    if rc_timeout_retries:
+        parts.append(f"{rc_timeout_retries} RDMA RC ACK-timeout retries (no PSN gap behind them)")
+    if tcp_retrans_beyond_probes and tcp_retrans_beyond_probes > 0:
+        parts.append(f"{tcp_retrans_beyond_probes} TCP segments sent again beyond its {tcp_loss_probes} tail-loss "
+                     "probes")
+    if not parts:
+        return None
+    return (f"{' and '.join(parts)} on a clean fabric (no drop at any port, no loss or fault configured, no PFC "
+            "pause): the network lost nothing, so the timers fired because the emulating CPUs held packets or ACKs "
+            "back, not because of the network")
 
 
 def machine_limited(utilisation: float, drops: int, timeouts: int, port: str = "", limit: float = 0.5) -> str | None:

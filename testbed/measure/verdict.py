@@ -3,27 +3,36 @@
 
 A software fabric on shared CPUs can stop modelling the network without failing; every lab run therefore measures,
 at its end and from what it recorded: each shaped port's achieved rate while backlogged (a shaper or a CPU that did
-not keep up), the queue sampler's achieved interval and worst gap (its timer lateness; a stall), and with PFC on
-whether the controller reacted within what the headroom allows. Scenario-specific checks (a machine-limited incast,
-CPU saturation) are the scenarios' own and arrive in the summary before this runs.
+not keep up), the queue sampler's achieved interval and worst gap (its timer lateness; a stall), with PFC on
+whether the controller reacted within what the headroom allows, and on a clean fabric (nothing dropped, lost or
+paused) whether RDMA's or TCP's retransmission timers fired all the same. Scenario-specific checks (a
+machine-limited incast, CPU saturation) are the scenarios' own and arrive in the summary before this runs.
 """
 
 from __future__ import annotations
 
 from analysis import fidelity
 from analysis.load import load_csv
+from analysis.metrics import port_counter_deltas, tcp_deltas
+
+#: balancers that send one flow's packets over several paths: the reordering, and TCP's fast retransmits, are theirs
+REORDERING_BALANCERS = frozenset({"spray", "flowlet", "adaptive"})
 
 
 def judge_run(rundir, summary: dict) -> None:
     """Every run measures whether the machine kept up (analysis.fidelity), from its raw files: each shaped port's
     achieved rate while backlogged (fidelity.csv, port_rate_ratio_min / port_rate_shortfall), the queue
-    sampler's achieved interval and worst gap (sampler_*_ms), and, with PFC on, whether the controller reacted
-    within what the headroom allows. A check that fires makes the run unfaithful (fidelity_ok false, its line
-    first in fidelity_reasons)."""
+    sampler's achieved interval and worst gap (sampler_*_ms), with PFC on whether the controller reacted
+    within what the headroom allows, and on a clean fabric RDMA RC ACK timeouts or TCP retransmissions beyond its
+    tail-loss probes (fidelity.timeouts_without_loss). A check that fires makes the run unfaithful (fidelity_ok
+    false, its line first in fidelity_reasons)."""
     path = rundir.path
     found: list[str | None] = []
+    port_drops = 0
     if (path / "queues.csv").exists():
         queues = load_csv(path / "queues.csv", "queues")
+        deltas = port_counter_deltas(queues)
+        port_drops = int(deltas["drops"].sum()) if len(deltas) else 0
         table = fidelity.port_rates(queues, load_csv(path / "ports.csv", "ports"),
                                     fidelity.excluded_intervals(load_csv(path / "pfc.csv", "pfc"),
                                                                 load_csv(path / "events.csv", "events")))
@@ -43,6 +52,7 @@ def judge_run(rundir, summary: dict) -> None:
         late = fidelity.timers_late(timing.get("sampler_late_ms_p99")) if _has_handoffs(path) else None
         found += [short, stalled or late]
     found.append(fidelity.pfc_too_slow(summary))
+    found.append(_timeouts_on_clean_fabric(rundir, summary, port_drops))
     found = fidelity.reasons(*found)
     # every run says whether it was faithful (a scenario's own checks may already have said no)
     summary.setdefault("fidelity_ok", True)
@@ -56,12 +66,61 @@ def judge_run(rundir, summary: dict) -> None:
 
 def _has_handoffs(path) -> bool:
     """The run recorded ops (a collective, a program) or incast rounds: steps that user-space agents hand off."""
-    for name in ("ops.csv", "rounds.csv"):
-        f = path / name
-        try:
-            with open(f) as fh:
-                if fh.readline() and fh.readline():
-                    return True
-        except OSError:
-            continue
+    return any(_has_rows(path / name) for name in ("ops.csv", "rounds.csv"))
+
+
+def _timeouts_on_clean_fabric(rundir, summary: dict, port_drops: int) -> str | None:
+    """fidelity.timeouts_without_loss, asked only when nothing explains a retransmission: no drop (queues.csv, the
+    summary's drop counters), no loss configured, no fault, no PFC pause. TCP is judged only with per-flow routing
+    and when tcp.csv has the tail-loss probe counter."""
+    manifest = getattr(rundir, "manifest", None) or {}
+    if _not_clean(rundir.path, summary, manifest, port_drops):
+        return None
+    tcp, beyond = {}, None
+    if (rundir.path / "tcp.csv").exists() and _balancing(manifest) not in REORDERING_BALANCERS:
+        d = tcp_deltas(load_csv(rundir.path / "tcp.csv", "tcp"))
+        tcp = d.groupby("counter")["delta"].sum().to_dict() if len(d) else {}
+        if "TcpRetransSegs" in tcp and "TcpExtTCPLossProbes" in tcp:
+            beyond = int(tcp["TcpRetransSegs"] - tcp["TcpExtTCPLossProbes"])
+    return fidelity.timeouts_without_loss(summary.get("rdma_timeout_retries"), beyond,
+                                          int(tcp.get("TcpExtTCPLossProbes", 0)))
+
+
+def _not_clean(path, summary: dict, manifest: dict, port_drops: int) -> str:
+    """Why packets may have been lost or held up on purpose ("" when none): drops counted anywhere, loss or
+    corruption configured (parameters, topology links), a fault (events.csv), PFC pauses."""
+    drops = {k: v for k, v in summary.items() if k.endswith("drops") and not k.startswith("wire_")
+             and isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0}
+    if port_drops or drops:
+        return f"drops: {port_drops} at ports, {drops}"
+    if _configured_loss(manifest.get("params") or {}) or _configured_loss(manifest.get("topology") or {}):
+        return "loss configured"
+    if _has_rows(path / "events.csv"):
+        return "faults"
+    if (summary.get("pfc_pause_events") or summary.get("pauses") or 0) > 0:
+        return "PFC pauses"
+    return ""
+
+
+def _configured_loss(d) -> bool:
+    """Any ``*loss*`` / ``*corrupt*`` number above 0 in a (nested) parameters or topology description."""
+    if isinstance(d, dict):
+        return any((isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+                    and ("loss" in k or "corrupt" in k)) or _configured_loss(v) for k, v in d.items())
+    if isinstance(d, list):
+        return any(_configured_loss(v) for v in d)
     return False
+
+
+def _balancing(manifest: dict) -> str:
+    return str((manifest.get("params") or {}).get("load_balancing")
+               or (manifest.get("topology") or {}).get("load_balancing") or "ecmp")
+
+
+def _has_rows(f) -> bool:
+    """The CSV file has a header and at least one row."""
+    try:
+        with open(f) as fh:
+            return bool(fh.readline() and fh.readline())
+    except OSError:
+        return False

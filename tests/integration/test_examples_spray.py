@@ -21,11 +21,16 @@ def test_spraying_restores_the_colliding_pair(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     m = json.loads(r.stdout.strip().splitlines()[-1])
     full = 2 * m["link_mbps"]
-    assert m["ecmp_mbps"] < 0.65 * full, m
+    # Each of the three runs is held against the links' rates, not against another run (one run a side would be a
+    # timing comparison): the example made sure both flows went up one spine, so HTB caps the pair at one link's
+    # rate (measured in the lab VM 18.4, 19.1 and 18.7 of 20 Mbit/s); sprayed or balanced, the pair gets most of two
+    # links (spray 31.3 and 31.8, adaptive 29.5 and 28.8 of 40).
+    # Together the bounds still say spraying beats the collision by over 0.65 x 2 / 1.05 = 1.24x (balancing: 1.14x).
+    assert m["ecmp_mbps"] <= 1.05 * m["link_mbps"] and m["ecmp_mbps"] < 0.65 * full, m
     # spraying splits each flow over both spines: the pair gets most of the fabric back, less the reordering cost
     # (CUBIC takes out-of-order arrivals for loss). Measured in the lab VM: 31.3 of 40 Mbit/s sprayed vs 18.4 under
     # the ECMP collision (1.7x)
-    assert m["spray_mbps"] > 0.65 * full and m["spray_mbps"] > 1.3 * m["ecmp_mbps"], m
+    assert m["spray_mbps"] > 0.65 * full, m
     assert min(m["spray_uplink_packets"]) > 0.3 * max(m["spray_uplink_packets"]), m  # both spines carry it
     # the adaptive (eBPF flowlet) balancer works in the VM's kernel too: the second flow goes up the other spine
-    assert m["adaptive_mbps"] > 0.6 * full and m["adaptive_mbps"] > 1.3 * m["ecmp_mbps"], m  # VM: 29.5 vs 19.1
+    assert m["adaptive_mbps"] > 0.6 * full, m  # VM: 29.5 (ECMP 19.1)

@@ -88,10 +88,24 @@ def test_bursty_gilbert_elliott_loss_is_set_live_and_drops_about_its_mean(tmp_pa
     assert delta["h1"]["TcpRetransSegs"] >= 10, delta["h1"]
 
 
+STORM_MS = 2000.0  # the pause storm's length
+
+
 def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(tmp_path):
     """h4's NIC keeps sending XOFF (a stuck receiver): leaf2's port towards it stays paused, its queue fills and
     leaf2 pauses what feeds it (spine1, h3), so a ring all-reduce in the lossless class stalls for the storm. With
-    the PFC watchdog on, the port is released after 100 ms (and paused again 200 ms later): the ring keeps going."""
+    the PFC watchdog on, the port is released after 100 ms (and paused again 200 ms later): the ring keeps going.
+
+    Each run is judged against the storm's own length (its pause_storm -> pause_storm_end interval, ~2 s) and its own
+    ops, never against the other run. Without the watchdog the op under way when the storm began cannot finish
+    until it ends (h4 receives nothing), so it outlasts the storm: measured 2551-2693 ms against 1969-1990 ms of storm.
+    The run's p50 is no yardstick there: one CI run's undisturbed ops took 1340 ms against 640 ms in the watchdog
+    run of the same boot (the shared machine), which failed the old "max > p50 + 1.5 s". With the watchdog no op
+    waits the storm out: the worst op exceeded the run's p50 by 94-260 ms (ops 812-986 ms in the lab VM), asserted
+    below half the storm (the watchdog's cycle leaves the port paused ~100 ms in every 300 ms, so an op under the
+    storm takes about 1.5x its length at most); and the stormed port's releases fall inside the storm (releases in
+    all: 11 in an earlier run, 5 of them of leaf2:h4; 23 in the run that failed the old p50 claim; 22 in the
+    passing run of the new claims, 7 of leaf2:h4 inside the storm)."""
     import csv
 
     from testbed.faults import plan as faultplan
@@ -104,7 +118,7 @@ def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(
              host_rate_mbps=10.0, fabric_rate_mbps=10.0, pfc="on", pfc_xoff_bytes=16_000, pfc_xon_bytes=8_000)
     # from measured iteration 1 on (a time from the workload's start would hit the warm-up iteration, whose length
     # varies: measured 2.5 s in the lab VM)
-    storm = faultplan.parse("pause-storm leaf2:h4 at_iteration=1 at_s=0.1 for_s=2")
+    storm = faultplan.parse(f"pause-storm leaf2:h4 at_iteration=1 at_s=0.1 for_s={STORM_MS / 1000:g}")
     runs = {}
     for name, wd in (("storm", 0.0), ("watchdog", 100.0)):
         q = dict(p, pfc_watchdog_ms=wd)
@@ -116,8 +130,8 @@ def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(
         print(name, {k: s.get(k) for k in keys})
     hit, wd = runs["storm"], runs["watchdog"]
     assert hit["data_verified"] and wd["data_verified"]
-    # no watchdog: an op waits out the 2 s storm
-    assert hit["cct_ms_max"] > 1500 + hit["cct_ms_p50"], hit
+    # no watchdog: the op under way when the storm began waited it out
+    assert hit["storming_ms_total"] > 0.75 * STORM_MS and hit["cct_ms_max"] > hit["storming_ms_total"], hit
     rows = list(csv.DictReader(open(tmp_path / "storm" / "pfc.csv")))
     paused = {f"{r['node']}:{r['port']}" for r in rows if r["event"] == "xoff"}
     assert "leaf2:h4" in paused and len(paused - {"leaf2:h4"}) >= 1, paused  # it spread upstream
@@ -132,5 +146,11 @@ def test_a_pause_storm_stalls_the_lossless_class_until_the_watchdog_releases_it(
     # releases, 5 of leaf2:h4, the others at h3, spine1:leaf2, leaf1:spine1)
     released = list(wev[wev["kind"] == "pfc_watchdog"]["target"])
     assert released.count("leaf2:h4") >= 2, released
-    # measured: the op under the storm 2688 ms without the watchdog, 986 ms with it (undisturbed ops ~730 ms)
-    assert wd["cct_ms_max"] < 0.7 * hit["cct_ms_max"], (hit, wd)
+    # with it, no op waited the storm out: the worst op stayed within half the storm of the run's own p50
+    assert wd["cct_ms_max"] < STORM_MS / 2 + wd["cct_ms_p50"], wd
+    # and it was the watchdog: the stormed port's releases fall inside the storm (a 300 ms cycle: ~6 in 2 s)
+    on = float(wev[wev["kind"] == "pause_storm"]["t_s"].min())
+    off = float(wev[wev["kind"] == "pause_storm_end"]["t_s"].max())
+    inside = wev[(wev["kind"] == "pfc_watchdog") & (wev["target"] == "leaf2:h4") & wev["t_s"].between(on, off)]
+    print("leaf2:h4 released by the watchdog inside the storm:", len(inside), "times")
+    assert len(inside) >= 2, (on, off, wev)

@@ -107,8 +107,20 @@ def test_incast_sender_sweep(tmp_path, capsys):
         loss.append(lr)
     with capsys.disabled():
         print("senders", SENDERS, "round p99 s", p99, "drops", drops, "loss", loss)
-    _nondecreasing(p99, "round p99")
+    # Rounds, each point against constants of the mechanism, not against another point's single run: the
+    # bottleneck serialises every sender's block, so a round takes at least n x block / rate (25.6, 102.4, 204.8 ms),
+    # and one sender (no incast) stays far below the 8-sender floor. Measured in 6 lab-VM sweeps: p99 26.6-50.3 /
+    # 277-395 / 333-362 ms. The 4 -> 8 step is not asserted: +40 to +67 ms in five sweeps and -44 ms in the sixth
+    # (395 against 352 ms, which failed the old "p99 non-decreasing"); round p99's CV is 37% in the lab VM's noise
+    # floor, and one run per point cannot separate such a step.
+    ideal_s = [n * int(FIXED["block_bytes"]) * 8 / (float(FIXED["host_rate_mbps"]) * 1e6) for n in SENDERS]
+    assert all(r >= i for r, i in zip(p99, ideal_s)), ("round p99 below n x block / rate", p99, ideal_s)
+    assert p99[0] < ideal_s[-1], ("one sender's round p99 reached the 8-sender floor", p99, ideal_s)
+    # Drops are the bottleneck's own counter: twice the bytes per round into the same 16 kB buffer drop about twice
+    # as much (4 -> 8 senders: 65-129 -> 238-283 in 6 sweeps). A sender as fast as the port overflows it only when
+    # shaper timers run late (16 kB is 6.4 ms of the port's rate; the emulated CPU): 0 drops in 5 sweeps, 13 (loss
+    # 0.09) in one, while the incast points lost 0.10-0.20. So no "one sender drops nothing" claim.
     _nondecreasing(drops, "bottleneck drops")
-    # The loss RATE saturates once the buffer overflows every round (measured 0.19 at 4 senders, 0.17 at 8: more
-    # senders also back off longer after their RTOs); it must only rise from no incast to any incast.
-    assert p99[-1] > p99[0] and drops[-1] > 0 and min(loss[1:]) > loss[0]
+    # The loss RATE saturates once the buffer overflows every round (measured 0.10-0.19 at 4 senders, 0.18-0.20 at
+    # 8: more senders also back off longer after their RTOs); it must only rise from no incast to any incast.
+    assert drops[-1] > 0 and min(loss[1:]) > loss[0]
