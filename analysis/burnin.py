@@ -165,16 +165,26 @@ class PathInfo:
     links: tuple[str, ...]
     port_drops: dict[str, int] = field(default_factory=dict)
     port_link: dict[str, str] = field(default_factory=dict)
+    port_backlog_bytes: dict[str, float] = field(default_factory=dict)  # mean queue while measured
+
+
+#: a port whose mean backlog reached this while its path was measured holds a standing queue (two full packets)
+BACKLOG_EVIDENCE_BYTES = 3000.0
 
 
 def blamed_links(path: PathInfo) -> tuple[list[str], str]:
-    """The links a flagged path puts in doubt: the one whose port dropped the most (a slow or congested port is
-    where the queue overflows), or both when no port dropped; with the evidence."""
+    """The links a flagged path puts in doubt: the one whose port dropped the most (a slow port is where a
+    loss-based sender's queue overflows), else the one whose port held the largest standing queue (a delay-based
+    sender such as BBR queues at a slow port but drops little), else both; with the evidence."""
     drops = {p: d for p, d in path.port_drops.items() if d > 0}
     if drops:
         port = max(drops, key=drops.get)
         return [path.port_link[port]], f"port {port} dropped {drops[port]} packets"
-    return list(path.links), "no port dropped: either link"
+    queued = {p: b for p, b in path.port_backlog_bytes.items() if b >= BACKLOG_EVIDENCE_BYTES}
+    if queued:
+        port = max(queued, key=queued.get)
+        return [path.port_link[port]], f"port {port} held a {queued[port]:.0f}-byte queue on average"
+    return list(path.links), "no port dropped or queued: either link"
 
 
 def health(checks: list[Check], hosts: list[str], links: list[str], paths: dict[str, PathInfo]) -> dict:
@@ -223,5 +233,7 @@ def verdict_md(checks: list[Check], health_doc: dict, facts: list[str]) -> str:
     return "\n".join(head + body) + "\n"
 
 
-__all__ = ["COLUMNS", "CONFIG_METRICS", "K_MAD", "MAD_SIGMA", "RULES", "Check", "PathInfo", "Rule", "blamed_links",
-           "culprits", "drift", "health", "judge", "mad", "margin", "verdict_md"]
+__all__ = [
+    "BACKLOG_EVIDENCE_BYTES", "COLUMNS", "CONFIG_METRICS", "K_MAD", "MAD_SIGMA", "RULES", "Check", "PathInfo",
+    "Rule", "blamed_links", "culprits", "drift", "health", "judge", "mad", "margin", "verdict_md"
+]

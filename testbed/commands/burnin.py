@@ -195,7 +195,7 @@ class Battery:
         for rnd in bb.path_rounds(shape):
             lab.progress("burn-in: pinned paths " + ", ".join(p.name for p in rnd))
             for p in rnd:
-                pins.pin(shape, p)
+                pins.pin_path(shape, p)
             rates = {p.name: bb.path_rate(shape, self.topology, p) for p in rnd}
             pace = bb.PACE * min(rates[p.name] / len(p.pairs) for p in rnd)
             ports = [pt for p in rnd for pt in bb.path_ports(shape, p)]
@@ -272,7 +272,8 @@ class Battery:
                 paths[p.name] = judge.PathInfo(
                     tuple(self.shape.link[(a, b)] for a, b in ((p.src_leaf, p.spine), (p.spine, p.dst_leaf))),
                     {f"{n}:{pt}": res.port_deltas[(n, pt)]["drops"] for n, pt in ports},
-                    {f"{n}:{pt}": self.shape.link[(n, peer)] for (n, pt), peer in zip(ports, (p.spine, p.dst_leaf))})
+                    {f"{n}:{pt}": self.shape.link[(n, peer)] for (n, pt), peer in zip(ports, (p.spine, p.dst_leaf))},
+                    {f"{n}:{pt}": res.backlog_bytes.get((n, pt), 0.0) for n, pt in ports})
         checks = judge.judge("path_mbps", rate, expected, kind="path")
         checks += judge.judge("path_retrans_pct", loss, kind="path")
         return checks, paths

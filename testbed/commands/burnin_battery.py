@@ -9,7 +9,9 @@ analysis.burnin judges them). Each stands for what an operator's burn-in does to
 * **latency**: ICMP echo to the same peer on the idle fabric, median and p99 of ``PINGS`` echoes;
 * **CPU speed**: a fixed compute task (a Python loop) timed by a worker process in the host's namespace, started
   before the fault timeline so a slow-host fault's cgroup (CFS bandwidth control) holds it as it holds the host's
-  other processes; the fastest of ``CPU_REPEATS`` runs (interference from other work only ever slows a run);
+  other processes; the median of ``CPU_REPEATS`` runs (the fastest would hide a throttle: a group idle before
+  a run starts it with a whole period's quota, so its first run can finish unthrottled, measured 51 ms against
+  200 ms for the next ones at 20% of a CPU);
 * **configuration**: the MTU of the host's interface, ``net.ipv4.tcp_ecn``, read in its namespace;
 * **fabric links, by pinned paths**: for every ordered leaf pair and every spine, the source leaf's route to the
   destination leaf's subnet is replaced by one through that spine only (as an operator pins a path with a static
@@ -37,8 +39,9 @@ PACE = 0.9
 #: seconds a round's flows run before their goodput is measured (connection set-up, pacing settles)
 WARMUP_S = 0.4
 PINGS, PING_INTERVAL_S = 40, 0.005
-#: the compute task: iterations of a Python loop (~30-60 ms on one idle core of this machine), run CPU_REPEATS times
-CPU_LOOP, CPU_REPEATS = 600_000, 3
+BACKLOG_EVERY_S = 0.05
+#: the compute task: iterations of a Python loop (~35 ms on one idle core of this machine), run CPU_REPEATS times
+CPU_LOOP, CPU_REPEATS = 600_000, 5
 WORKER = ("import sys, time\nfor line in sys.stdin:\n    n = int(line)\n    t = time.perf_counter()\n    x = 0\n"
           "    for i in range(n):\n        x += i * i\n"
           "    print(f'{(time.perf_counter() - t) * 1e3:.3f}', flush=True)\n")
@@ -108,20 +111,28 @@ class Path:
 
 
 def path_rounds(shape: Shape) -> list[list[Path]]:
-    """One round per (leaf offset d, spine): every leaf i sends to leaf i+d over that spine, host j to the
-    destination's host (j + round) so a receiver hears different senders in different rounds."""
-    out, n = [], len(shape.leaves)
+    """Every ordered leaf pair over every spine, packed into rounds in which no leaf takes part twice (so no port
+    carries one path's data beside another's ACKs, and no host sends or receives twice). In the k-th (leaf offset,
+    spine) combination host j of the source leaf sends to host (j + k) of the destination's, so a receiver hears
+    different senders over different spines."""
+    n, paths = len(shape.leaves), []
     for d in range(1, n):
         for k, spine in enumerate(shape.spines):
-            r = len(out)
-            rnd = []
+            r = (d - 1) * len(shape.spines) + k
             for i, src in enumerate(shape.leaves):
                 dst = shape.leaves[(i + d) % n]
                 dh = shape.hosts_of[dst]
-                pairs = tuple((h, dh[(j + r) % len(dh)]) for j, h in enumerate(shape.hosts_of[src]))
-                rnd.append(Path(src, spine, dst, pairs))
-            out.append(rnd)
-    return out
+                paths.append(Path(src, spine, dst, tuple((h, dh[(j + r) % len(dh)])
+                                                         for j, h in enumerate(shape.hosts_of[src]))))
+    rounds: list[list[Path]] = []
+    for p in paths:
+        for rnd in rounds:
+            if not any({p.src_leaf, p.dst_leaf} & {q.src_leaf, q.dst_leaf} for q in rnd):
+                rnd.append(p)
+                break
+        else:
+            rounds.append([p])
+    return rounds
 
 
 def path_ports(shape: Shape, p: Path) -> list[tuple[str, str]]:
@@ -150,12 +161,18 @@ class PinnedRoutes:
             idx = {nh.ifname: ipr.link_lookup(ifname=nh.ifname)[0] for nh in route.nexthops}
             linkfail.apply_routes(ipr, idx, [route], [])
 
-    def pin(self, shape: Shape, p: Path) -> None:
-        subnet = self.topology.address_plan.subnets[p.dst_leaf]
-        built = next(r for r in self.topology.routes if r.node == p.src_leaf and r.dst == subnet)
-        port = shape.port[(p.src_leaf, p.spine)]
-        self._changed[(p.src_leaf, subnet)] = built
-        self._apply(p.src_leaf, replace(built, nexthops=tuple(nh for nh in built.nexthops if nh.ifname == port)))
+    def pin(self, shape: Shape, leaf: str, spine: str, dst_leaf: str) -> None:
+        """``leaf``'s route to ``dst_leaf``'s hosts through ``spine`` only."""
+        subnet = self.topology.address_plan.subnets[dst_leaf]
+        built = next(r for r in self.topology.routes if r.node == leaf and r.dst == subnet)
+        port = shape.port[(leaf, spine)]
+        self._changed.setdefault((leaf, subnet), built)
+        self._apply(leaf, replace(built, nexthops=tuple(nh for nh in built.nexthops if nh.ifname == port)))
+
+    def pin_path(self, shape: Shape, p: Path) -> None:
+        """The path's data and its ACKs both through its spine."""
+        self.pin(shape, p.src_leaf, p.spine, p.dst_leaf)
+        self.pin(shape, p.dst_leaf, p.spine, p.src_leaf)
 
     def restore(self) -> None:
         for (node, _), route in list(self._changed.items()):
@@ -169,6 +186,42 @@ class RoundResult:
     tcp: dict[str, dict[str, int]]  # sender host -> counter increases
     port_deltas: dict[tuple[str, str], dict[str, int]]
     cc: dict[str, str]
+    backlog_bytes: dict[tuple[str, str], float] = field(default_factory=dict)  # mean over the window
+
+
+class BacklogSampler:
+    """The mean backlog of some egress ports over a window, read every ``BACKLOG_EVERY_S`` from one qdisc dump per
+    namespace: the port that holds a standing queue is the one that cannot keep up (with a delay-based congestion
+    control such as BBR a slow port drops nothing, but it still queues)."""
+
+    def __init__(self, lab, ports: list[tuple[str, str]]):
+        import socket
+
+        from testbed.kernel.qdiscdump import RawQdiscDump
+
+        self.ports, self.dumps, self.index = list(ports), {}, {}
+        for node in {n for n, _ in self.ports}:
+            ns = lab.net.ns(node)
+            with netns.entered(ns):
+                self.index[node] = {name: i for i, name in socket.if_nameindex()}
+            self.dumps[node] = RawQdiscDump(ns)
+        self.sums = {p: 0.0 for p in self.ports}
+        self.n = 0
+
+    def run_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            stats = {node: d.leaf_stats() for node, d in self.dumps.items()}
+            for node, ifname in self.ports:
+                qs = stats[node].get(self.index[node].get(ifname, -1), ())
+                self.sums[(node, ifname)] += sum(q.backlog_bytes for q in qs)
+            self.n += 1
+            time.sleep(max(0.0, min(BACKLOG_EVERY_S, end - time.monotonic())))
+
+    def means(self) -> dict[tuple[str, str], float]:
+        for d in self.dumps.values():
+            d.close()
+        return {p: v / max(1, self.n) for p, v in self.sums.items()}
 
 
 def retrans_pct(d: dict[str, int]) -> float:
@@ -196,15 +249,16 @@ def measure_flows(lab, pairs: list[tuple[str, str]], pace_mbps: float, duration_
         time.sleep(WARMUP_S)
         tcp = TcpCounters({h: lab.net.ns(h) for h in senders})
         pc = lab.port_deltas(ports)
+        backlog = BacklogSampler(lab, ports)
         s0 = flows.snapshot()
-        time.sleep(duration_s / 2)
+        backlog.run_for(duration_s / 2)
         cc = {h: _socket_cc(lab.net.ns(h)) for h in senders} if read_cc else {}
-        time.sleep(duration_s / 2)
+        backlog.run_for(duration_s / 2)
         s1 = flows.snapshot()
         deltas, counters = pc.stop(), tcp.stop()
     finally:
         flows.stop()
-    return RoundResult(flows.goodput_mbps(s0, s1), counters, deltas, cc)
+    return RoundResult(flows.goodput_mbps(s0, s1), counters, deltas, cc, backlog.means())
 
 
 def ping_rtts(lab, pairs: list[tuple[str, str]]) -> dict[str, list[float]]:
@@ -237,13 +291,13 @@ class CpuWorkers:
             self.procs[h] = p
 
     def time_ms(self, host: str, loops: int = CPU_LOOP, repeats: int = CPU_REPEATS) -> float:
-        """The fastest of ``repeats`` timed runs of the task on ``host``."""
+        """The median of ``repeats`` timed runs of the task on ``host``."""
         p, got = self.procs[host], []
         for _ in range(repeats):
             p.stdin.write(f"{loops}\n")
             p.stdin.flush()
             got.append(float(p.stdout.readline()))
-        return min(got)
+        return float(median(got))
 
     def close(self) -> None:
         for p in self.procs.values():
@@ -291,6 +345,8 @@ def p99_or_nan(xs: list[float]) -> float:
     return float(s[min(len(s) - 1, max(0, -(-99 * len(s) // 100) - 1))])
 
 
-__all__ = ["CpuWorkers", "Path", "PinnedRoutes", "RoundResult", "Shape", "allreduce", "host_config", "host_pairs",
-           "measure_flows", "median_or_nan", "p99_or_nan", "path_ports", "path_rate", "path_rounds", "ping_rtts",
-           "retrans_pct", "shape_of"]
+__all__ = [
+    "BacklogSampler", "CpuWorkers", "Path", "PinnedRoutes", "RoundResult", "Shape", "allreduce", "host_config",
+    "host_pairs", "measure_flows", "median_or_nan", "p99_or_nan", "path_ports", "path_rate", "path_rounds",
+    "ping_rtts", "retrans_pct", "shape_of"
+]

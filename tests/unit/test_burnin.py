@@ -89,6 +89,9 @@ def test_a_flagged_path_blames_the_link_whose_port_dropped():
     assert burnin.blamed_links(p) == (["leaf2-spine1"], "port spine1:leaf2 dropped 57 packets")
     quiet = burnin.PathInfo(p.links, {"leaf1:spine1": 0, "spine1:leaf2": 0}, p.port_link)
     assert burnin.blamed_links(quiet)[0] == ["leaf1-spine1", "leaf2-spine1"]
+    # no drops (a BBR sender) but a standing queue at one port: that port's link
+    queued = burnin.PathInfo(p.links, quiet.port_drops, p.port_link, {"leaf1:spine1": 200.0, "spine1:leaf2": 9000.0})
+    assert burnin.blamed_links(queued) == (["leaf2-spine1"], "port spine1:leaf2 held a 9000-byte queue on average")
 
 
 def test_health_and_verdict_name_the_culprits():
@@ -127,6 +130,8 @@ def test_path_rounds_cover_every_leaf_pair_over_every_spine_without_sharing_a_po
     names = [p.name for r in rounds for p in r]
     assert len(names) == len(set(names)) == 3 * 2 * 2  # ordered leaf pairs x spines
     for rnd in rounds:
+        leaves = [lf for p in rnd for lf in (p.src_leaf, p.dst_leaf)]
+        assert len(set(leaves)) == len(leaves)  # no port carries one path's data beside another's ACKs
         ups = [(p.src_leaf, p.spine) for p in rnd]
         downs = [(p.spine, p.dst_leaf) for p in rnd]
         assert len(set(ups)) == len(ups) and len(set(downs)) == len(downs)
