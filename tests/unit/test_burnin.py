@@ -151,3 +151,53 @@ def test_p99_and_median_helpers():
     assert bb.p99_or_nan(list(range(1, 101))) == 99
     assert bb.median_or_nan([3.0, 1.0, 2.0]) == 2.0 and math.isnan(bb.p99_or_nan([]))
     assert bb.retrans_pct({"TcpRetransSegs": 5, "TcpOutSegs": 500}) == 1.0
+
+
+def _burnin_lines() -> list[str]:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = []
+    for f in (root / "README.md", root / "docs" / "operations.md"):
+        for block in re.findall(r"```sh\n(.*?)```", f.read_text(), re.S):
+            out += [ln.split(" #", 1)[0].strip() for ln in block.splitlines() if "testbed burnin" in ln]
+    return out
+
+
+def test_the_documented_burnin_commands_validate():
+    """Every `testbed burnin` line in the README and docs/operations.md parses and plans (nothing is built)."""
+    import argparse
+    import shlex
+
+    from testbed.commands import burnin as cmd
+
+    lines = _burnin_lines()
+    assert len(lines) >= 5
+    sub = argparse.ArgumentParser().add_subparsers()
+    cmd.add_parser(sub)
+    for line in lines:
+        argv = shlex.split(line)
+        args = sub.choices["burnin"].parse_args(argv[argv.index("burnin") + 1:])
+        spec, battery, faults = cmd.plan(args)
+        assert len(spec.hosts) >= 2 and battery["duration_s"] > 0, line
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--set", "leaves=0"], "leaves: must be >= 1"),
+    (["--set", "hosts_per_leaf=1", "--set", "leaves=1"], "at least 2 hosts"),
+    (["--fault", "slow-port spine9:leaf2 at_s=0 fraction=0.5"], "no such egress port"),
+    (["--fault", "slow-host h2 at_iteration=1 cpu_fraction=0.5"], "at_iteration needs a workload with iterations"),
+    (["--set", "size=lots"], "size: not a size"),
+    (["--topo", "/nonexistent.toml"], "cannot read"),
+    (["--topo", "examples/topology-files/slow-spine-port.toml", "--set", "leaves=3"], "exclude each other"),
+])
+def test_bad_input_is_one_line_and_status_2_before_anything_is_built(argv, message):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "burnin", *argv], capture_output=True, text=True,
+                       timeout=60, cwd=root)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
