@@ -184,8 +184,9 @@ class Battery:
         m: dict = {}
         pairs = bb.host_pairs(shape)
         m["host_expected"] = {a: min(self._nic_rate(a), self._down_rate(b)) for a, b in pairs}
-        lab.progress(f"burn-in: host NICs ({len(pairs)} flows, {dur:g} s)")
-        m["hosts"] = bb.measure_flows(lab, pairs, bb.PACE * min(m["host_expected"].values()), dur, [], read_cc=True)
+        lab.progress(f"burn-in: host NICs ({len(pairs)} flows, {dur:g} s a round)")
+        pace = bb.PACE * min(m["host_expected"].values())
+        m["hosts"] = [(rnd, bb.measure_flows(lab, rnd, pace, dur, [], read_cc=True)) for rnd in bb.host_rounds(pairs)]
         m["pairs"] = pairs
         lab.progress("burn-in: latency, CPU")
         m["rtt"] = bb.ping_rtts(lab, pairs)
@@ -226,16 +227,20 @@ class Battery:
         from analysis import burnin as judge
         from testbed.commands import burnin_battery as bb
 
-        hosts = m["hosts"]
-        sent = {a: g for (a, _), g in zip(m["pairs"], hosts.goodput_mbps)}
+        sent, tcp, cc = {}, {}, {}
+        for rnd, res in m["hosts"]:
+            sent.update({a: g for (a, _), g in zip(rnd, res.goodput_mbps)})
+            tcp.update(res.tcp)
+            cc.update(res.cc)
+        sent = {a: sent[a] for a, _ in m["pairs"]}
         checks = judge.judge("tx_mbps", sent, m["host_expected"])
-        checks += judge.judge("retrans_pct", {h: bb.retrans_pct(d) for h, d in hosts.tcp.items()})
+        checks += judge.judge("retrans_pct", {h: bb.retrans_pct(d) for h, d in tcp.items()})
         checks += judge.judge("rtt_ms_p50", {h: bb.median_or_nan(v) for h, v in m["rtt"].items()})
         checks += judge.judge("rtt_ms_p99", {h: bb.p99_or_nan(v) for h, v in m["rtt"].items()})
         checks += judge.judge("cpu_task_ms", m["cpu"])
         for key in ("mtu_bytes", "tcp_ecn"):
             checks += judge.drift(key, {h: c[key] for h, c in m["config"].items()})
-        checks += judge.drift("congestion_control", {h: hosts.cc.get(h) or m["config"][h]["default_cc"]
+        checks += judge.drift("congestion_control", {h: cc.get(h) or m["config"][h]["default_cc"]
                                                      for h in self.shape.hosts})
         path_checks, paths = self._paths(m["paths"])
         checks += path_checks

@@ -2,7 +2,7 @@
 analysis.burnin judges them). Each stands for what an operator's burn-in does to a new server or cable:
 
 * **a host's NIC**: one bulk TCP flow to a peer under the same leaf (a ring within each leaf, so every host sends
-  once and receives once and no flow crosses a spine), paced at 90% of the path's configured rate so a healthy
+  once and receives once and no flow crosses a spine; run in rounds where no host both sends and receives), paced at 90% of the path's configured rate so a healthy
   path keeps no queue and loses nothing: its goodput (``tx_mbps``), the sender's retransmitted share of its
   segments (``retrans_pct``, the namespace's kernel TCP counters) and the congestion control its sockets report
   (``ss -ti`` in its namespace);
@@ -94,6 +94,21 @@ def host_pairs(shape: Shape) -> list[tuple[str, str]]:
     elif lonely and rings:
         rings[0].append(lonely[0])
     return [(r[i], r[(i + 1) % len(r)]) for r in rings for i in range(len(r))]
+
+
+def host_rounds(pairs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """The host pairs packed into rounds in which no host takes part twice: no NIC carries its own data beside the
+    ACKs of a flow it receives (measured: a peer on reno, whose NIC queue delayed a BBR sender's ACKs, cut that
+    sender to 69% of its rate when both directions ran at once)."""
+    rounds: list[list[tuple[str, str]]] = []
+    for a, b in pairs:
+        for rnd in rounds:
+            if not {a, b} & {h for pr in rnd for h in pr}:
+                rnd.append((a, b))
+                break
+        else:
+            rounds.append([(a, b)])
+    return rounds
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,17 @@ def test_host_pairs_ring_inside_each_leaf():
     assert sorted(a for a, _ in pairs) == sorted(b for _, b in pairs) == ["h1", "h2", "h3"]
 
 
+def test_host_rounds_never_give_a_host_two_flows_at_once():
+    for shape in (_shape(), _shape(leaves=2, hosts=3), _shape(leaves=3, hosts=1)):
+        pairs = bb.host_pairs(shape)
+        rounds = bb.host_rounds(pairs)
+        assert sorted(pr for r in rounds for pr in r) == sorted(pairs)
+        for rnd in rounds:
+            hosts = [h for pr in rnd for h in pr]
+            assert len(hosts) == len(set(hosts))
+    assert len(bb.host_rounds(bb.host_pairs(_shape()))) == 2
+
+
 def test_path_rounds_cover_every_leaf_pair_over_every_spine_without_sharing_a_port():
     shape = _shape(leaves=3, spines=2, hosts=2)
     rounds = bb.path_rounds(shape)
