@@ -4,8 +4,8 @@ analysis.burnin judges them). Each stands for what an operator's burn-in does to
 * **a host's NIC**: one bulk TCP flow to a peer under the same leaf (a ring within each leaf, so every host sends
   once and receives once and no flow crosses a spine; run in rounds where no host both sends and receives),
   paced at 90% of the path's configured rate so a healthy path keeps no queue and loses nothing: its goodput
-  (``tx_mbps``), the sender's retransmitted share of its segments (``retrans_pct``, the namespace's kernel TCP counters) and the congestion control its sockets report
-  (``ss -ti`` in its namespace);
+  (``tx_mbps``), the sender's retransmitted share of its segments (``retrans_pct``, the namespace's kernel TCP
+  counters) and the congestion control its sockets report (``ss -ti`` in its namespace);
 * **latency**: ICMP echo to the same peer on the idle fabric, median and p99 of ``PINGS`` echoes;
 * **CPU speed**: a fixed compute task (a Python loop) timed by a worker process in the host's namespace, started
   before the fault timeline so a slow-host fault's cgroup (CFS bandwidth control) holds it as it holds the host's
