@@ -50,7 +50,16 @@ def test_a_healthy_fabric_flags_nothing(tmp_path):
         assert {"tx_mbps", "retrans_pct", "rtt_ms_p50", "cpu_task_ms", "mtu_bytes", "congestion_control",
                 "path_mbps", "cct_vs_bound"} <= metrics
         assert len({r["target"] for r in rows if r["metric"] == "path_mbps"}) == 4  # 2 leaf pairs x 2 spines
-    assert not list(Path("/run/netns").glob("tb-*burnin*"))
+    # nothing left behind: the CPU workers (one per host, in its namespace) are gone with the fabric
+    workers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).count("x += i * i")]
+    assert workers == []
+
+
+def _cmdline(p: Path) -> str:
+    try:
+        return (p / "cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_a_slow_spine_port_is_named_with_its_link(tmp_path):
