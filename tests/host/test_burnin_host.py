@@ -1,8 +1,8 @@
 """`testbed burnin` on the host kernel (run under the shared lock): the default fabric (2 spines x 2 leaves x 2 hosts
 at 10 Mbit/s) is called healthy, and each injected fault is named, with nothing else named beside it.
 
-False positives: none over the 6 clean batteries run on this code (3 here, seeds 1-3, and 3 from the CLI, seeds
-4-6; about 44 checks each), and nothing named beside the culprit in the 6 fault batteries (these tests and the
+False positives: none over the 9 clean batteries run on this code (this test twice, seeds 1-3, and 3 from the CLI,
+seeds 4-6; about 44 checks each), and nothing named beside the culprit in the 6 fault batteries (these tests and the
 same faults from the CLI). Measured spread of the clean runs: host rates 8.999-9.032 Mbit/s, path rates
 8.996-9.034 Mbit/s (paced at 9), compute task 34.7-38.8 ms; the floors (15% for rates, 60% for times) sit far
 outside it, and the faults land far past them (a path at 2.4 Mbit/s, a task at 197 ms against 35.7). Three clean
