@@ -1,6 +1,6 @@
-"""Every `testbed run` / `sweep` / `cli` / `audit` / `lab` command shown in the README, docs/ and the classroom
-labs' handouts (code blocks and inline commands) resolves and validates: a reader who copies one gets a run, not a
-usage error (pure parameter logic, nothing is built)."""
+"""Every `testbed run` / `sweep` / `cli` / `audit` / `budget` / `lab` command shown in the README, docs/ and the
+classroom labs' handouts (code blocks and inline commands) resolves and validates: a reader who copies one gets a
+run, not a usage error (pure parameter logic, nothing is built)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from testbed.scenario import get
 ROOT = Path(__file__).resolve().parents[2]
 
 
-COMMAND = re.compile(r"(sudo )?testbed (run|sweep) [a-z]|(sudo )?testbed (cli|audit)\b|(sudo )?testbed lab (show|run)")
+COMMAND = re.compile(r"(sudo )?testbed (run|sweep) [a-z]|(sudo )?testbed (cli|audit|budget)\b"
+                     r"|(sudo )?testbed lab (show|run)")
 
 
 def _commands() -> list[tuple[str, str]]:
@@ -64,6 +65,14 @@ def test_documented_command_validates(line, tmp_path):
 
         args = build_parser().parse_args(argv)
         audit.plan(get("collective"), args.set, audit.parse_scale(args.scale), args.scaling)
+        return
+    if argv[0] == "budget":  # testbed budget: its parser and the plan it would run
+        from testbed.commands import budget
+        from testbed.cli import build_parser
+
+        args = build_parser().parse_args(argv)
+        budget.plan(get("collective"), args.set, budget.parse_values(args.jitter, "--jitter", 1.0, False),
+                    budget.parse_values(args.straggler_prob or "", "--straggler-prob", 1.0, True))
         return
     if argv[0] == "cli":  # testbed cli: its parser and the topology it would build
         from testbed.cli import build_parser
