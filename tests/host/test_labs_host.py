@@ -4,14 +4,14 @@ again (a silent re-run turned one noisy run of each side into a coin flip that C
 
 The CI budget decides which labs run at their full repeats (lab.toml ``repeats``, 5: the fewest with which a
 one-sided 95% statement on a median can pass). Measured here (host kernel, 2 CPUs shared with other developers'
-runs, so noisy), the run time of `lab run N --repeat 5`, every run of the lab 5 times: 01 10 s, 02 37 s, 06 43 s,
-07 44 s, 10 83 s (all statements pass; lab 10 with one unfaithful run reported and left out), 11 127 s (2 runs
-of a DDP job, 10-16 s each), 08 about 160 s (6 runs of 4-9 s, from one run each), 04 not measured (3 runs). The
+runs, so noisy), the run time of `lab run N --repeat 5`, every run of the lab 5 times: 01 10 s, 02 37 s, 06 36 s,
+07 44 s, 10 83 s (all statements pass; lab 10 with one unfaithful run reported and left out), 11 130-150 s (2 runs
+of a DDP job, 10-16 s each), 08 170 s, 04 90 s. The
 whole suite must stay under ~45 min (host tests ~8 min, lab-VM tests ~13 min before this change), so the five
 cheap labs whose statements held with margin run at full repeats (01, 02, 07, 10: about 3 min, +2.5 min over one
-run each) and the others once (about 1.5 min). Lab 06 runs once: a second 5-run set gave its median step ratio
-1.27 [1.00, 2.04] against the 1.92 [1.42, 2.09] of the first, a third a mean step ratio of 1.19 [1.11, 1.25]: its
-effect moves with the machine's load (INSTRUCTOR.md); its statement, now 1.1x of the mean step, is not yet verified.
+run each) and the others once (about 1.5 min). Lab 06 runs once: with whole 64 KB ops its effect
+moved with the machine's load (median step ratios 1.27-1.92 in three sets); with each op cut into 8 chunks, three
+sets of `lab run 6` passed every statement (step ratio 4.62-4.91 over 15 runs a side; INSTRUCTOR.md).
 
 * ``FULL`` labs run at their repeats and every statement must pass (exit 0): a statement that is ``not enough
   evidence`` fails the test too, since the lab promises its repeats suffice;
