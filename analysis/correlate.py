@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .faults import describe, fault_intervals, overlapping
-from .metrics import nearest_rank, op_table, pause_intervals, percentiles, step_times
+from .metrics import group_ids, nearest_rank, op_table, pause_intervals, percentiles, step_times
 from .metrics.samples import _union_length
 
 __all__ = ["LATE_SHARE", "OP_NETWORK_COLUMNS", "correlate_ops", "correlate_run", "explain_op", "explain_slowest",
@@ -109,8 +109,7 @@ def op_skews(ops: pd.DataFrame, groups: Mapping[str, list[list[int]]] | None = N
     if ops.empty:
         return pd.DataFrame({c: pd.Series([], dtype="int64" if c in ("iteration", "op_index", "late_rank", "groups")
                                           else (object if c == "late_host" else float)) for c in cols})
-    gid = {(name, r): i for name, gs in (groups or {}).items() for i, g in enumerate(gs) for r in g}
-    d = ops.assign(_g=[gid.get((o, int(r)), -1) for o, r in zip(ops["op"].astype(str), ops["rank"])],
+    d = ops.assign(_g=group_ids(ops, groups),
                    _h=ops["host"].astype(str) if "host" in ops.columns else "")
     key = ["iteration", "op_index", "_g"]
     first = d.groupby(key, sort=False)["start_s"].transform("min")

@@ -226,15 +226,17 @@ def shade_faults(ax, faults: pd.DataFrame | None, t0: float) -> None:
 
 
 def plot_rank_timeline(ops: pd.DataFrame, path: str | Path, *, t0: float | None = None,
-                       title: str = "per-rank timeline", faults: pd.DataFrame | None = None) -> Path:
+                       title: str = "per-rank timeline", faults: pd.DataFrame | None = None,
+                       groups: Mapping[str, Sequence[Sequence[int]]] | None = None) -> Path:
     """One row per rank (``broken_barh``): compute (green), waiting for the slowest peer to join the op (red) and
     transfer once every rank has joined (blue), :func:`analysis.metrics.rank_timeline`; dotted lines at each
     iteration's end (the slowest rank's); :data:`TIMELINE_CAPTION` under the axes. A straggler is the row with
     the long green bars and no red, while its peers' red bars grow; in a run without one the ops are all blue.
 
     ``t0``: the time origin, in the clock of ops.csv; pass the run's start (``Run.time_window()[0]``, the
-    manifest's ``t0_monotonic``) to share the axis with the queue and pause plots. Default: the first interval."""
-    tl = rank_timeline(ops)
+    manifest's ``t0_monotonic``) to share the axis with the queue and pause plots. Default: the first interval.
+    ``groups``: the manifest's ``op_groups``; a rank in a grouped op waits only for its own group's last rank."""
+    tl = rank_timeline(ops, groups)
     ranks = sorted(tl["rank"].unique().tolist()) if len(tl) else []
     fig, ax = _new((9.0, max(2.5, 0.45 * len(ranks) + 1.7)))
     if tl.empty:

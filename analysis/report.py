@@ -39,7 +39,7 @@ import pandas as pd
 
 from . import metrics as m
 from . import summary as summ
-from .correlate import correlate_run, explain_slowest, explain_slowest_step
+from .correlate import correlate_run, explain_slowest, explain_slowest_step, op_groups
 from .faults import events_table, fault_intervals
 from .load import IncompleteRunWarning, Run, load_run
 from .render import Block, fmt, md_table, render_html, render_markdown
@@ -202,7 +202,8 @@ def _what_happened(run: Run, corr: pd.DataFrame | None, fiv: pd.DataFrame | None
 
         b.append(Block("p", "The slowest op: " + explain_slowest(run, table=corr) + "."))
         b.append(Block("p", "The slowest step: " + explain_slowest_step(run) + "."))
-        p = plots.plot_rank_timeline(run.ops, files_dir / "timeline.png", faults=fiv, t0=start)
+        p = plots.plot_rank_timeline(run.ops, files_dir / "timeline.png", faults=fiv, t0=start,
+                                     groups=op_groups(run.manifest))
         b.append(Block("img", (Path(p), f"{rel_dir}/{Path(p).name}"),
                        "Per-rank timeline, one row per rank, on the queue plot's clock: compute (green), waiting "
                        "for the last rank to arrive (red) and transfer (blue); a straggler is the row with long "

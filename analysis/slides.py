@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import metrics as m
+from .correlate import op_groups
 from .load import Run
 from .render import Block, fmt
 from .story import incast_ideal_ms, late_rank, rto_min_ms, rto_rounds
@@ -79,7 +80,7 @@ def next_steps(run: Run, slowest: str = "", trace: bool = True) -> list[str]:
     qd = m.port_counter_deltas(run.queues) if len(run.queues) else None
     acted = _acted(run, qd)
     out = [slowest] if slowest else []
-    late = late_rank(run.ops) if len(run.ops) else None
+    late = late_rank(run.ops, op_groups(run.manifest)) if len(run.ops) else None
     if late is not None:
         out.append(f"Rank {late['rank']} started the ops a median {late['late_ms']:.0f} ms late: rerun with it on time "
                    "(no straggler) and `testbed compare` the two; what is left is the network's part.")

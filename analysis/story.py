@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import numpy as np
 import pandas as pd
 
 from . import metrics as m
+from .correlate import op_groups
 from .load import Run
 
 __all__ = ["KEY_NUMBERS", "Story", "collective_sentences", "event_times", "incast_ideal_ms", "incast_sentences",
@@ -148,18 +150,21 @@ def incast_sentences(rounds: pd.DataFrame, queues: pd.DataFrame, ideal_ms: float
 
 # --------------------------------------------------------------------------- collectives
 
-def late_rank(ops: pd.DataFrame) -> dict | None:
+def late_rank(ops: pd.DataFrame, groups: Mapping[str, list[list[int]]] | None = None) -> dict | None:
     """The rank that starts the ops last, when it is late by at least ``LATE_SHARE`` of the median op time:
     ``rank, host, late_ms`` (median over ops of its start minus the first rank's), ``ops`` (ops it was last in),
-    ``n_ops``, ``others_wait_share`` (the other ranks' summed wait_s over their summed op time), ``op_ms``."""
+    ``n_ops``, ``others_wait_share`` (the other ranks' summed wait_s over their summed op time), ``op_ms``.
+    ``groups`` (the manifest's ``op_groups``): a grouped op counts once per group, and a rank's lag is behind the
+    first rank of its own group (the groups do not wait for each other)."""
     if ops.empty or ops["rank"].nunique() < 2:
         return None
-    g = ops.groupby(["iteration", "op_index"], sort=True)
-    first = g["start_s"].transform("min")
+    key = [ops["iteration"], ops["op_index"], pd.Series(m.group_ids(ops, groups), index=ops.index)]
+    first = ops["start_s"].groupby(key).transform("min")
     lag = (ops["start_s"] - first) * 1e3
-    last_idx = lag.groupby([ops["iteration"], ops["op_index"]]).idxmax()
+    last_idx = lag.groupby(key).idxmax()
     last = ops.loc[last_idx.to_numpy()]
-    rank = int(last["rank"].mode().iloc[0])
+    # the rank with the largest median lag (in a grouped op every group has a last rank; the late one lags most)
+    rank = int(lag.groupby(ops["rank"]).median().idxmax())
     mine = lag[ops["rank"] == rank]
     op_ms = m.nearest_rank(m.op_table(ops)["cct_s"].to_numpy(float) * 1e3, 0.5)
     late_ms = m.nearest_rank(mine.to_numpy(float), 0.5)
@@ -173,12 +178,13 @@ def late_rank(ops: pd.DataFrame) -> dict | None:
             "others_wait_share": float(others["wait_s"].clip(lower=0).sum()) / busy if busy > 0 else math.nan}
 
 
-def collective_sentences(ops: pd.DataFrame, network_clean: bool) -> list[str]:
+def collective_sentences(ops: pd.DataFrame, network_clean: bool,
+                         groups: Mapping[str, list[list[int]]] | None = None) -> list[str]:
     """The op time split into waiting for a late rank and transfer, the late rank named; or the ops' spread."""
     t = m.op_table(ops)
     ms = t["cct_s"].to_numpy(float) * 1e3
     med = m.nearest_rank(ms, 0.5)
-    late = late_rank(ops)
+    late = late_rank(ops, groups)
     if late is None:
         return [f"{len(ms)} collective ops took {_span(ms.min(), ms.max())} (median {_num(med)} ms); the "
                 "ranks started each op close together (no late rank)."]
@@ -265,7 +271,7 @@ def tell(run: Run, vals: dict, qdeltas: pd.DataFrame | None) -> Story:
         # slow rounds without a single TCP timeout were not RTOmin rounds: tell their times only
         said += incast_sentences(run.rounds, run.queues, incast_ideal_ms(run), None if no_timeouts else rto_min_ms(run))
     if len(run.ops):
-        said += collective_sentences(run.ops, clean)
+        said += collective_sentences(run.ops, clean, op_groups(run.manifest))
     if net:
         said.append(net)
     if not said:

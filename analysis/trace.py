@@ -7,8 +7,9 @@ the report's queue, pause and timeline plots use):
 
 * one process per host (``pid``), one thread (track) per rank on it (``tid``): each op as a slice (``ph: X``)
   with two children, ``wait`` (from the rank's arrival to the last rank's arrival: waiting for the slowest peer to
-  join) and ``transfer`` (from then to the rank's completion), and ``compute`` slices between ops
-  (:func:`analysis.metrics.rank_op_split`, :func:`analysis.metrics.rank_timeline`);
+  join; for a grouped op, the last of the rank's own group: the manifest's ``op_groups``) and ``transfer`` (from
+  then to the rank's completion), and ``compute`` slices between ops (:func:`analysis.metrics.rank_op_split`,
+  :func:`analysis.metrics.rank_timeline`);
 * a ``fabric`` process: counter tracks (``ph: C``) of the backlog in bytes of the :data:`MAX_QUEUE_PORTS` ports
   with the highest peak (queues.csv, summed over classes) and, per port whose counter rose, its drops and ECN marks
   since the run's start; per (port, priority) that was paused a track of PFC pause slices (pfc.csv's xoff to xon,
@@ -32,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from . import metrics as m
+from .correlate import op_groups
 from .load import Run
 
 __all__ = ["MAX_DROP_EVENTS", "MAX_QUEUE_PORTS", "MAX_QUEUE_POINTS", "TRACE_FILE", "trace_events", "write_trace"]
@@ -85,13 +87,17 @@ def _rank_events(run: Run, origin_s: float) -> tuple[list[dict], list[dict], int
     for rank, h in host_of.items():
         meta += [_meta("thread_name", pid_of[h], f"rank {rank}", int(rank) + 1),
                  _meta("thread_sort_index", pid_of[h], int(rank), int(rank) + 1)]
-    last_rank = ops.loc[ops.groupby(["iteration", "op_index"])["start_s"].idxmax(), ["iteration", "op_index", "rank"]]
-    last_of = {(int(i), int(k)): int(r) for i, k, r in last_rank.itertuples(index=False)}
+    groups = op_groups(run.manifest)
+    # the last rank to join each rank's op, within the rank's own communicator when the op is grouped
+    gid = pd.Series(m.group_ids(ops, groups), index=ops.index)
+    last_idx = ops["start_s"].groupby([ops["iteration"], ops["op_index"], gid]).transform("idxmax")
+    last_of = {(int(r), int(i), int(k)): int(last) for r, i, k, last in
+               zip(ops["rank"], ops["iteration"], ops["op_index"], ops.loc[last_idx.to_numpy(), "rank"])}
     ev = []
-    for o in m.rank_op_split(ops).itertuples(index=False):
+    for o in m.rank_op_split(ops, groups).itertuples(index=False):
         pid, tid = pid_of[host_of[o.rank]], int(o.rank) + 1
         split = o.start_s + o.arrival_wait_s
-        last = last_of[(int(o.iteration), int(o.op_index))]
+        last = last_of[(int(o.rank), int(o.iteration), int(o.op_index))]
         ev.append(_slice(str(o.op), "op", o.start_s, o.end_s, pid, tid, origin_s,
                          {"iteration": int(o.iteration), "op_index": int(o.op_index), "last_to_join": f"rank {last}",
                           "wait_ms": round(o.arrival_wait_s * 1e3, 3), "transfer_ms": round(o.transfer_s * 1e3, 3)}))
@@ -99,7 +105,7 @@ def _rank_events(run: Run, origin_s: float) -> tuple[list[dict], list[dict], int
             ev.append(_slice("wait", "wait", o.start_s, split, pid, tid, origin_s, {"waiting_for": f"rank {last}"}))
         if o.transfer_s > 0:
             ev.append(_slice("transfer", "transfer", split, o.end_s, pid, tid, origin_s))
-    tl = m.rank_timeline(ops)
+    tl = m.rank_timeline(ops, groups)
     for c in tl[tl["kind"] == "compute"].itertuples(index=False):
         ev.append(_slice("compute", "compute", c.start_s, c.end_s, pid_of[host_of[c.rank]], int(c.rank) + 1,
                          origin_s, {"iteration": int(c.iteration)}))

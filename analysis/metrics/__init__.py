@@ -11,8 +11,8 @@ One module per family: ``samples`` (percentiles, cv), ``bandwidth`` (algbw, busb
 """
 
 from .bandwidth import BUSBW_FACTORS, algbw, busbw, busbw_factor, goodput, maxmin_share
-from .collectives import (cct_split_vs_bound, comm_wait_fraction, op_arrivals, op_table, rank_op_split, rank_step_times,
-                          rank_timeline, round_times, step_times)
+from .collectives import (cct_split_vs_bound, comm_wait_fraction, group_ids, op_arrivals, op_table, rank_op_split,
+                          rank_step_times, rank_timeline, round_times, step_times)
 from .pauses import pause_fraction, pause_intervals, rate_by_pause_state
 from .queues import LossRate, counter_deltas, ecn_mark_fraction, incast_loss_rate, port_counter_deltas, queue_stats
 from .samples import PERCENTILES, Percentiles, cv, nearest_rank, percentiles
@@ -53,6 +53,7 @@ __all__ = [
     "scaling_verdict",
     "step_times",
     "rank_op_split",
+    "group_ids",
     "rank_step_times",
     "rank_timeline",
     "tcp_deltas",

@@ -5,7 +5,7 @@ per-rank timeline; and incast rounds from rounds.csv."""
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -156,12 +156,22 @@ def op_arrivals(ops: pd.DataFrame) -> pd.DataFrame:
     return t[cols]
 
 
-def rank_op_split(ops: pd.DataFrame) -> pd.DataFrame:
+def group_ids(ops: pd.DataFrame, groups: Mapping[str, Sequence[Sequence[int]]] | None = None) -> np.ndarray:
+    """Per row of ops.csv, the communicator its rank ran the op in: the index of the rank's group in ``groups``
+    (op name -> disjoint lists of ranks: the manifest's ``op_groups``, e.g. every tensor-parallel group's
+    all-reduce of a layer at once), -1 where the op has no groups (all its ranks are one communicator)."""
+    gid = {(str(name), int(r)): i for name, gs in (groups or {}).items() for i, g in enumerate(gs) for r in g}
+    return np.array([gid.get((str(o), int(r)), -1) for o, r in zip(ops["op"], ops["rank"])], dtype="int64")
+
+
+def rank_op_split(ops: pd.DataFrame, groups: Mapping[str, Sequence[Sequence[int]]] | None = None) -> pd.DataFrame:
     """Each rank's time in each op, split in two: ``arrival_wait_s`` (from this rank's arrival to the last rank's
     arrival at the same op: waiting for the slowest peer to join; 0 for the last rank) and ``transfer_s`` (from
     then to this rank's completion: moving data with every peer present). The split is clipped to the rank's
     own op, so ``arrival_wait_s + transfer_s == end_s - start_s`` always (a rank that finished before the last
     arrival, e.g. a broadcast root whose data fit in the socket buffers, spent all of it waiting).
+    ``groups`` (:func:`group_ids`): a grouped op's peers are the ranks of the rank's own group; the groups do not
+    wait for each other, so a rank never waits for another group's last arrival.
     Columns: rank, iteration, op_index, op, start_s, end_s, last_arrival_s, arrival_wait_s, transfer_s.
 
     This differs from ops.csv's ``wait_s`` (the agent's time blocked in the transport with a receive
@@ -173,7 +183,8 @@ def rank_op_split(ops: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series([], dtype=object if c == "op" else
                                           ("int64" if c in ("rank", "iteration", "op_index") else "float64"))
                              for c in cols})
-    last = ops.groupby(["iteration", "op_index"])["start_s"].transform("max")
+    gid = pd.Series(group_ids(ops, groups), index=ops.index)
+    last = ops["start_s"].groupby([ops["iteration"], ops["op_index"], gid]).transform("max")
     dur = (ops["end_s"] - ops["start_s"]).clip(lower=0.0)
     wait = (last - ops["start_s"]).clip(lower=0.0).clip(upper=dur)
     out = ops.assign(last_arrival_s=last, arrival_wait_s=wait, transfer_s=dur - wait)
@@ -198,13 +209,14 @@ def cct_split_vs_bound(ops: pd.DataFrame, bound_s: Mapping[str, float]) -> dict[
             "transfer_ms_mean": float(t["transfer_s"].mean() * 1e3)}
 
 
-def rank_timeline(ops: pd.DataFrame) -> pd.DataFrame:
+def rank_timeline(ops: pd.DataFrame, groups: Mapping[str, Sequence[Sequence[int]]] | None = None) -> pd.DataFrame:
     """What each rank did, as intervals for a per-rank timeline: one row per (rank, iteration, kind, start_s,
     end_s) with kind ``compute`` (from the rank's previous iteration end, or its origin, to its first op start
     of the iteration: compute phase plus any host-side gap), ``wait`` (from the rank's arrival at an op to the
     last rank's arrival: waiting for the slowest peer to join, :func:`rank_op_split`) and ``transfer`` (from the
     last arrival to this rank's completion of the op: data moving with every peer present). Per rank, the
-    intervals cover its origin to its last op end; an op's wait + transfer is its duration."""
+    intervals cover its origin to its last op end; an op's wait + transfer is its duration. ``groups``: as
+    :func:`rank_op_split` (a grouped op's wait is for the rank's own group)."""
     cols = ["rank", "iteration", "kind", "start_s", "end_s"]
     if ops.empty:
         return pd.DataFrame({c: pd.Series([], dtype="int64" if c in ("rank", "iteration") else
@@ -215,7 +227,7 @@ def rank_timeline(ops: pd.DataFrame) -> pd.DataFrame:
     for row, p in zip(r.itertuples(index=False), prev_end):
         if row.start_s > p:
             rows.append((int(row.rank), int(row.iteration), "compute", float(p), float(row.start_s)))
-    for o in rank_op_split(ops).itertuples(index=False):
+    for o in rank_op_split(ops, groups).itertuples(index=False):
         split = float(o.start_s + o.arrival_wait_s)
         if o.arrival_wait_s > 0:
             rows.append((int(o.rank), int(o.iteration), "wait", float(o.start_s), split))
