@@ -75,13 +75,13 @@ def plan(scenario: Any, sets: list[str], jitters: tuple[float, ...], probs: tupl
 
 def points_of(out: Path, pl: Any, bar: float) -> list:
     """Each swept point measured against the base (analysis.budget.measure), with the model's expectation."""
-    from analysis import budget, repeats
+    from analysis import budget, repeats, stats
 
     base_dir = out / pl.points[0].dirname
     base_steps = repeats.values(base_dir, "step_ms_mean")
     if not base_steps:
         return []
-    base_ms = sorted(base_steps)[len(base_steps) // 2]
+    base_ms = stats.estimate(base_steps).median
     p0 = pl.points[0].params
     stragglers = len([x for x in str(p0["stragglers"]).split(",") if x.strip()])
     result = []
