@@ -207,6 +207,39 @@ def health(checks: list[Check], hosts: list[str], links: list[str], paths: dict[
     return {"format": "testbed-burnin-health/1", "healthy": healthy, "hosts": out_hosts, "links": out_links}
 
 
+def summary_numbers(checks: list[Check], health_doc: dict) -> dict:
+    """The battery as summary.json numbers (what a lab statement grades): ``burnin_healthy`` (1/0),
+    ``burnin_flagged`` (checks not ok), ``hosts_flagged`` / ``links_flagged`` (not ok in health.json), the pinned
+    paths' rates (``path_mbps_min``, ``path_mbps_median``; ``path_fraction_min``: the slowest path over the paths'
+    median; ``path_vs_configured_min``: over its configured rate) and the all-reduces' CCT over their alpha-beta
+    bound (``fabric_cct_vs_bound``: the ring across the fabric; ``leaf_cct_vs_bound_max``: the worst leaf's)."""
+    def values(metric: str, kind: str) -> dict[str, float]:
+        out = {}
+        for c in checks:
+            if c.metric == metric and c.kind == kind and isinstance(c.value, (int, float)) and c.value == c.value:
+                out[c.target] = float(c.value)
+        return out
+
+    paths = {c.target: c for c in checks if c.metric == "path_mbps" and isinstance(c.value, (int, float))}
+    rates = sorted(float(c.value) for c in paths.values())
+    jobs = values("cct_vs_bound", "job")
+    leaf_jobs = [v for k, v in jobs.items() if k != "allreduce fabric"]
+    out = {"burnin_healthy": int(bool(health_doc["healthy"])), "burnin_flagged": sum(c.flagged for c in checks),
+           "hosts_flagged": sum(not v["ok"] for v in health_doc["hosts"].values()),
+           "links_flagged": sum(not v["ok"] for v in health_doc["links"].values())}
+    if rates:
+        med = float(median(rates))
+        out.update(path_mbps_min=rates[0], path_mbps_median=med, path_fraction_min=rates[0] / med if med else 0.0)
+        fractions = [float(c.value) / c.expected for c in paths.values() if c.expected]
+        if fractions:
+            out["path_vs_configured_min"] = min(fractions)
+    if "allreduce fabric" in jobs:
+        out["fabric_cct_vs_bound"] = jobs["allreduce fabric"]
+    if leaf_jobs:
+        out["leaf_cct_vs_bound_max"] = max(leaf_jobs)
+    return out
+
+
 def culprits(checks: list[Check], health_doc: dict) -> list[str]:
     """One line per named culprit: a host or link that is not ok, or a job check that failed, with its evidence."""
     lines = [f"host {h}: " + "; ".join(v["reasons"]) for h, v in health_doc["hosts"].items() if not v["ok"]]
@@ -235,5 +268,5 @@ def verdict_md(checks: list[Check], health_doc: dict, facts: list[str]) -> str:
 
 __all__ = [
     "BACKLOG_EVIDENCE_BYTES", "COLUMNS", "CONFIG_METRICS", "K_MAD", "MAD_SIGMA", "RULES", "Check", "PathInfo",
-    "Rule", "blamed_links", "culprits", "drift", "health", "judge", "mad", "margin", "verdict_md"
+    "Rule", "blamed_links", "culprits", "drift", "health", "judge", "mad", "margin", "summary_numbers", "verdict_md"
 ]

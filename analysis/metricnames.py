@@ -7,7 +7,8 @@ dimension, the capture's wire counters, the RDMA devices' counters). :func:`know
 
 Who writes what: analysis.summary (recomputed from the run's files), testbed.workloads.collective (the collective
 job), scenarios/*.py (incast, dctcp, pfc-hol, program, smoke), testbed.pfc.controller (PFC), testbed.measure
-(fidelity, sampler, capture), analysis.faults (faults' effects), testbed.network.cluster (servers)."""
+(fidelity, sampler, capture), analysis.faults (faults' effects), testbed.network.cluster (servers),
+analysis.burnin (the burn-in battery)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,9 @@ _GROUPS = {
         fidelity_ok port_rate_ratio_min cpu_throttled_ms_kernel link_down_events routes_withdrawn_events
         route_reaction_ms_max fault_events fault_errors faults_not_reached stragglers straggler_factor
         throttled_ms_total storming_ms_total""",
+    "burn-in (analysis.burnin)": """
+        burnin_healthy burnin_flagged burnin_wall_s hosts_flagged links_flagged path_mbps_min path_mbps_median
+        path_fraction_min path_vs_configured_min fabric_cct_vs_bound leaf_cct_vs_bound_max""",
 }
 
 #: every fixed name, from the groups above

@@ -60,10 +60,30 @@ def add_parser(sub) -> None:
     p.set_defaults(func=main)
 
 
+def fabric_spec(p: dict):
+    """The uniform leaf-spine of the fabric parameters: every port drop-tail with ``buffer_bytes``."""
+    from topologies import LeafSpineSpec, LinkSpec, QueueSpec
+
+    q = QueueSpec(buffer_bytes=p["buffer_bytes"])
+    return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
+                         host_link=LinkSpec(p["host_rate_mbps"]), fabric_link=LinkSpec(p["fabric_rate_mbps"]),
+                         host_queue=q, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q)
+
+
+def check_battery(p: dict) -> None:
+    """The battery's own settings (UsageError, one line)."""
+    from testbed.params import parse_number
+
+    try:
+        parse_number(p["size"], True)
+    except ValueError:
+        raise UsageError(f"size: not a size in bytes ({p['size']!r}; e.g. 64K)") from None
+
+
 def plan(args: argparse.Namespace):
     """(topology spec, battery settings, faults) from the arguments; UsageError (one line) on any problem."""
     from testbed.faults import plan as faultplan
-    from topologies import LeafSpineSpec, LinkSpec, QueueSpec, SpecError, load_topology
+    from topologies import LeafSpineSpec, SpecError, load_topology
 
     p = resolve(PARAMS, args.set)
     try:
@@ -74,22 +94,14 @@ def plan(args: argparse.Namespace):
                 raise UsageError(f"--topo and --set {fabric_keys[0]} exclude each other (put it in the file)")
             spec = load_topology(args.topo)
         else:
-            q = QueueSpec(buffer_bytes=p["buffer_bytes"])
-            spec = LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
-                                 host_link=LinkSpec(p["host_rate_mbps"]), fabric_link=LinkSpec(p["fabric_rate_mbps"]),
-                                 host_queue=q, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q)
+            spec = fabric_spec(p)
     except SpecError as e:
         raise UsageError(str(e)) from None
     if not isinstance(spec, LeafSpineSpec):
         raise UsageError(f"--topo: burn-in walks a leaf-spine fabric (kind \"leafspine\"), not a {spec.kind}")
     if len(spec.hosts) < 2:
         raise UsageError("burn-in needs at least 2 hosts (each host's rate is measured to a peer)")
-    from testbed.params import parse_number
-
-    try:
-        parse_number(p["size"], True)
-    except ValueError:
-        raise UsageError(f"size: not a size in bytes ({p['size']!r}; e.g. 64K)") from None
+    check_battery(p)
     faults = [faultplan.parse(t) for t in args.fault] + (faultplan.parse_file(args.faults) if args.faults else [])
     faultplan.check(faults, spec, iterations=0)  # targets exist; no at_iteration (the battery has no iterations)
     bad = [f for f in faults if f.kind == "pause-storm"]
@@ -127,30 +139,38 @@ def main(args: argparse.Namespace) -> int:
 def run(spec, battery: dict, faults: list, out: Path, seed: int = 1, quiet: bool = False) -> dict:
     """Build the fabric, rehearse ``faults``, run the battery, judge it and write burnin.csv, burnin.md and
     health.json into ``out``. Returns {healthy, verdict, checks, health, wall_s}."""
-    from analysis import burnin as judge
-    from testbed.commands.burnin_battery import shape_of
     from testbed.lab import Lab
     from topologies.mininet_topo import SpecTopo
 
     t0 = time.monotonic()
     params = {"topology": spec.describe(), **battery, "faults": [str(f) for f in faults]}
     with Lab(SpecTopo(spec), out=out, seed=seed, name="burnin", params=params, quiet=quiet) as lab:
-        shape = shape_of(lab.net.fabric.topology, {(p.node, p.ifname): p.rate_mbps
-                                                   for p in lab.net.fabric.port_plans})
-        b = Battery(lab, shape, battery)
-        b.start(faults)
-        measured = b.measure_all()
-        checks, paths, facts = b.judged(measured)
-        doc = judge.health(checks, shape.hosts, shape.links, paths)
-        doc["run"] = str(out)
-        wall_s = time.monotonic() - t0
-        facts.append(f"battery wall time {wall_s:.0f} s (fabric build included)")
-        lab.summary.update({"burnin_healthy": doc["healthy"], "burnin_flagged": sum(c.flagged for c in checks),
-                            "burnin_wall_s": round(wall_s, 1)})
-    write_outputs(out, checks, doc, facts)
+        result = on_lab(lab, battery, faults, t0)
+        lab.summary.update(result["summary"])
+    write_outputs(out, result["checks"], result["health"], result["facts"])
+    return result
+
+
+def on_lab(lab, battery: dict, faults: list = (), t0: float | None = None) -> dict:
+    """The battery on a live Lab (its fabric a leaf-spine): ``faults`` added to the Lab's timeline, every host,
+    path and job measured and judged. Returns {healthy, verdict, checks, health, facts, summary, wall_s}: the
+    summary's numbers are what a run directory's summary.json holds (the burn-in scenario's)."""
+    from analysis import burnin as judge
+    from testbed.commands.burnin_battery import shape_of
+
+    t0 = time.monotonic() if t0 is None else t0
+    shape = shape_of(lab.net.fabric.topology, {(p.node, p.ifname): p.rate_mbps for p in lab.net.fabric.port_plans})
+    b = Battery(lab, shape, battery)
+    b.start(faults)
+    checks, paths, facts = b.judged(b.measure_all())
+    doc = judge.health(checks, shape.hosts, shape.links, paths)
+    doc["run"] = str(lab.rundir.path)
+    wall_s = time.monotonic() - t0
+    facts.append(f"battery wall time {wall_s:.0f} s (fabric build included)")
     named = judge.culprits(checks, doc)
     verdict = "burn-in: healthy" if not named else "burn-in: " + " | ".join(named)
-    return {"healthy": doc["healthy"], "verdict": verdict, "checks": checks, "health": doc, "wall_s": wall_s}
+    return {"healthy": doc["healthy"], "verdict": verdict, "checks": checks, "health": doc, "facts": facts,
+            "wall_s": wall_s, "summary": judge.summary_numbers(checks, doc) | {"burnin_wall_s": round(wall_s, 1)}}
 
 
 class Battery:
@@ -296,4 +316,4 @@ def write_outputs(out: Path, checks: list, doc: dict, facts: list[str]) -> None:
     (out / "health.json").write_text(json.dumps(doc, indent=1) + "\n")
 
 
-__all__ = ["PARAMS", "add_parser", "main", "plan", "run", "write_outputs"]
+__all__ = ["PARAMS", "add_parser", "check_battery", "fabric_spec", "main", "on_lab", "plan", "run", "write_outputs"]

@@ -111,6 +111,24 @@ def test_health_and_verdict_name_the_culprits():
     assert clean["healthy"] is True and "**Verdict: healthy**" in burnin.verdict_md([], clean, [])
 
 
+def test_summary_numbers_count_what_health_names_and_the_slowest_path():
+    """What the burnin scenario writes to summary.json (the lab's statements grade these)."""
+    checks = burnin.judge("path_mbps", {"l1>s1>l2": 2.4, "l2>s1>l1": 9.0, "l1>s2>l2": 9.0, "l2>s2>l1": 9.2},
+                          {"l1>s1>l2": 10.0, "l2>s1>l1": 10.0, "l1>s2>l2": 10.0, "l2>s2>l1": 10.0}, kind="path")
+    checks += burnin.judge("cct_vs_bound", {"allreduce leaf1": 1.05, "allreduce leaf2": 1.07,
+                                            "allreduce fabric": 1.04}, kind="job")
+    paths = {n: burnin.PathInfo(("a-s1", "b-s1"), {"s1:b": 40 if n == "l1>s1>l2" else 0}, {"s1:b": "b-s1"})
+             for n in ("l1>s1>l2", "l2>s1>l1", "l1>s2>l2", "l2>s2>l1")}
+    doc = burnin.health(checks, ["h1", "h2"], ["a-s1", "b-s1"], paths)
+    n = burnin.summary_numbers(checks, doc)
+    assert (n["burnin_healthy"], n["burnin_flagged"], n["hosts_flagged"], n["links_flagged"]) == (0, 1, 0, 1)
+    assert n["path_mbps_min"] == 2.4 and n["path_mbps_median"] == 9.0
+    assert n["path_fraction_min"] == pytest.approx(2.4 / 9.0) and n["path_vs_configured_min"] == pytest.approx(0.24)
+    assert n["fabric_cct_vs_bound"] == 1.04 and n["leaf_cct_vs_bound_max"] == 1.07
+    empty = burnin.summary_numbers([], {"healthy": True, "hosts": {}, "links": {}})
+    assert empty == {"burnin_healthy": 1, "burnin_flagged": 0, "hosts_flagged": 0, "links_flagged": 0}
+
+
 def _shape(leaves=2, spines=2, hosts=2):
     ls = [f"leaf{i + 1}" for i in range(leaves)]
     hosts_of = {lf: [f"h{i * hosts + j + 1}" for j in range(hosts)] for i, lf in enumerate(ls)}

@@ -308,6 +308,7 @@ CROSS_INVALID = {
     "program": [["ranks=9"], ["ranks=4", "hosts_per_leaf=1"], ["ranks=8", "ranks_per_host=1"], ["background=h1>h99"],
                 ["background=h1>h1"], ["background=h1"], ["cmd=   "], ["cc=dctcp"],
                 ["discipline=step", "k_bytes=300000"]],
+    "burnin": [["size=abc"], ["size=12Q"], ["leaves=1", "hosts_per_leaf=1"]],
 }
 
 
