@@ -139,8 +139,8 @@ def admit(needs: Needs, fabric: FabricView, health: Health | None = None, busy: 
     if isinstance(now, Placement) and not (why := _limits(needs, fabric, now, bad_links)):
         return Decision("place", now.hosts, f"placed: {_describe(now)}", now)
     why = _shortage(needs, fabric, health, busy, held=True) if isinstance(now, str) else why
-    return Decision("hold", later.hosts, f"held: {why}; it fits on {_describe(later)} once "
-                                         f"{_names(busy & set(later.hosts))} free", later)
+    freed = _names(busy & set(later.hosts)) or "the busy hosts"
+    return Decision("hold", later.hosts, f"held: {why}; it fits on {_describe(later)} once {freed} free", later)
 
 
 def _describe(p: Placement) -> str:

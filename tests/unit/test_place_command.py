@@ -54,3 +54,20 @@ def test_tp_groups_stay_in_a_server(capsys):
 def test_bad_input_is_one_line_and_status_2(capsys, argv, msg):
     rc, out, err = run(capsys, *argv)
     assert rc == 2 and out == [] and msg in err and err.count("\n") == 1
+
+
+def test_the_documented_place_commands_give_the_documented_decisions(capsys):
+    """docs/operations.md's `testbed place` lines, in order: placed, held, refused three times (its table)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+    lines = [ln.split(" #", 1)[0].strip() for block in re.findall(r"```sh\n(.*?)```", doc, re.S)
+             for ln in block.splitlines() if ln.startswith("testbed place")]
+    codes = []
+    for line in lines:
+        codes.append(main(shlex.split(line)[1:]))
+        out = capsys.readouterr().out.splitlines()
+        assert out and out[0].split(":")[0] in ("placed", "held", "refused") and out[0] in doc, line
+    assert codes == [0, 3, 4, 4, 4]
