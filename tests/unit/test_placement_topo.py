@@ -84,3 +84,17 @@ def test_topo_never_uses_what_it_avoids_and_keeps_groups_whole(ranks, avoid, gro
 def test_bad_group():
     with pytest.raises(PlacementError, match="group must be an integer >= 1"):
         place(2, H8, "topo", group=0)
+
+
+def test_the_collective_job_hands_its_tp_groups_to_topo():
+    """A tp=2 job on 3 leaves x 3 hosts: packed splits ranks 2, 3 (a TP group) across leaf1 and leaf2; topo keeps
+    each TP pair on one leaf (traffic.jobplan.rank_group: tp x ep with rank order tp-dp)."""
+    from testbed.workloads.settings import CollectiveSettings, Parallel
+    from topologies import LeafSpineSpec, LinkSpec
+
+    spec = LeafSpineSpec(spines=1, leaves=3, hosts_per_leaf=3, host_link=LinkSpec(20), fabric_link=LinkSpec(20))
+    topo = CollectiveSettings(parallel=Parallel(tp=2), ranks=4, placement="topo").plan(spec, 1).placement
+    packed = CollectiveSettings(parallel=Parallel(tp=2), ranks=4, placement="packed").plan(spec, 1).placement
+    assert packed.hosts == ("h1", "h2", "h3", "h4") and topo.hosts == ("h1", "h2", "h4", "h5")
+    strided = CollectiveSettings(parallel=Parallel(tp=2, rank_order="dp-tp"), ranks=4, placement="topo")
+    assert strided.plan(spec, 1).placement.hosts == ("h1", "h2", "h3", "h4")  # no consecutive groups to keep
