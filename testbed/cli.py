@@ -15,6 +15,7 @@
     testbed audit [--set ...] [--scale 1,2,4]   scaling efficiency from N to 4N ranks, with a verdict
     testbed budget [--set ...] [--jitter ...]   how much compute jitter and straggling a job absorbs (its knee)
     testbed burnin [--set ...] [--fault ...]   burn-in battery: every host, link and leaf checked, outliers named
+    testbed place --set ranks=N [--health F]   admission control: place, hold or refuse a job (builds nothing)
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
 A run that starts and then fails (an agent error, a data mismatch) ends with one line and exit status 1.
@@ -29,6 +30,7 @@ from testbed import __version__
 from testbed.commands import audit, budget, burnin, explore
 from testbed.commands import draw as drawing
 from testbed.commands import trace as tracing
+from testbed.commands import place as placing
 from testbed.commands import labs as classlabs
 from testbed.commands.argparsing import OneLineErrorParser
 from testbed.errors import RunFailed, UsageError
@@ -297,6 +299,7 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     drawing.add_parser(sub)
     tracing.add_parser(sub)
+    placing.add_parser(sub)
     return p
 
 

@@ -9,7 +9,9 @@ iteration, replaces ``size``), ``ranks``, ``iterations``, ``warmup``, ``chunks``
 ``schedule_file`` (a testbed-schedule JSON file instead of a generated schedule), ``trace_file`` (a Chakra or
 ASTRA-sim trace: its ops with their compute gaps, :mod:`traffic.traces`; sizes times ``trace_bytes_scale``, compute
 times ``trace_compute_scale``), ``compute_ms``, ``jitter``,
-``stragglers``, ``straggler_factor``, ``straggler_prob``, ``background``, ``bg_dscp``, ``bg_rate_mbps``.
+``stragglers``, ``straggler_factor``, ``straggler_prob``, ``background``, ``bg_dscp``, ``bg_rate_mbps``, ``health``
+(burn-in's health.json: the flagged hosts and links are kept out of the placement, and a job that cannot be had
+without them is refused with the admission's one line, traffic.admission).
 
 Also here, pure arithmetic over what a run measured: :func:`payload_efficiency` (the alpha-beta bound's beta is per
 payload byte), :func:`ops_rows` (ops.csv's rows with their step-time origin and nccl-tests size) and
@@ -27,6 +29,8 @@ from traffic.collectives import canonical_collective, make_schedule
 from traffic.collectives.grouped import grouped
 from traffic.job import JobError, JobSpec
 from traffic.parallelism import Model, Parallelism, ParallelismError, step_ops
+from traffic.admission import FabricView, Needs, admit
+from traffic.health import HealthError, load_health
 from traffic.placement import Placement, PlacementError, place
 from traffic.rxe import rxe_mtu_for_netdev
 from traffic.schedule import DTYPES, Schedule, ScheduleError, nccl_size_bytes
@@ -195,10 +199,37 @@ def plan_job(knobs: Mapping[str, Any], hosts: Sequence[tuple[str, str]], seed: i
                       stragglers=tuple(jobm.parse_int_list(k["stragglers"], "stragglers")),
                       straggler_factor=k["straggler_factor"], straggler_prob=k["straggler_prob"],
                       warmup=k["warmup"], seed=seed, background=flows)
-        placement = place(ranks, hosts, k["placement"], seed, per_host=k.get("gpus_per_host", 1))
+        if k.get("health"):
+            placement = _admitted(k, ranks, hosts, seed)
+        else:
+            placement = place(ranks, hosts, k["placement"], seed, per_host=k.get("gpus_per_host", 1),
+                              group=rank_group(k))
     except (ScheduleError, PlacementError, ParallelismError) as e:
         raise JobError(str(e)) from None
     return JobPlan(schedules, job, placement, sizes, seed, ranks)
+
+
+def rank_group(k: Mapping[str, Any]) -> int:
+    """How many consecutive ranks placement=topo keeps together: with rank_order tp-dp, tp x ep (a TP group is tp
+    consecutive ranks, an EP group ep DP indices of one TP index, so both sit in a block of tp x ep); else 1."""
+    if k.get("rank_order", "tp-dp") != "tp-dp":
+        return 1
+    return max(1, k.get("tp", 1)) * max(1, k.get("ep", 1))
+
+
+def _admitted(k: Mapping[str, Any], ranks: int, hosts: Sequence[tuple[str, str]], seed: int) -> Placement:
+    """The placement of a job whose ``health`` file (burn-in's health.json) says what it may not use: the
+    admission decision's (traffic.admission), or JobError with its one-line refusal."""
+    try:
+        health = load_health(k["health"])
+        health.check_fabric(h for h, _ in hosts)
+    except HealthError as e:
+        raise JobError(f"health: {e}") from None
+    needs = Needs(ranks, per_host=k.get("gpus_per_host", 1), group=rank_group(k), policy=k["placement"], seed=seed)
+    d = admit(needs, FabricView.of(hosts), health)
+    if d.placement is None:
+        raise JobError(f"health: {d.reason} ({health.source})")
+    return d.placement
 
 
 def payload_efficiency(transport: str, link_mtu: int, rdma_mtu: int = 0) -> float:

@@ -7,19 +7,28 @@ Input is the fabric's ordered list of ``(host, leaf)`` pairs.  Policies:
   ranks share a leaf, so a ring crosses the spine as rarely as possible;
 * ``spread``  -- round-robin over the leaves (rank r on leaf r mod L as long as that leaf has hosts left):
   neighbouring ranks sit on different leaves, maximising spine traffic;
-* ``random``  -- a seeded shuffle of all hosts (identical across Python/NumPy versions), first ``ranks`` taken.
+* ``random``  -- a seeded shuffle of all hosts (identical across Python/NumPy versions), first ``ranks`` taken;
+* ``topo``    -- topology-aware, as a scheduler that knows the fabric places a job: the fewest leaves that hold the
+  job (so a ring of consecutive ranks crosses the spine once per leaf used, the fewest possible; none when one leaf
+  holds it), each leaf a block of consecutive ranks, and every block of ``group`` consecutive ranks (a TP or EP group
+  as traffic.jobplan lays them out, rank order tp-dp) inside one server (``per_host``) or, when larger, one leaf.
+
+``avoid`` (any policy; empty: every policy as before) names what a job may not use, e.g. what burn-in flagged
+(traffic.health): a host, a leaf (all its hosts), or a fabric link ``leaf-spine`` (the name health.json and the
+faults use). A leaf with an avoided link carries no traffic across the spine: ``topo`` uses it only for a job that
+fits inside it alone; the other policies, which do not know where their ring crosses, leave its hosts out.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from .schedule import Schedule, stable_rng, stable_shuffle
 
-__all__ = ["PlacementError", "Placement", "POLICIES", "place"]
+__all__ = ["PlacementError", "Placement", "POLICIES", "place", "spine_crossings", "link_leaves"]
 
-POLICIES = ("packed", "spread", "random")
+POLICIES = ("packed", "spread", "random", "topo")
 
 
 class PlacementError(ValueError):
@@ -111,21 +120,32 @@ def _hosts(hosts: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
 
 
 def place(ranks: int, hosts: Sequence[tuple[str, str]], policy: str = "packed", seed: int = 0,
-          per_host: int = 1) -> Placement:
+          per_host: int = 1, avoid: Iterable[str] = (), group: int = 1) -> Placement:
     """Place ``ranks`` ranks on distinct hosts from the ordered ``(host, leaf)`` list by ``policy``; with
     ``per_host`` > 1 the policy places ceil(ranks / per_host) servers and each server takes ``per_host``
-    consecutive ranks (the last one the rest).
+    consecutive ranks (the last one the rest). ``avoid``: hosts, leaves and ``leaf-spine`` links not to use (module
+    docstring); ``group``: the size of the blocks of consecutive ranks ``topo`` keeps inside a server or a leaf.
 
     Raises :class:`PlacementError` if there are more ranks than host slots, for an unknown policy, or for a
     malformed host list.
     """
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+        raise PlacementError(f"group must be an integer >= 1, got {group!r}")
+    avoid = frozenset(avoid)
+    if policy == "topo" or avoid:
+        return _place_filtered(ranks, hosts, policy, seed, per_host, avoid, group)
+    return _place(ranks, hosts, policy, seed, per_host)
+
+
+def _place(ranks: int, hosts: Sequence[tuple[str, str]], policy: str, seed: int, per_host: int) -> Placement:
+    """packed, spread, random over every host given (the policies as they were before ``avoid`` and ``topo``)."""
     if isinstance(per_host, bool) or not isinstance(per_host, int) or per_host < 1:
         raise PlacementError(f"per_host must be an integer >= 1, got {per_host!r}")
     if per_host > 1 and isinstance(ranks, int) and not isinstance(ranks, bool) and ranks >= 1:
         need = -(-ranks // per_host)
         if need > len(_hosts(hosts)):
             raise PlacementError(f"{ranks} ranks at {per_host} per host need {need} hosts; there are {len(hosts)}")
-        servers = place(need, hosts, policy, seed)
+        servers = _place(need, hosts, policy, seed, 1)
         chosen = [h for h in servers.hosts for _ in range(per_host)][:ranks]
         leaf = dict(zip(servers.hosts, servers.leaves))
         return Placement(tuple(chosen), tuple(leaf[h] for h in chosen), policy, seed, per_host)
@@ -153,3 +173,85 @@ def place(ranks: int, hosts: Sequence[tuple[str, str]], policy: str = "packed", 
         order = stable_shuffle(stable_rng(seed), [h for h, _ in pool])
     chosen = order[:ranks]
     return Placement(tuple(chosen), tuple(leaf_of[h] for h in chosen), policy, seed)
+
+
+def link_leaves(names: Iterable[str], leaves: Iterable[str]) -> frozenset[str]:
+    """The leaves among ``leaves`` that one of ``names`` names a fabric link of (``leaf1-spine2``: leaf1)."""
+    known = set(leaves)
+    return frozenset(part for n in names if "-" in n for part in n.split("-") if part in known)
+
+
+def spine_crossings(leaves: Sequence[str]) -> int:
+    """How many hops of the ring over ranks 0 .. n-1 (rank r sends to r + 1, the last to 0) change leaf."""
+    n = len(leaves)
+    return 0 if n < 2 else sum(leaves[r] != leaves[(r + 1) % n] for r in range(n))
+
+
+def _usable(pool: list[tuple[str, str]], avoid: frozenset[str]) -> tuple[dict[str, list[str]], frozenset[str]]:
+    """Hosts by leaf (in order) without the avoided hosts and leaves; and the leaves with an avoided link."""
+    by_leaf: dict[str, list[str]] = {}
+    for h, lf in pool:
+        by_leaf.setdefault(lf, [])
+        if h not in avoid and lf not in avoid:
+            by_leaf[lf].append(h)
+    return by_leaf, link_leaves(avoid, by_leaf)
+
+
+def _short(ranks: int, per_host: int, usable: int, avoid: frozenset[str]) -> PlacementError:
+    need = -(-ranks // per_host)
+    what = f"{ranks} ranks" + (f" at {per_host} per host" if per_host > 1 else "")
+    return PlacementError(f"{what} need {need} hosts; {usable} usable" + (
+        f" (avoiding {', '.join(sorted(avoid))})" if avoid else ""))
+
+
+def _place_filtered(ranks: int, hosts: Sequence[tuple[str, str]], policy: str, seed: int, per_host: int,
+                    avoid: frozenset[str], group: int) -> Placement:
+    if isinstance(per_host, bool) or not isinstance(per_host, int) or per_host < 1:
+        raise PlacementError(f"per_host must be an integer >= 1, got {per_host!r}")
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise PlacementError(f"ranks must be an integer >= 1, got {ranks!r}")
+    if policy not in POLICIES:
+        raise PlacementError(f"unknown placement policy {policy!r}; known: {', '.join(POLICIES)}")
+    pool = _hosts(hosts)
+    by_leaf, bad_links = _usable(pool, avoid)
+    if policy != "topo":
+        kept = [(h, lf) for h, lf in pool if lf not in bad_links and h in by_leaf[lf]]
+        if -(-ranks // per_host) > len(kept):
+            raise _short(ranks, per_host, len(kept), avoid)
+        p = _place(ranks, kept, policy, seed, per_host)
+        return Placement(p.hosts, p.leaves, policy, seed, per_host)
+    chosen = _topo(ranks, by_leaf, bad_links, per_host, group)
+    if chosen is None:
+        usable = sum(len(v) for lf, v in by_leaf.items() if lf not in bad_links)
+        one = max((len(v) for v in by_leaf.values()), default=0)
+        raise _short(ranks, per_host, max(usable, one), avoid)
+    leaf_of = dict(pool)
+    return Placement(tuple(chosen), tuple(leaf_of[h] for h in chosen), "topo", seed, per_host)
+
+
+def _fit(ranks: int, hosts: list[str], per_host: int, group: int) -> int:
+    """How many of ``ranks`` ranks one leaf with ``hosts`` takes as whole ``group`` blocks (all of them if it holds
+    them all)."""
+    cap = len(hosts) * per_host
+    return ranks if ranks <= cap else cap // group * group
+
+
+def _topo(ranks: int, by_leaf: dict[str, list[str]], bad_links: frozenset[str], per_host: int,
+          group: int) -> list[str] | None:
+    """Each rank's host by ``topo`` (module docstring), or None when the usable hosts cannot take the job."""
+    slots = {lf: [h for h in hs for _ in range(per_host)] for lf, hs in by_leaf.items()}
+    for lf in sorted(by_leaf, key=lambda x: x in bad_links):  # one leaf: clean leaves first, in order
+        if len(slots[lf]) >= ranks:
+            return slots[lf][:ranks]
+    clean = [lf for lf in by_leaf if lf not in bad_links]
+    for aligned in (True, False):  # whole groups per leaf; failing that, groups may straddle leaves
+        take, left = {}, ranks
+        for lf in sorted(clean, key=lambda x: -len(slots[x])):  # fewest leaves: the largest first
+            if left <= 0:
+                break
+            n = min(left, _fit(left, by_leaf[lf], per_host, group) if aligned else len(slots[lf]))
+            if n > 0:
+                take[lf], left = n, left - n
+        if left <= 0:
+            return [h for lf in clean if lf in take for h in slots[lf][:take[lf]]]
+    return None

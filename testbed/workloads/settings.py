@@ -47,7 +47,11 @@ JOB_PARAMS = [
     P("warmup", int, 1, "", "unreported warm-up iterations before the measured ones", min=0, max=1000),
     P("chunks", int, 1, "", "pieces per transfer (pipelining)", min=1, max=4096),
     P("dtype", str, "float32", "", "element type", choices=("float32", "float16", "float64", "int32", "int64")),
-    P("placement", str, "packed", "", "rank -> host placement", choices=("packed", "spread", "random")),
+    P("placement", str, "packed", "", "rank -> host placement: packed (leaf by leaf), spread (round-robin over "
+      "leaves), random (seeded), topo (fewest leaves, TP/EP groups inside a server or leaf: traffic.placement)",
+      choices=("packed", "spread", "random", "topo")),
+    P("health", str, "", "", "burn-in's health.json (testbed burnin): the hosts and links it flagged are left out "
+      "of the placement; a job that cannot be had without them is refused before anything is built"),
     P("schedule_file", str, "", "", "a testbed-schedule JSON file to run instead of a generated schedule"),
     P("trace_file", str, "", "", "a Chakra execution trace (.et) or ASTRA-sim text workload to run instead: its "
       "collectives in order with its compute between them (docs/programs.md#traces); replaces collective, size"),
@@ -226,6 +230,7 @@ class CollectiveSettings:
     chunks: int = 1
     dtype: str = "float32"
     placement: str = "packed"
+    health: str = ""
     parallel: Parallel | None = None
     trace: Trace | None = None
     program: Program | None = None
