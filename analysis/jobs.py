@@ -1,0 +1,130 @@
+"""Several jobs on one fabric, read back: each job's step and CCT samples from its own run directory, and with its
+solo runs (the job alone on the same fabric, same hosts, same seed) its slowdown from its neighbours.
+
+The slowdown of a percentile is together / solo, with its interval and verdict from :func:`analysis.stats.compare`:
+the p50 ratio compares the job's per-iteration samples (every run's iterations pooled, both sides); the p99 ratio
+compares the per-run p99s when each side has at least 2 runs (``--repeats``), else it is the two p99s' ratio with
+no interval (one run a side: a p99 of one run's iterations has no interval here). Iterations of one run are not
+independent samples of a job's behaviour (a slow phase of a neighbour spans several), so the pooled interval is
+narrower than one over runs: the verdict says how many samples it rests on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+from analysis import stats
+from analysis.load import load_csv
+from analysis.metrics import op_table, percentiles, step_times
+from analysis.summary import headline_ops
+
+METRICS = (("step", "step_ms"), ("cct", "cct_ms"))
+
+
+def samples(job_dir: str | Path) -> dict[str, list[float]]:
+    """A job's per-iteration step times and headline-op CCTs (ms) from its ops.csv."""
+    ops = load_csv(Path(job_dir) / "ops.csv", "ops")
+    if ops.empty:
+        return {"step_ms": [], "cct_ms": []}
+    return {"step_ms": [float(x) * 1e3 for x in step_times(ops)["step_s"]],
+            "cct_ms": [float(x) * 1e3 for x in op_table(headline_ops(ops))["cct_s"]]}
+
+
+def summary(job_dir: str | Path) -> dict:
+    p = Path(job_dir) / "summary.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _p99(values: Sequence[float]) -> float:
+    return percentiles(values).p99
+
+
+def slowdown(together: Sequence[dict], solo: Sequence[dict], key: str) -> dict:
+    """p50 and p99 ratios together / solo of ``key`` (step_ms or cct_ms) over the runs' samples (module docstring):
+    {p50_ratio, p50_low, p50_high, p50_verdict, p50_n, p99_ratio, p99_low, p99_high, p99_verdict}."""
+    pooled_t = [v for s in together for v in s[key]]
+    pooled_s = [v for s in solo for v in s[key]]
+    d = stats.compare(pooled_t, pooled_s)
+    out = {"p50_ratio": d.ratio, "p50_low": d.ratio_low, "p50_high": d.ratio_high, "p50_verdict": d.verdict,
+           "p50_n": f"{len(pooled_t)} vs {len(pooled_s)}"}
+    p99_t, p99_s = [_p99(s[key]) for s in together if s[key]], [_p99(s[key]) for s in solo if s[key]]
+    if len(p99_t) >= 2 and len(p99_s) >= 2:
+        d99 = stats.compare(p99_t, p99_s)
+        out.update(p99_ratio=d99.ratio, p99_low=d99.ratio_low, p99_high=d99.ratio_high, p99_verdict=d99.verdict)
+    else:
+        t, s = stats.estimate(p99_t).median, stats.estimate(p99_s).median
+        out.update(p99_ratio=t / s if s and s > 0 else math.nan, p99_low=math.nan, p99_high=math.nan,
+                   p99_verdict="one run a side: no interval (use --repeats)")
+    return out
+
+
+def job_row(name: str, hosts: str, neighbours: str, together_dirs: Sequence[Path],
+            solo_dirs: Sequence[Path]) -> dict:
+    """One row of jobs.csv: the job's numbers together (median over runs of each run's summary numbers) and, with
+    solo runs, alone and the slowdowns."""
+    t_samples = [samples(d) for d in together_dirs]
+    t_sum = [summary(d) for d in together_dirs]
+    row: dict = {"job": name, "hosts": hosts, "beside": neighbours, "runs": len(together_dirs)}
+    for _, key in METRICS:
+        pooled = [v for s in t_samples for v in s[key]]
+        row[f"{key}_p50"] = percentiles(pooled).p50
+        row[f"{key}_p99"] = stats.estimate([_p99(s[key]) for s in t_samples if s[key]]).median
+    row["bound_ms"] = stats.estimate([s.get("bound_ms") for s in t_sum]).median
+    row["verified"] = all(bool(s.get("data_verified")) for s in t_sum) and bool(t_sum)
+    row["switch_drops"] = sum(int(s.get("switch_drops") or 0) for s in t_sum)
+    row["fidelity_ok"] = all(bool(s.get("fidelity_ok")) for s in t_sum) and bool(t_sum)
+    if solo_dirs:
+        s_samples = [samples(d) for d in solo_dirs]
+        for short, key in METRICS:
+            pooled = [v for s in s_samples for v in s[key]]
+            row[f"{key}_p50_solo"] = percentiles(pooled).p50
+            row[f"{key}_p99_solo"] = stats.estimate([_p99(s[key]) for s in s_samples if s[key]]).median
+            for k, v in slowdown(t_samples, s_samples, key).items():
+                row[f"{short}_{k}"] = v
+        s_sum = [summary(d) for d in solo_dirs]
+        row["verified"] = row["verified"] and all(bool(s.get("data_verified")) for s in s_sum)
+        row["switch_drops_solo"] = sum(int(s.get("switch_drops") or 0) for s in s_sum)
+    return row
+
+
+def _interval(low: float, high: float) -> str:
+    return "" if math.isnan(low) or math.isnan(high) else f" [{low:.2f}, {high:.2f}]"
+
+
+def verdict_line(row: dict) -> str:
+    """``train: 1.62x slower beside ckpt, moe [1.31, 1.90] (step p50, A > B, 20 vs 20 samples); p99 2.1x``."""
+    if "step_p50_ratio" not in row:
+        return (f"{row['job']}: step p50 {row['step_ms_p50']:.1f} ms, p99 {row['step_ms_p99']:.1f} ms beside "
+                f"{row['beside'] or 'nothing'} (no solo runs: give --solo for its slowdown)")
+    r, verdict = row["step_p50_ratio"], row["step_p50_verdict"]
+    iv = _interval(row["step_p50_low"], row["step_p50_high"])
+    if verdict == "A > B":
+        head = f"{r:.2f}x slower beside {row['beside']}{iv}"
+    elif verdict == "A < B":
+        head = f"{r:.2f}x faster (!) beside {row['beside']}{iv}"
+    else:
+        head = f"no slowdown told beside {row['beside']}: {r:.2f}x{iv}, {verdict}"
+    p99 = row["step_p99_ratio"]
+    tail = (f"; step p99 {p99:.2f}x{_interval(row['step_p99_low'], row['step_p99_high'])}"
+            if not math.isnan(p99) else "")
+    return f"{row['job']}: {head} (step p50, {row['step_p50_n']} iterations){tail}"
+
+
+def storage_lines(rows: Sequence[dict]) -> list[str]:
+    """One line per storage entry: checkpoint write times, dataset goodput."""
+    out = []
+    for name in dict.fromkeys(r["name"] for r in rows):
+        mine = [r for r in rows if r["name"] == name]
+        if mine[0]["kind"] == "checkpoint":
+            p = percentiles([float(r["seconds"]) * 1e3 for r in mine])
+            out.append(f"{name} (checkpoint): {len(mine)} writes, write time p50 {p.p50:.0f} ms, max {p.max:.0f} ms")
+        else:
+            g = [float(r["goodput_mbps"]) for r in mine]
+            out.append(f"{name} (dataset): {len(mine)} flows, goodput {sum(g) / len(g):.2f} Mbit/s each (mean)")
+    return out
+
+
+__all__ = ["METRICS", "job_row", "samples", "slowdown", "storage_lines", "summary", "verdict_line"]
