@@ -16,6 +16,8 @@ import math
 from pathlib import Path
 from typing import Sequence
 
+import pandas as pd
+
 from analysis import stats
 from analysis.load import load_csv
 from analysis.metrics import op_table, percentiles, step_times
@@ -31,6 +33,40 @@ def samples(job_dir: str | Path) -> dict[str, list[float]]:
         return {"step_ms": [], "cct_ms": []}
     return {"step_ms": [float(x) * 1e3 for x in step_times(ops)["step_s"]],
             "cct_ms": [float(x) * 1e3 for x in op_table(headline_ops(ops))["cct_s"]]}
+
+
+def _window(job_dir: Path) -> tuple[float, float] | None:
+    ops = load_csv(job_dir / "ops.csv", "ops")
+    return None if ops.empty else (float(ops["start_s"].min()), float(ops["end_s"].max()))
+
+
+def _union_within(intervals: Sequence[tuple[float, float]], lo: float, hi: float) -> float:
+    """Length of the union of ``intervals`` inside [lo, hi]."""
+    total, end = 0.0, lo
+    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def overlap(job_dir: str | Path) -> float:
+    """The fraction of the job's measured window (its first op's start to its last op's end) during which a
+    neighbour ran: another job of the same run between its first op and its last, a checkpoint write, a dataset
+    flow (storage.csv). 1.0: beside its neighbours throughout; a job that outlasts them has its last iterations
+    alone, and its slowdown is diluted by them."""
+    job_dir = Path(job_dir)
+    mine = _window(job_dir)
+    if mine is None or mine[1] <= mine[0]:
+        return math.nan
+    run = job_dir.parent
+    others = [w for d in run.iterdir() if d.is_dir() and d != job_dir and (d / "ops.csv").is_file()
+              for w in [_window(d)] if w is not None]
+    if (run / "storage.csv").is_file():
+        st = pd.read_csv(run / "storage.csv")
+        others += [(float(a), float(b)) for a, b in zip(st["start_s"], st["end_s"])]
+    return _union_within(others, *mine) / (mine[1] - mine[0])
 
 
 def summary(job_dir: str | Path) -> dict:
@@ -67,7 +103,8 @@ def job_row(name: str, hosts: str, neighbours: str, together_dirs: Sequence[Path
     solo runs, alone and the slowdowns."""
     t_samples = [samples(d) for d in together_dirs]
     t_sum = [summary(d) for d in together_dirs]
-    row: dict = {"job": name, "hosts": hosts, "beside": neighbours, "runs": len(together_dirs)}
+    row: dict = {"job": name, "hosts": hosts, "beside": neighbours, "runs": len(together_dirs),
+                 "overlap_min": min((overlap(d) for d in together_dirs), default=math.nan)}
     for _, key in METRICS:
         pooled = [v for s in t_samples for v in s[key]]
         row[f"{key}_p50"] = percentiles(pooled).p50
@@ -110,7 +147,10 @@ def verdict_line(row: dict) -> str:
     p99 = row["step_p99_ratio"]
     tail = (f"; step p99 {p99:.2f}x{_interval(row['step_p99_low'], row['step_p99_high'])}"
             if not math.isnan(p99) else "")
-    return f"{row['job']}: {head} (step p50, {row['step_p50_n']} iterations){tail}"
+    ov = row.get("overlap_min", math.nan)
+    alone = (f"; beside them {ov:.0%} of its run at least: its other iterations ran alone and dilute this"
+             if ov == ov and ov < 0.95 else "")
+    return f"{row['job']}: {head} (step p50, {row['step_p50_n']} iterations){tail}{alone}"
 
 
 def storage_lines(rows: Sequence[dict]) -> list[str]:
