@@ -1,12 +1,14 @@
 """Several jobs on one fabric, read back: each job's step and CCT samples from its own run directory, and with its
 solo runs (the job alone on the same fabric, same hosts, same seed) its slowdown from its neighbours.
 
-The slowdown of a percentile is together / solo, with its interval and verdict from :func:`analysis.stats.compare`:
-the p50 ratio compares the job's per-iteration samples (every run's iterations pooled, both sides); the p99 ratio
-compares the per-run p99s when each side has at least 2 runs (``--repeats``), else it is the two p99s' ratio with
-no interval (one run a side: a p99 of one run's iterations has no interval here). Iterations of one run are not
-independent samples of a job's behaviour (a slow phase of a neighbour spans several), so the pooled interval is
-narrower than one over runs: the verdict says how many samples it rests on.
+The slowdown of a percentile is together / solo, with its interval and verdict from :func:`analysis.stats.compare`.
+The p50 ratio compares the per-run p50s when each side has at least 4 runs (``--repeats``; fewer cannot give a rank
+test's verdict), else the job's per-iteration samples (every run's iterations pooled, both sides). Iterations of one
+run are not independent samples of a job's behaviour (a slow phase of a neighbour, or of this machine, spans several
+of them), so a pooled interval is narrower than the run-to-run spread: measured on 2 CPUs, two jobs on disjoint
+leaves had per-run p50 ratios of 0.89-1.17 and three runs' pooled iterations gave "A < B" [0.89, 0.97] for one of
+them. The verdict says what it rests on (iterations or runs). The p99 ratio compares the per-run p99s when each side
+has at least 2 runs, else it is the two p99s' ratio with no interval.
 """
 
 from __future__ import annotations
@@ -81,11 +83,17 @@ def _p99(values: Sequence[float]) -> float:
 def slowdown(together: Sequence[dict], solo: Sequence[dict], key: str) -> dict:
     """p50 and p99 ratios together / solo of ``key`` (step_ms or cct_ms) over the runs' samples (module docstring):
     {p50_ratio, p50_low, p50_high, p50_verdict, p50_n, p99_ratio, p99_low, p99_high, p99_verdict}."""
-    pooled_t = [v for s in together for v in s[key]]
-    pooled_s = [v for s in solo for v in s[key]]
-    d = stats.compare(pooled_t, pooled_s)
+    if min(len(together), len(solo)) >= stats.MIN_RUNS_FOR_VERDICT:  # runs are independent, iterations are not
+        d = stats.compare([percentiles(s[key]).p50 for s in together if s[key]],
+                          [percentiles(s[key]).p50 for s in solo if s[key]])
+        n = f"{len(together)} vs {len(solo)} runs"
+    else:
+        pooled_t = [v for s in together for v in s[key]]
+        pooled_s = [v for s in solo for v in s[key]]
+        d = stats.compare(pooled_t, pooled_s)
+        n = f"{len(pooled_t)} vs {len(pooled_s)} iterations"
     out = {"p50_ratio": d.ratio, "p50_low": d.ratio_low, "p50_high": d.ratio_high, "p50_verdict": d.verdict,
-           "p50_n": f"{len(pooled_t)} vs {len(pooled_s)}"}
+           "p50_n": n}
     p99_t, p99_s = [_p99(s[key]) for s in together if s[key]], [_p99(s[key]) for s in solo if s[key]]
     if len(p99_t) >= 2 and len(p99_s) >= 2:
         d99 = stats.compare(p99_t, p99_s)
@@ -150,7 +158,7 @@ def verdict_line(row: dict) -> str:
     ov = row.get("overlap_min", math.nan)
     alone = (f"; beside them {ov:.0%} of its run at least: its other iterations ran alone and dilute this"
              if ov == ov and ov < 0.95 else "")
-    return f"{row['job']}: {head} (step p50, {row['step_p50_n']} iterations){tail}{alone}"
+    return f"{row['job']}: {head} (step p50, {row['step_p50_n']}){tail}{alone}"
 
 
 def storage_lines(rows: Sequence[dict]) -> list[str]:
