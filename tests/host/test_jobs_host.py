@@ -93,3 +93,26 @@ def test_jobs_on_disjoint_leaves_do_not_slow_each_other(tmp_path):
         assert bool(row["verified"]), row.to_dict()
     for leaf in ("leaf1", "leaf2"):
         assert sent_bytes(out / "together" / "seed-1", leaf, "spine1") < 50_000
+
+
+def test_checkpoint_writes_and_a_dataset_stream_run_beside_a_job(tmp_path):
+    """examples/jobs/checkpoint.toml without --solo: h3 writes 1 MB to the storage host h6 every second (4 times, from
+    0.5 s) while h6 streams 2 Mbit/s to h1 and h2, beside the all-reduce on h1, h2 | h4, h5 (12 iterations, ~3.5 s
+    together). Asserted on what the kernel and the files say, not on a time: every write's 1 MB arrived, the paced
+    streams ran at their rate (2.02 Mbit/s measured; within a quarter), the leaf1 -> spine1 port carried the
+    all-reduce's bytes plus the checkpoints' (5.35 MB alone, measured above, + 4 MB), the storage host's port took
+    the writes in and its NIC sent the streams out."""
+    out = tmp_path / "ckpt"
+    jobs_file = ROOT / "examples" / "jobs" / "checkpoint.toml"
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "jobs", str(jobs_file), "--vm", "never", "--quiet",
+                        "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = out / "together" / "seed-1"
+    st = pd.read_csv(run / "storage.csv")
+    ck, ds = st[st["kind"] == "checkpoint"], st[st["kind"] == "dataset"]
+    assert len(ck) >= 3 and (ck["bytes"] == 1_000_000).all() and (ck["src"] == "h3").all(), st
+    assert sorted(ds["dst"]) == ["h1", "h2"] and ds["goodput_mbps"].between(1.5, 2.5).all(), st
+    assert sent_bytes(run, "leaf1", "spine1") > 5_000_000 + 0.95 * 1_000_000 * len(ck)
+    assert sent_bytes(run, "leaf2", "h6") > 0.95 * 1_000_000 * len(ck)  # the writes into the storage host
+    assert sent_bytes(run, "h6", "eth0") > 0.95 * ds["bytes"].sum()  # and its streams out
+    assert "ckpt (checkpoint): " in (out / "jobs.md").read_text()
