@@ -165,3 +165,28 @@ def test_cli_bad_file_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "h1 already runs job a" in r.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_topology_file_and_dscp(tmp_path):
+    """The fabric of a leaf-spine topology file (relative to the jobs file), a job's DSCP into its settings."""
+    topo = ROOT / "examples" / "topology-files" / "slow-spine-port.toml"
+    (tmp_path / "fabric.toml").write_text(topo.read_text())
+    jf = load(tmp_path, """
+[fabric]
+topology_file = "fabric.toml"
+
+[[job]]
+name = "a"
+hosts = ["h1", "h3"]
+dscp = 26
+
+[[job]]
+name = "b"
+ranks = 2
+placement = "spread"
+""")
+    assert jf.fabric["topology_file"] == str(tmp_path / "fabric.toml")
+    assert jf.jobs[0].settings.dscp == 26 and jf.jobs[1].settings.dscp == 0
+    assert set(jf.jobs[1].hosts) == {"h2", "h4"}  # spread over the two leaves' free hosts
+    msg = refused(tmp_path, TWO_JOBS.replace("[fabric]\n", "[fabric]\ntopology_file = \"fabric.toml\"\n"))
+    assert "topology_file: the file sets" in msg
