@@ -162,13 +162,17 @@ def verdict_line(row: dict) -> str:
 
 
 def storage_lines(rows: Sequence[dict]) -> list[str]:
-    """One line per storage entry: checkpoint write times, dataset goodput."""
+    """One line per storage or inference entry: checkpoint write times, dataset goodput, inference latency."""
     out = []
     for name in dict.fromkeys(r["name"] for r in rows):
         mine = [r for r in rows if r["name"] == name]
         if mine[0]["kind"] == "checkpoint":
             p = percentiles([float(r["seconds"]) * 1e3 for r in mine])
             out.append(f"{name} (checkpoint): {len(mine)} writes, write time p50 {p.p50:.0f} ms, max {p.max:.0f} ms")
+        elif mine[0]["kind"] == "inference":
+            p = percentiles([float(r["seconds"]) * 1e3 for r in mine])
+            out.append(f"{name} (inference): {len(mine)} request/response pairs, latency p50 {p.p50:.0f} ms, "
+                       f"p99 {p.p99:.0f} ms")
         else:
             g = [float(r["goodput_mbps"]) for r in mine]
             out.append(f"{name} (dataset): {len(mine)} flows, goodput {sum(g) / len(g):.2f} Mbit/s each (mean)")

@@ -44,7 +44,7 @@ def run_once(jf, out: Path, seed: int, quiet: bool) -> dict:
     params = {"jobs_file": str(jf.path), "fabric": jf.fabric, "entries": describe(jf)}
     rxe = any(j.settings.transport == "rdma" for j in jf.jobs)
     with Lab(SpecTopo(jf.spec), out=out, seed=seed, name="jobs", params=params, quiet=quiet, rxe=rxe) as lab:
-        ran = run_together(lab, jf.jobs, jf.checkpoints, jf.datasets)
+        ran = run_together(lab, jf.jobs, jf.checkpoints, jf.datasets, jf.inference)
         for name, s in ran.summaries.items():
             lab.summary.update({f"{name}_{k}": s.get(k) for k in ("step_ms_p50", "step_ms_p99", "cct_ms_p50",
                                                                   "cct_ms_p99", "bound_ms", "data_verified")})
@@ -137,7 +137,8 @@ def write_outputs(jf, out: Path, with_solo: bool, repeats: int, seed: int) -> li
     df.to_csv(paths[1], index=False)
     head = [aj.verdict_line(r) for r in rows] or ["no job finished"]
     sp = jf.spec
-    where = (f"{len(jf.jobs)} job(s) and {len(jf.checkpoints) + len(jf.datasets)} storage stream(s) from "
+    where = (f"{len(jf.jobs)} job(s) and {len(jf.checkpoints) + len(jf.datasets) + len(jf.inference)} storage or "
+             f"inference stream(s) from "
              f"{jf.path.name} on {sp.spines} spine(s) x {sp.leaves} leaves x {sp.hosts_per_leaf} hosts (hosts at "
              f"{sp.host_link.rate_mbps:g} Mbit/s, fabric links at {sp.fabric_link.rate_mbps:g} Mbit/s), "
              f"{repeats} run(s) together" + (" and as many of each job alone" if with_solo else "") + ".")

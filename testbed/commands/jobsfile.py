@@ -28,10 +28,19 @@ nothing built; every refusal is a UsageError of one line naming the file and the
     hosts = ["h1", "h2"]
     rate_mbps = 2
 
+    [[inference]]                 # request/response windows: every client sends a request to the server at the
+    name = "serve"                # same instant, the server answers each; count windows, every_s apart
+    server = "h6"
+    hosts = ["h3"]
+    request_size = "4K"
+    response_size = "256K"
+    every_s = 0.5
+    count = 8
+
 A job's ranks run on the hosts it names (in rank order), or the placement policy (traffic.placement) places them
 on the hosts no other job and no storage host holds, jobs with hosts first, then the rest in file order. Jobs never
 share a host; a storage host runs no rank. Relative paths (topology_file, trace_file, schedule_file) are the
-jobs file's folder's. Inference request/response windows are not a kind of entry yet.
+jobs file's folder's.
 """
 
 from __future__ import annotations
@@ -101,6 +110,26 @@ class Dataset:
 
 
 @dataclass(frozen=True)
+class Inference:
+    """Inference request/response windows: in each of ``count`` windows, ``every_s`` apart from ``start_s``, every
+    client of ``hosts`` sends ``request_bytes`` to ``server`` at the same instant, and once the server holds them
+    all it answers each client with ``response_bytes`` (all at once): a window's latency is its first request's
+    start to the last response's arrival."""
+    name: str
+    server: str
+    hosts: tuple[str, ...]
+    request_bytes: int
+    response_bytes: int
+    every_s: float
+    count: int
+    start_s: float
+
+    @property
+    def storage(self) -> str:  # the host that runs no rank
+        return self.server
+
+
+@dataclass(frozen=True)
 class JobsFile:
     """A jobs file, checked and placed: the fabric's parameters ``fabric`` and its spec, the jobs, the storage
     traffic."""
@@ -110,10 +139,11 @@ class JobsFile:
     jobs: tuple[JobEntry, ...]
     checkpoints: tuple[Checkpoint, ...]
     datasets: tuple[Dataset, ...]
+    inference: tuple[Inference, ...] = ()
 
     @property
     def names(self) -> list[str]:
-        return [e.name for e in (*self.jobs, *self.checkpoints, *self.datasets)]
+        return [e.name for e in (*self.jobs, *self.checkpoints, *self.datasets, *self.inference)]
 
 
 def _typed(q: Param, v: Any, where: str) -> Any:
@@ -245,7 +275,37 @@ def _job(entry: dict, where: str, base: Path, known: set[str]) -> tuple[str, dic
     return name, knobs, run, hosts, start_s
 
 
+def _size(entry: dict, key: str, default: str, where: str) -> int:
+    try:
+        return parse_size(entry.get(key, default))
+    except JobError as e:
+        raise UsageError(f"{where}: {key}: {e}") from None
+
+
+def _count(entry: dict, where: str) -> int:
+    count = entry.get("count", 3)
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10_000:
+        raise UsageError(f"{where}: count: an integer from 1 to 10000 (got {count!r})")
+    return count
+
+
+def _inference(entry: dict, where: str, known: set[str]) -> Inference:
+    _unknown(entry, ("name", "server", "hosts", "request_size", "response_size", "every_s", "count", "start_s"),
+             where)
+    server = entry.get("server")
+    if not isinstance(server, str) or server not in known:
+        raise UsageError(f"{where}: server: a host of the fabric (got {server!r})")
+    hosts = _host_list(entry, "hosts", where, known)
+    if server in hosts:
+        raise UsageError(f"{where}: hosts: the server {server} cannot also be a client")
+    return Inference(entry["name"], server, hosts, _size(entry, "request_size", "4K", where),
+                     _size(entry, "response_size", "64K", where), _number(entry, "every_s", where, 0.5, 0, 3600, True),
+                     _count(entry, where), _number(entry, "start_s", where, 0.0, 0.0, MAX_START_S))
+
+
 def _storage(entry: dict, kind: str, where: str, known: set[str]):
+    if kind == "inference":
+        return _inference(entry, where, known)
     storage = entry.get("storage")
     if not isinstance(storage, str) or storage not in known:
         raise UsageError(f"{where}: storage: a host of the fabric (got {storage!r})")
@@ -255,13 +315,7 @@ def _storage(entry: dict, kind: str, where: str, known: set[str]):
     start_s = _number(entry, "start_s", where, 0.0, 0.0, MAX_START_S)
     if kind == "checkpoint":
         _unknown(entry, ("name", "hosts", "storage", "size", "every_s", "count", "start_s"), where)
-        try:
-            size = parse_size(entry.get("size", "1M"))
-        except JobError as e:
-            raise UsageError(f"{where}: {e}") from None
-        count = entry.get("count", 3)
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10_000:
-            raise UsageError(f"{where}: count: an integer from 1 to 10000 (got {count!r})")
+        size, count = _size(entry, "size", "1M", where), _count(entry, where)
         return Checkpoint(entry["name"], hosts, storage, size, _number(entry, "every_s", where, 1.0, 0, 3600, True),
                           count, start_s)
     _unknown(entry, ("name", "hosts", "storage", "rate_mbps", "start_s", "duration_s", "dscp"), where)
@@ -273,7 +327,7 @@ def _storage(entry: dict, kind: str, where: str, known: set[str]):
 def _entries(doc: dict) -> list[tuple[str, str, dict]]:
     """(kind, where, entry) of every [[job]], [[checkpoint]] and [[dataset]], names checked."""
     out, seen = [], set()
-    for kind in ("job", "checkpoint", "dataset"):
+    for kind in ("job", "checkpoint", "dataset", "inference"):
         items = doc.get(kind, [])
         if not isinstance(items, list) or not all(isinstance(e, dict) for e in items):
             raise UsageError(f"{kind}: write each as a [[{kind}]] table")
@@ -303,7 +357,7 @@ def load(path: str | Path, scenario_params, seed: int = 1) -> JobsFile:
 def _load(path: Path, scenario_params, seed: int) -> JobsFile:
     doc = read(path)
     base = path.resolve().parent
-    _unknown(doc, ("fabric", "job", "checkpoint", "dataset", "description"), "top level")
+    _unknown(doc, ("fabric", "job", "checkpoint", "dataset", "inference", "description"), "top level")
     fabric, spec = fabric_of(doc, base, scenario_params, seed)
     leaf_of = {h.name: spec.leaf_of(h.name) for h in spec.hosts}
     known = set(leaf_of)
@@ -341,7 +395,8 @@ def _load(path: Path, scenario_params, seed: int) -> JobsFile:
             raise UsageError(f"{where}: {e}") from None
         jobs.append(JobEntry(name, settings, tuple(hosts), tuple(leaf_of[h] for h in hosts), policy, start_s))
     return JobsFile(path, fabric, spec, tuple(jobs), tuple(s for s in storage if isinstance(s, Checkpoint)),
-                    tuple(s for s in storage if isinstance(s, Dataset)))
+                    tuple(s for s in storage if isinstance(s, Dataset)),
+                    tuple(s for s in storage if isinstance(s, Inference)))
 
 
 def describe(jf: JobsFile) -> list[str]:
@@ -353,12 +408,17 @@ def describe(jf: JobsFile) -> list[str]:
               f"x {c.count} from {c.start_s:g} s" for c in jf.checkpoints]
     lines += [f"{d.name}: dataset {d.storage} -> {','.join(d.hosts)} at {d.rate_mbps:g} Mbit/s each from "
               f"{d.start_s:g} s" for d in jf.datasets]
+    lines += [f"{i.name}: inference {','.join(i.hosts)} -> {i.server} ({i.request_bytes} B requests, "
+              f"{i.response_bytes} B responses) every {i.every_s:g} s x {i.count} from {i.start_s:g} s"
+              for i in jf.inference]
     return lines
 
 
 def solo(jf: JobsFile, job: str) -> JobsFile:
     """The same file with only ``job`` (same fabric, same hosts, same seed): the job alone."""
-    return dataclasses.replace(jf, jobs=tuple(j for j in jf.jobs if j.name == job), checkpoints=(), datasets=())
+    return dataclasses.replace(jf, jobs=tuple(j for j in jf.jobs if j.name == job), checkpoints=(), datasets=(),
+                               inference=())
 
 
-__all__ = ["Checkpoint", "Dataset", "FABRIC_KEYS", "JobEntry", "JobsFile", "describe", "load", "read", "solo"]
+__all__ = ["Checkpoint", "Dataset", "FABRIC_KEYS", "Inference", "JobEntry", "JobsFile", "describe", "load", "read",
+           "solo"]

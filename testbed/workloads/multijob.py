@@ -8,11 +8,13 @@ Each collective job is a :class:`testbed.workloads.collective.CollectiveJob` wit
 lab's (``<run>/<job>/``: manifest.json, ops.csv, sweep.csv, tcp.csv, queues.csv, summary.json) and its own agents
 and fork server; the jobs run in threads. When every job's agents are connected (a barrier in each job's
 ``on_ready``) the jobs' common t = 0 is taken; each job's go waits for its ``start_s`` after it, and the storage
-traffic starts on the same clock. Checkpoints: every writer sends its block to the storage host at the same instant
-over a persistent TCP connection (traffic.incast), ``count`` times ``every_s`` apart, stopped early when the last
-job ends. Datasets: one paced bulk TCP flow from the storage host to each reader (``lab.flows``), until its
-duration or the last job's end. The lab's own folder gets ``storage.csv`` (one row per checkpoint write and per
-dataset flow) and ``port_deltas.csv`` (every shaped port's kernel counters from t = 0 to the last job's end).
+traffic starts on the same clock. Checkpoints: every writer sends its block to the storage host at the same instant over
+a persistent TCP connection (traffic.incast), ``count`` times ``every_s`` apart, stopped early when the last job ends.
+Inference: request/response windows, the clients' requests as one synchronized round into the server, then its responses
+to every client at once, ``count`` of them ``every_s`` apart. Datasets: one paced bulk TCP flow from the storage host to
+each reader (``lab.flows``), until its duration or the last job's end. The lab's own folder gets ``storage.csv`` (one
+row per checkpoint write, dataset flow and inference request/response) and ``port_deltas.csv`` (every shaped port's
+kernel counters from t = 0 to the last job's end).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class _Checkpoints:
     """One [[checkpoint]] entry's periodic writes, in a thread (see the module docstring)."""
 
     def __init__(self, lab, c, done: threading.Event):
-        self.c, self.done, self.rows = c, done, []
+        self.c, self.name, self.done, self.rows = c, c.name, done, []
         self.inc = IncastRounds(list(c.hosts), c.storage, lab.endpoints([c.storage, *c.hosts]), netns.entered,
                                 c.size_bytes, port=lab.next_ports(1), cc=lab.net.spec.tcp.congestion_control)
         self.inc.connect()
@@ -87,6 +89,58 @@ class _Checkpoints:
                                       "goodput_mbps": b * 8 / (e - s) / 1e6 if e > s else 0.0})
         except Exception as e:  # noqa: BLE001 - reported with the run
             self.error = f"checkpoint {c.name}: {e}"
+
+
+class _Inference:
+    """One [[inference]] entry's request/response windows, in a thread: the clients' requests as one synchronized
+    round into the server (traffic.incast), then the server's responses to every client at once (one round each,
+    in threads); a row per client and window, from the window's start to that client's response."""
+
+    def __init__(self, lab, w, done: threading.Event):
+        self.w, self.name, self.done, self.rows, self.error = w, w.name, done, [], ""
+        cc, ends = lab.net.spec.tcp.congestion_control, lab.endpoints([w.server, *w.hosts])
+        self.requests = IncastRounds(list(w.hosts), w.server, ends, netns.entered, w.request_bytes,
+                                     port=lab.next_ports(1), cc=cc)
+        self.responses = [IncastRounds([w.server], h, ends, netns.entered, w.response_bytes, port=lab.next_ports(1),
+                                       cc=cc) for h in w.hosts]
+        for inc in (self.requests, *self.responses):
+            inc.connect()
+            lab.on_teardown(inc.close)
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"inference-{w.name}")
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        self.thread.start()
+
+    def _window(self, k: int) -> None:
+        w = self.w
+        req = self.requests.run(1, first_round=k)
+        t_start = min(r[2] for r in req)
+        got: dict[str, tuple] = {}
+        threads = [threading.Thread(target=lambda h=h, inc=inc: got.__setitem__(h, inc.run(1, first_round=k)[0]))
+                   for h, inc in zip(w.hosts, self.responses)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for h in w.hosts:
+            if h not in got:
+                raise RuntimeError(f"no response reached {h} in window {k}")
+            end = got[h][3]
+            self.rows.append({"kind": "inference", "name": w.name, "src": h, "dst": w.server, "index": k,
+                              "start_s": t_start, "end_s": end, "bytes": w.request_bytes + w.response_bytes,
+                              "seconds": end - t_start, "goodput_mbps": ((w.request_bytes + w.response_bytes) * 8
+                                                                         / (end - t_start) / 1e6)})
+
+    def _run(self) -> None:
+        w = self.w
+        try:
+            for k in range(w.count):
+                if self.done.wait(max(0.0, self.t0 + w.start_s + k * w.every_s - time.monotonic())):
+                    return
+                self._window(k)
+        except Exception as e:  # noqa: BLE001 - reported with the run
+            self.error = f"inference {w.name}: {e}"
 
 
 def _datasets(lab, datasets, t0: float, done: threading.Event) -> list:
@@ -133,7 +187,7 @@ def _run_jobs(lab, jobs: dict, barrier: threading.Barrier, ran: Ran) -> list[thr
     return threads
 
 
-def run_together(lab, entries, checkpoints=(), datasets=()) -> Ran:
+def run_together(lab, entries, checkpoints=(), datasets=(), inference=()) -> Ran:
     """Run the collective jobs ``entries`` and the storage traffic together on ``lab`` (module docstring). Returns
     a :class:`Ran`; a job that failed is in ``errors`` (its summary missing)."""
     ran, done = Ran(), threading.Event()
@@ -151,14 +205,15 @@ def run_together(lab, entries, checkpoints=(), datasets=()) -> Ran:
             time.sleep(max(0.0, ran.t0 + start_of[name] - time.monotonic()))
         return wait
     jobs = {e.name: _job(lab, e, ready(e.name)) for e in entries}
-    cps = [_Checkpoints(lab, c, done) for c in checkpoints]
+    cps = [_Checkpoints(lab, c, done) for c in checkpoints] + [_Inference(lab, w, done) for w in inference]
     threads = _run_jobs(lab, jobs, barrier, ran)
     flows: list = []
     try:
         barrier.wait(READY_TIMEOUT_S)
         lab.start_workload()
-        lab.progress(f"{len(jobs)} job(s) ready: t = 0" + (f"; {len(cps)} checkpoint writer(s), {len(datasets)} "
-                                                          "dataset stream(s)" if cps or datasets else ""))
+        lab.progress(f"{len(jobs)} job(s) ready: t = 0" + (f"; {len(cps)} checkpoint/inference entries, "
+                                                          f"{len(datasets)} dataset stream(s)" if cps or datasets
+                                                          else ""))
         for cp in cps:
             cp.start(ran.t0)
         flows = _datasets(lab, datasets, ran.t0, done)
@@ -173,7 +228,7 @@ def run_together(lab, entries, checkpoints=(), datasets=()) -> Ran:
             cp.thread.join()
         ran.storage += cp.rows
         if cp.error:
-            ran.errors[cp.c.name] = cp.error
+            ran.errors[cp.name] = cp.error
     ran.storage += _dataset_rows(flows)
     _write(lab, ran)
     for name, job in jobs.items():

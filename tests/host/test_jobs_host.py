@@ -116,3 +116,21 @@ def test_checkpoint_writes_and_a_dataset_stream_run_beside_a_job(tmp_path):
     assert sent_bytes(run, "leaf2", "h6") > 0.95 * 1_000_000 * len(ck)  # the writes into the storage host
     assert sent_bytes(run, "h6", "eth0") > 0.95 * ds["bytes"].sum()  # and its streams out
     assert "ckpt (checkpoint): " in (out / "jobs.md").read_text()
+
+
+def test_inference_windows_beside_a_job(tmp_path):
+    """examples/jobs/inference.toml without --solo: h3 sends 4 kB to the server h6 every 0.4 s and gets 256 kB back,
+    until the all-reduce beside it ends. Asserted on physics and counters, not on a measured time: every window's
+    latency is at least the response's serialization at 20 Mbit/s (256 kB x 8 / 20 Mbit/s = 102 ms; measured p50
+    355 ms beside the job), and leaf2's uplink carried the responses besides the all-reduce's share."""
+    out = tmp_path / "serve"
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "jobs", str(ROOT / "examples" / "jobs" / "inference.toml"),
+                        "--vm", "never", "--quiet", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                       cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = out / "together" / "seed-1"
+    st = pd.read_csv(run / "storage.csv")
+    assert len(st) >= 3 and (st["kind"] == "inference").all() and (st["bytes"] == 260_000).all(), st
+    assert (st["seconds"] >= 0.102).all(), st
+    assert sent_bytes(run, "leaf2", "spine1") > 5_000_000 + 0.95 * 256_000 * len(st)
+    assert "serve (inference): " in (out / "jobs.md").read_text()

@@ -190,3 +190,35 @@ placement = "spread"
     assert set(jf.jobs[1].hosts) == {"h2", "h4"}  # spread over the two leaves' free hosts
     msg = refused(tmp_path, TWO_JOBS.replace("[fabric]\n", "[fabric]\ntopology_file = \"fabric.toml\"\n"))
     assert "topology_file: the file sets" in msg
+
+
+def test_inference_entry_and_its_refusals(tmp_path):
+    jf = load(tmp_path, FABRIC + """
+[[job]]
+name = "a"
+hosts = ["h1", "h2"]
+
+[[inference]]
+name = "serve"
+server = "h6"
+hosts = ["h3", "h1"]
+response_size = "256K"
+count = 5
+""")
+    w = jf.inference[0]
+    assert (w.server, w.hosts, w.request_bytes, w.response_bytes, w.count) == ("h6", ("h3", "h1"), 4000, 256000, 5)
+    assert jobsfile.solo(jf, "a").inference == ()
+    bad = (FABRIC + '[[job]]\nname = "a"\nhosts = ["h1", "h2"]\n[[inference]]\nname = "s"\nserver = "h1"\n'
+           'hosts = ["h3"]\n')
+    assert "h1 is a storage host" in refused(tmp_path, bad)
+    assert "cannot also be a client" in refused(tmp_path, bad.replace('hosts = ["h3"]', 'hosts = ["h3", "h1"]')
+                                                .replace('hosts = ["h1", "h2"]', 'hosts = ["h4", "h2"]'))
+    assert "response_size: size" in refused(tmp_path, bad.replace('server = "h1"', 'server = "h6"\nresponse_size = 0'))
+
+
+def test_the_docs_jobs_file_is_valid(tmp_path):
+    """docs/operations.md's jobs file (the TOML block under "The jobs file") reads and places as written."""
+    doc = (ROOT / "docs" / "operations.md").read_text().split("### The jobs file", 1)[1]
+    text = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    jf = load(tmp_path, text)
+    assert jf.names == ["train", "ckpt", "data", "serve"] and jf.inference[0].server == "h6"
