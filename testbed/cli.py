@@ -16,6 +16,7 @@
     testbed budget [--set ...] [--jitter ...]   how much compute jitter and straggling a job absorbs (its knee)
     testbed burnin [--set ...] [--fault ...]   burn-in battery: every host, link and leaf checked, outliers named
     testbed place --set ranks=N [--health F]   admission control: place, hold or refuse a job (builds nothing)
+    testbed jobs FILE.toml [--solo]     several jobs on one fabric at once; each job's slowdown from its neighbours
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
 A run that starts and then fails (an agent error, a data mismatch) ends with one line and exit status 1.
@@ -27,7 +28,7 @@ import argparse
 import sys
 
 from testbed import __version__
-from testbed.commands import audit, budget, burnin, explore
+from testbed.commands import audit, budget, burnin, explore, jobs
 from testbed.commands import draw as drawing
 from testbed.commands import trace as tracing
 from testbed.commands import place as placing
@@ -295,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=__version__)
     sub = p.add_subparsers(dest="subcommand", metavar="SUBCOMMAND", parser_class=_Parser)
     for add in (_add_doctor, _add_vm, _add_clean, _add_report, _add_compare, _add_sweep, explore.add_parser,
-                classlabs.add_parser, audit.add_parser, budget.add_parser, burnin.add_parser, _add_run):
+                classlabs.add_parser, audit.add_parser, budget.add_parser, burnin.add_parser, jobs.add_parser,
+                _add_run):
         add(sub)
     drawing.add_parser(sub)
     tracing.add_parser(sub)

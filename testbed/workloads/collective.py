@@ -109,9 +109,13 @@ class CollectiveJob:
 
     def __init__(self, lab, plan: JobPlan, transport: str = "tcp", cc: str = "cubic", dscp: int = 0,
                  rdma: dict | None = None, verify: bool = True, timeout_s: float = 600.0,
-                 sample_interval_ms: float = 0.0):
+                 sample_interval_ms: float = 0.0, rundir=None, on_ready=None):
 
         self.lab, self.plan, self.transport, self.cc, self.dscp = lab, plan, transport, cc, dscp
+        # several jobs on one lab (testbed jobs): each writes its files into its own run directory, and may wait
+        # for its neighbours in ``on_ready`` (called once its agents are connected, before anything is counted)
+        self.rundir = rundir if rundir is not None else lab.rundir
+        self.on_ready = on_ready
         self.rdma_opts = dict(rdma or {})
         self.verify, self.timeout_s, self.sample_interval_ms = verify, timeout_s, sample_interval_ms
         self.forks = None if os.environ.get("TESTBED_AGENT_SPAWN") == "exec" else ForkServer(netns.NETNS_DIR,
@@ -147,11 +151,12 @@ class CollectiveJob:
         RunFailed (naming the agent logs) when an agent or the control plane fails."""
 
         lab, fabric, pl = self.lab, self.lab.net.fabric, self.plan
-        lab.rundir.manifest["topology"] = fabric.describe()  # with what the experiment added (loss)
-        lab.rundir.manifest["placement"] = pl.placement.as_dict()
+        rundir = self.rundir
+        rundir.manifest["topology"] = fabric.describe()  # with what the experiment added (loss)
+        rundir.manifest["placement"] = pl.placement.as_dict()
         if groups := op_groups(pl):
-            lab.rundir.manifest["op_groups"] = groups
-        lab.rundir.write_manifest()
+            rundir.manifest["op_groups"] = groups
+        rundir.write_manifest()
         ctl = self._controller(fabric)
         lab.on_teardown(ctl.stop)
         bg = None
@@ -165,6 +170,8 @@ class CollectiveJob:
         started, counters = [], {}
 
         def before_go() -> None:  # every agent connected and ready: counters, sampler and background from here
+            if self.on_ready is not None:
+                self.on_ready()
             counters["tcp"] = lab.tcp_counters(pl.hosts)
             counters["ports"] = lab.port_deltas()
             if self.transport == "rdma":
@@ -180,19 +187,19 @@ class CollectiveJob:
         try:
             self.res = ctl.run(setup_timeout_s=self.timeout_s, run_timeout_s=self.timeout_s, before_go=before_go)
         except ControlError as e:
-            raise RunFailed(f"collective: run failed: {e} (agent logs: {lab.rundir.path}/agent-*.log)") from None
+            raise RunFailed(f"collective: run failed: {e} (agent logs: {rundir.path}/agent-*.log)") from None
         finally:
             self.bg_stats = bg.stop() if bg in started else []
             if sampler in started:
                 sampler.stop()
-        counters["tcp"].stop(lab.rundir)
+        counters["tcp"].stop(rundir)
         self.port_delta = counters["ports"].stop()
-        self.rdma_delta = counters["rdma"].stop(lab.rundir) if "rdma" in counters else {}
+        self.rdma_delta = counters["rdma"].stop(rundir) if "rdma" in counters else {}
         ctl.stop()
         # what each rank's sockets report (TCP_CONGESTION after connect): a host-config fault's own cc shows here
-        lab.rundir.manifest["cc_by_rank"] = {str(r): ",".join(m.get("cc", [])) for r, m in
+        rundir.manifest["cc_by_rank"] = {str(r): ",".join(m.get("cc", [])) for r, m in
                                              sorted((getattr(ctl, "ready", None) or {}).items())}
-        lab.rundir.write_manifest()
+        rundir.write_manifest()
         self._write(sampler)
         return self
 
@@ -211,13 +218,13 @@ class CollectiveJob:
             if at_fault is not None:
                 at_fault(k)
 
-        return Controller(lab.rundir.path, self._job_doc(fabric), pl.schedules, members,
+        return Controller(self.rundir.path, self._job_doc(fabric), pl.schedules, members,
                           self.forks.popen if self.forks else netns.popen, progress=lab.progress,
                           on_iteration=on_iteration if at_fault is not None or liveview.enabled() else None)
 
     def _write(self, sampler) -> None:
 
-        rundir, res = self.lab.rundir, self.res
+        rundir, res = self.rundir, self.res
         rows = ops_rows(self.plan, res.ops, res.t_measure_by_rank)
         rundir.write_csv("ops.csv", OPS_COLUMNS, ([r[c] for c in OPS_COLUMNS] for r in rows))
         rundir.write_csv("tcp_info.csv", ["iteration", "op_index", "rank", "peer", "phase", *INFO_KEYS],
@@ -249,7 +256,7 @@ class CollectiveJob:
                 r["bound_us"] = math.nan
             r["time_vs_bound"] = r["time_us"] / r["bound_us"] if r["bound_us"] > 0 else math.nan
         itemsize = pl.first.itemsize
-        self.lab.rundir.write_csv("sweep.csv", SWEEP_COLUMNS, (
+        self.rundir.write_csv("sweep.csv", SWEEP_COLUMNS, (
             [r["op"], r["collective"], r["message_bytes"], int(r["size"]), int(r["size"]) // itemsize,
              round(r["time_us"], 3), r["algbw_gbps"], r["busbw_gbps"], round(r["cct_us_p50"], 3),
              round(r["cct_us_p99"], 3), round(r["bound_us"], 3), r["time_vs_bound"], r["n"]] for r in nrows))
@@ -264,7 +271,7 @@ class CollectiveJob:
         increases, background goodput, fidelity (:meth:`_network_numbers`)."""
 
         pl, spec = self.plan, self.lab.net.spec
-        run = asum.load_quietly(self.lab.rundir.path)
+        run = asum.load_quietly(self.rundir.path)
         efficiency = payload_efficiency(self.transport, spec.host_link.mtu, self.rdma_opts.get("mtu", 0))
         nrows = self._sweep(run, efficiency)
         bound_of = {r["op"]: r["bound_us"] / 1e6 for r in nrows}

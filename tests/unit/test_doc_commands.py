@@ -1,5 +1,5 @@
-"""Every `testbed run` / `sweep` / `cli` / `audit` / `budget` / `lab` command shown in the README, docs/ and the
-classroom labs' handouts (code blocks and inline commands) resolves and validates: a reader who copies one gets a
+"""Every `testbed run` / `sweep` / `cli` / `audit` / `budget` / `jobs` / `lab` command shown in the README, docs/ and
+the classroom labs' handouts (code blocks and inline commands) resolves and validates: a reader who copies one gets a
 run, not a usage error (pure parameter logic, nothing is built)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from testbed.scenario import get
 ROOT = Path(__file__).resolve().parents[2]
 
 
-COMMAND = re.compile(r"(sudo )?testbed (run|sweep) [a-z]|(sudo )?testbed (cli|audit|budget)\b"
+COMMAND = re.compile(r"(sudo )?testbed (run|sweep) [a-z]|(sudo )?testbed (cli|audit|budget|jobs)\b"
                      r"|(sudo )?testbed lab (show|run)")
 
 
@@ -73,6 +73,13 @@ def test_documented_command_validates(line, tmp_path):
         args = build_parser().parse_args(argv)
         budget.plan(get("collective"), args.set, budget.parse_values(args.jitter, "--jitter", 1.0, False),
                     budget.parse_values(args.straggler_prob or "", "--straggler-prob", 1.0, True))
+        return
+    if argv[0] == "jobs":  # testbed jobs FILE: its parser and the jobs file, read, checked and placed
+        from testbed.cli import build_parser
+        from testbed.commands import jobsfile
+
+        args = build_parser().parse_args(argv)
+        jobsfile.load(ROOT / args.file, get("collective").params, args.seed)
         return
     if argv[0] == "cli":  # testbed cli: its parser and the topology it would build
         from testbed.cli import build_parser
