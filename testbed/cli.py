@@ -15,6 +15,7 @@
     testbed audit [--set ...] [--scale 1,2,4]   scaling efficiency from N to 4N ranks, with a verdict
     testbed budget [--set ...] [--jitter ...]   how much compute jitter and straggling a job absorbs (its knee)
     testbed burnin [--set ...] [--fault ...]   burn-in battery: every host, link and leaf checked, outliers named
+    testbed canary --change K=V [--canary leaf1]   a tuning change tried on a canary slice, rolled out or back
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
 A run that starts and then fails (an agent error, a data mismatch) ends with one line and exit status 1.
@@ -27,6 +28,7 @@ import sys
 
 from testbed import __version__
 from testbed.commands import audit, budget, burnin, explore
+from testbed.commands import canary as canaries
 from testbed.commands import draw as drawing
 from testbed.commands import trace as tracing
 from testbed.commands import labs as classlabs
@@ -295,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     for add in (_add_doctor, _add_vm, _add_clean, _add_report, _add_compare, _add_sweep, explore.add_parser,
                 classlabs.add_parser, audit.add_parser, budget.add_parser, burnin.add_parser, _add_run):
         add(sub)
+    canaries.add_parser(sub)
     drawing.add_parser(sub)
     tracing.add_parser(sub)
     return p
