@@ -254,13 +254,10 @@ def write_log(out: Path, result: dict, change, p: dict, canary: list[str], contr
     return out / "canary.md"
 
 
-def main(args: argparse.Namespace) -> int:
+def validate(args: argparse.Namespace) -> tuple:
+    """Everything checked before anything is built: (params, change, canary, control, rule, spec); UsageError."""
     from analysis.canary import Rule
-    from testbed.commands import canary_change, runner
-    from testbed.lab import Lab
-    from testbed.rundir import check_out_dir, default_out
-    from testbed.vm import labvm
-    from topologies.mininet_topo import SpecTopo
+    from testbed.commands import canary_change
 
     p = resolve(FABRIC, [*job_sets(args.job), *(args.set or [])])
     change = canary_change.parse_changes(args.change, {k: p[k] for k in ("buffer_bytes", "discipline", "k_bytes",
@@ -272,7 +269,17 @@ def main(args: argparse.Namespace) -> int:
         rule = Rule(args.tolerance, args.ceiling)
     except ValueError as e:
         raise UsageError(f"--tolerance/--ceiling: {e}") from None
-    spec = build_spec(p, args.seed)
+    return p, change, canary, control, rule, build_spec(p, args.seed)
+
+
+def main(args: argparse.Namespace) -> int:
+    from testbed.commands import runner
+    from testbed.lab import Lab
+    from testbed.rundir import check_out_dir, default_out
+    from testbed.vm import labvm
+    from topologies.mininet_topo import SpecTopo
+
+    p, change, canary, control, rule, spec = validate(args)
     require_root("testbed canary")
     out = check_out_dir(args.out) if args.out else check_out_dir(default_out("canary"), "--out (default)")
     from testbed.workloads.bottleneck import bottleneck_needs
@@ -326,4 +333,4 @@ def add_parser(sub) -> None:
     c.set_defaults(func=main)
 
 
-__all__ = ["FABRIC", "add_parser", "build_spec", "experiment", "job_sets", "main", "slices", "write_log"]
+__all__ = ["FABRIC", "add_parser", "build_spec", "experiment", "job_sets", "main", "slices", "validate", "write_log"]

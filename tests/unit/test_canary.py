@@ -129,3 +129,32 @@ def test_log_says_the_action_first():
     d = rules.decide([1400.0, 2800.0, 2200.0, 1700.0, 2100.0], FAST)
     md = rules.log_markdown("rto_min_ms=200", "leaf1", "leaf2", d, None, d.action)
     assert md.startswith("# Canary: ROLL BACK") and "Rule:" in md and "| canary | 5 |" in md
+
+
+def _documented() -> list[str]:
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = []
+    for f in (root / "README.md", root / "docs" / "operations.md"):
+        for block in re.findall(r"```sh\n(.*?)```", f.read_text(), re.S):
+            out += [ln.split(" #", 1)[0].strip() for ln in block.replace("\\\n", " ").splitlines()
+                    if "testbed canary" in ln]
+    return out
+
+
+def test_the_docs_show_canary_commands():
+    assert len(_documented()) >= 4
+
+
+@pytest.mark.parametrize("line", _documented())
+def test_documented_canary_command_validates(line):
+    import shlex
+
+    from testbed.cli import build_parser
+
+    argv = shlex.split(line)
+    args = build_parser().parse_args(argv[argv.index("testbed") + 1:])
+    p, change, canary_leaves, control, rule, spec = canary.validate(args)
+    assert change.values and canary_leaves and len(control) == len(canary_leaves)
