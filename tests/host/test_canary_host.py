@@ -4,14 +4,17 @@ a side, canary leaf1 and control leaf2 at the same time.
 
 * Harmful: the fabric runs rto_min 1 ms and the change puts the canary's hosts back at the kernel's 200 ms. The
   three-packet buffer drops in every round, some losses end in a retransmission timeout, and each costs 200 ms
-  instead of a few. Measured over 4 invocations (shared 2-CPU machine, other developers' runs beside): ratio canary /
-  control MEASURED_HARM. Asserted: rolled back (exit 1), told apart (``A > B``) with the ratio's interval low end
-  above 2.0 (under the lowest low end seen), and the canary's hosts really had rto_min 200 ms while the control's
-  kept 1 ms (the route metric read back from the kernel), and had it restored after the roll back.
+  instead of a few (both sides counted 31-57 timeouts per 5 runs; the canary's slowest round 230-240 ms, the
+  control's 35-43 ms). Measured over 4 invocations (shared 2-CPU machine, other developers' runs beside): ratio
+  canary / control 2.70 [2.21, 4.45], 4.22 [3.89, 5.16], 3.71 [2.02, 4.87], 2.74 [2.54, 3.35]. Asserted: rolled
+  back (exit 1), told apart (``A > B``), median ratio above 2.0 (lowest seen 2.70) and the interval's low end above
+  1.2 (lowest seen 2.02; the tolerance is 1.1); the canary's hosts really had rto_min 200 ms while the control's
+  kept 1 ms (the route metric read back from the kernel), and had 1 ms again after the roll back.
 * Helpful: the fabric runs rto_min 200 ms and the change gives the canary's leaf a 64000-byte buffer: no drops
-  there, no timeouts. Measured over 4 invocations: MEASURED_HELP. Asserted: rolled out (exit 0), the ratio's
-  interval high end below 0.5, the fabric-wide run verified, the canary's port limits 64000 and the control's
-  4500 while the canary ran (the bfifo limit the kernel reports), then 64000 everywhere.
+  there, no timeouts. Measured over 4 invocations: 0.21 [0.18, 0.23], 0.16 [0.14, 0.18], 0.22 [0.17, 0.34],
+  0.18 [0.13, 0.24] (canary 499 ms every run, control 2.2-3.2 s). Asserted: rolled out (exit 0), the ratio's
+  interval high end below 0.6 (highest seen 0.34), the fabric-wide run verified, the canary's port limits 64000
+  and the control's 4500 while the canary ran (the bfifo limit the kernel reports), then 64000 everywhere.
 
 Each invocation takes ~15 s of runs (about 20 s with the fabric's build and teardown)."""
 
@@ -46,7 +49,7 @@ def test_a_harmful_rto_min_is_rolled_back_and_touched_only_the_canary(tmp_path):
     assert r.returncode == 1, r.stderr[-3000:]
     assert doc["action"] == "roll back" and doc["verification"] is None
     c = doc["decision"]["comparison"]
-    assert c["verdict"] == "A > B" and c["ratio_low"] > 2.0, c
+    assert c["verdict"] == "A > B" and c["ratio"] > 2.0 and c["ratio_low"] > 1.2, c
     applied = doc["applied"]
     assert all(applied["canary"][h]["rto_min_ms"] == [200] for h in CANARY_HOSTS), applied["canary"]
     assert all(applied["control"][h]["rto_min_ms"] == [1] for h in CONTROL_HOSTS), applied["control"]
@@ -63,7 +66,7 @@ def test_a_bigger_buffer_is_rolled_out_and_verified(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert doc["action"] == "roll out"
     c = doc["decision"]["comparison"]
-    assert c["verdict"] == "A < B" and c["ratio_high"] < 0.5, c
+    assert c["verdict"] == "A < B" and c["ratio_high"] < 0.6, c
     assert doc["verification"]["ok"] and len(doc["verification"]["values_ms"]) == 2, doc["verification"]
     applied = doc["applied"]
     assert all(applied["canary"][p] == {"qdisc": "bfifo", "limit": 64000} for p in CANARY_PORTS), applied
