@@ -3,8 +3,8 @@ switch port's queue (buffer, discipline, marking threshold) or to a host's TCP (
 what proves it took effect (the qdisc the kernel reports, the route metric it holds).
 
 * :func:`replace_leaf_queue` — the leaf queue under one HTB class of a port built by testbed.kernel.qdisc
-  (``tc qdisc replace ... parent 1:10 handle 10: bfifo limit N``): packets already queued in the old queue are
-  dropped with it, as on a switch whose buffer profile is re-applied.
+  (``tc qdisc replace ... parent 1:10 handle 10: bfifo limit N``; a new kind is deleted and added): packets
+  queued in a deleted queue are dropped with it, as on a switch whose buffer profile is re-applied.
 * :func:`leaf_queue_limit` — that queue's kind and ``limit`` as the kernel reports them.
 * :func:`route_rto_min_ms` — the ``rto_min`` metric of every route of a namespace (``ip route`` shows
   ``rto_min lock 5ms``). Routes are changed with testbed.kernel.linkfail.apply_routes.
@@ -18,8 +18,15 @@ RTAX_RTO_MIN = "RTAX_RTO_MIN"
 
 
 def replace_leaf_queue(ipr, idx: int, minor: int, queue: qdisc.LeafQueue, rate_mbps: float) -> None:
-    """Replace the leaf queue of class 1:<minor> on interface ``idx`` (an open IPRoute of its namespace)."""
+    """Replace the leaf queue of class 1:<minor> on interface ``idx`` (an open IPRoute of its namespace). The kernel
+    changes a qdisc in place only to one of the same kind (else EINVAL): a new kind (bfifo -> red) deletes the old
+    queue and adds the new one, the class holding the kernel's default pfifo in between."""
     kind, args = queue.tc_args(int(rate_mbps * 1_000_000 / 8))
+    old_kind, _ = leaf_queue_limit(ipr, idx, minor)
+    if old_kind and old_kind != kind:
+        ipr.tc("del", index=idx, handle=f"{minor:x}:", parent=f"1:{minor:x}")
+        ipr.tc("add", kind, index=idx, handle=f"{minor:x}:", parent=f"1:{minor:x}", **args)
+        return
     ipr.tc("replace", kind, index=idx, handle=f"{minor:x}:", parent=f"1:{minor:x}", **args)
 
 
