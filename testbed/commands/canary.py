@@ -30,7 +30,7 @@ import sys
 import threading
 from pathlib import Path
 
-from testbed.errors import UsageError, require_root
+from testbed.errors import RunFailed, UsageError, require_root
 from testbed.params import Param, parse_seed, resolve
 
 FABRIC = [
@@ -295,9 +295,14 @@ def main(args: argparse.Namespace) -> int:
                           "--repeats", str(args.repeats), "--tolerance", str(args.tolerance), "--ceiling",
                           str(args.ceiling), "--seed", str(args.seed), "--out", str(out), "--vm", "never"])
     params = {**p, "change": change.text(), "canary": canary, "control": control, "repeats": args.repeats}
-    with Lab(SpecTopo(spec), out=out, seed=args.seed, name="canary", params=params, quiet=args.quiet) as lab:
-        result = experiment(lab, p, change, canary, control, args.repeats, rule)
-        lab.summary.update({"action": result["final"], "ratio": result["decision"].diff.ratio})
+    try:
+        with Lab(SpecTopo(spec), out=out, seed=args.seed, name="canary", params=params, quiet=args.quiet) as lab:
+            result = experiment(lab, p, change, canary, control, args.repeats, rule)
+            lab.summary.update({"action": result["final"], "ratio": result["decision"].diff.ratio})
+    except (UsageError, RunFailed):
+        raise
+    except Exception as e:  # noqa: BLE001 - e.g. the kernel refusing a change (netlink): one line, torn down by now
+        raise RunFailed(f"testbed canary: {type(e).__name__}: {e} (the fabric is torn down; {out})") from e
     path = write_log(Path(out), result, change, p, canary, control, args.seed)
     print(path.read_text().split("\n- change")[0].strip())
     print(path)
