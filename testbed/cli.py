@@ -17,6 +17,7 @@
     testbed burnin [--set ...] [--fault ...]   burn-in battery: every host, link and leaf checked, outliers named
     testbed place --set ranks=N [--health F]   admission control: place, hold or refuse a job (builds nothing)
     testbed jobs FILE.toml [--solo]     several jobs on one fabric at once; each job's slowdown from its neighbours
+    testbed canary --change K=V [--canary leaf1]   a tuning change tried on a canary slice, rolled out or back
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
 A run that starts and then fails (an agent error, a data mismatch) ends with one line and exit status 1.
@@ -29,6 +30,7 @@ import sys
 
 from testbed import __version__
 from testbed.commands import audit, budget, burnin, explore, jobs
+from testbed.commands import canary as canaries
 from testbed.commands import draw as drawing
 from testbed.commands import trace as tracing
 from testbed.commands import place as placing
@@ -299,6 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
                 classlabs.add_parser, audit.add_parser, budget.add_parser, burnin.add_parser, jobs.add_parser,
                 _add_run):
         add(sub)
+    canaries.add_parser(sub)
     drawing.add_parser(sub)
     tracing.add_parser(sub)
     placing.add_parser(sub)
