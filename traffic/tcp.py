@@ -217,12 +217,18 @@ class TcpTransport(Transport):
 
     def _update_mask(self, c: _Conn) -> None:
         want = (0 if c.paused else selectors.EVENT_READ) | (selectors.EVENT_WRITE if c.sendq else 0)
+        if want == c.mask:
+            return
+        # paused with nothing to send: the socket leaves the selector. Registered for reading, its waiting payload
+        # made every select return at once (level-triggered) while _recv did nothing: each agent spun a CPU
+        # whenever a peer ran a step ahead (lab 04's all-to-all kept 2 CPUs 85-100% busy at 10 Mbit/s)
         if want == 0:
-            want = selectors.EVENT_READ  # selectors cannot register nothing: harmless, _recv returns at once
-
-        if want != c.mask:
-            c.mask = want
+            self.sel.unregister(c.sock)
+        elif c.mask == 0:
+            self.sel.register(c.sock, want, c)
+        else:
             self.sel.modify(c.sock, want, c)
+        c.mask = want
 
     def _send(self, c: _Conn) -> None:
         while c.sendq:

@@ -233,12 +233,15 @@ def _say(msg: str) -> None:
 def run(lab: ClassLab, out: Path, quiet: bool = True, repeats: int | None = None) -> int:
     """Every run of the lab, ``repeats`` times (default: the lab's), into ``out/<run name>/seed-<seed>/`` in this
     kernel, each run's repeat.json, then its check. A failed run is recorded and the rest go on (exit status 1);
-    nothing is run again."""
+    nothing is run again. The runs go in rounds (each lab run's first seed, then each one's second, ...): a burst
+    of load from elsewhere on the machine then makes one run of each unfaithful rather than several of one (lab
+    04: 4 of its 6 ECMP runs in a row, CPUs 94-100% busy, its statements left without 5 faithful runs), and the
+    runs compared see alike conditions."""
     from analysis.evidence import write_repeat_json
     from testbed.commands.runner import run_scenario
 
     n = repeats or lab.repeats
-    todo = [(r, s) for r in lab.runs for s in r.seeds(n)]
+    todo = [(r, r.seeds(n)[i]) for i in range(n) for r in lab.runs]
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     failed = []
