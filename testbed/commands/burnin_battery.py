@@ -42,7 +42,8 @@ PINGS, PING_INTERVAL_S = 40, 0.005
 BACKLOG_EVERY_S = 0.05
 #: the compute task: iterations of a Python loop (~35 ms on one idle core of this machine), run CPU_REPEATS times
 CPU_LOOP, CPU_REPEATS = 600_000, 5
-WORKER = ("import sys, time\nfor line in sys.stdin:\n    n = int(line)\n    t = time.perf_counter()\n    x = 0\n"
+WORKER = ("import sys, time\nprint('ready', flush=True)\n"
+          "for line in sys.stdin:\n    n = int(line)\n    t = time.perf_counter()\n    x = 0\n"
           "    for i in range(n):\n        x += i * i\n"
           "    print(f'{(time.perf_counter() - t) * 1e3:.3f}', flush=True)\n")
 
@@ -304,6 +305,12 @@ class CpuWorkers:
                             stdout=subprocess.PIPE, text=True)
             lab.state.add("pids", p.pid)
             self.procs[h] = p
+        # each worker says it is ready once Python runs, so after nsenter has entered the host's namespace: a
+        # slow-host step at t = 0 finds it there (a CI run's throttle moved 0 processes when it came first)
+        for h, p in self.procs.items():
+            line = p.stdout.readline().strip()
+            if line != "ready":
+                raise RuntimeError(f"burn-in: the CPU worker on {h} did not start ({line or 'no output'})")
 
     def time_ms(self, host: str, loops: int = CPU_LOOP, repeats: int = CPU_REPEATS) -> float:
         """The median of ``repeats`` timed runs of the task on ``host``."""
