@@ -141,5 +141,27 @@ def log_markdown(change: str, canary: str, control: str, decision: Decision, ver
     return "\n".join(lines) + "\n"
 
 
+def summary_numbers(decision: Decision, verification: Verification | None, final: str,
+                    rounds_ms: dict[str, Sequence[float]], readback_ok: bool) -> dict[str, float]:
+    """A canary's numbers for summary.json (analysis.metricnames' canary group): the final action as
+    ``rolled_back`` / ``rolled_out`` (1/0), ``rollout_verified`` (1 when a roll out passed its fabric-wide check,
+    else 0), ``readback_verified`` (1 when every kernel read-back held what that step meant to set), the ratio canary
+    / control of the job times' medians with its 95% interval ends, each side's median job time, and each side's
+    round p99 over all its rounds of the canary phase (``rounds_ms``: side -> round times in ms; nearest rank, an
+    observed round: of 5 runs x 20 rounds, the second slowest)."""
+    from analysis.metrics.samples import nearest_rank
+
+    d = decision.diff
+    out = {"rolled_back": int(final == ROLL_BACK), "rolled_out": int(final == ROLL_OUT),
+           "rollout_verified": int(verification is not None and verification.ok and final == ROLL_OUT),
+           "readback_verified": int(bool(readback_ok)), "canary_ratio": float(d.ratio),
+           "canary_ratio_low": float(d.ratio_low), "canary_ratio_high": float(d.ratio_high),
+           "canary_job_ms_median": float(d.a.median), "control_job_ms_median": float(d.b.median),
+           "canary_runs": int(d.a.n), "control_runs": int(d.b.n)}
+    for side in ("canary", "control"):
+        out[f"{side}_round_ms_p99"] = nearest_rank(rounds_ms.get(side, ()), 0.99)
+    return out
+
+
 __all__ = ["DEFAULT_CEILING", "DEFAULT_TOLERANCE", "Decision", "ROLL_BACK", "ROLL_OUT", "Rule", "Verification",
-           "decide", "log_markdown", "verify"]
+           "decide", "log_markdown", "summary_numbers", "verify"]

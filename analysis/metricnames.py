@@ -8,7 +8,7 @@ dimension, the capture's wire counters, the RDMA devices' counters). :func:`know
 Who writes what: analysis.summary (recomputed from the run's files), testbed.workloads.collective (the collective
 job), scenarios/*.py (incast, dctcp, pfc-hol, program, smoke), testbed.pfc.controller (PFC), testbed.measure
 (fidelity, sampler, capture), analysis.faults (faults' effects), testbed.network.cluster (servers),
-analysis.burnin (the burn-in battery)."""
+analysis.burnin (the burn-in battery), analysis.canary (a canary's decision: scenarios/canary.py, testbed canary)."""
 
 from __future__ import annotations
 
@@ -55,6 +55,10 @@ _GROUPS = {
     "burn-in (analysis.burnin)": """
         burnin_healthy burnin_flagged burnin_wall_s hosts_flagged links_flagged path_mbps_min path_mbps_median
         path_fraction_min path_vs_configured_min fabric_cct_vs_bound leaf_cct_vs_bound_max""",
+    "canary (analysis.canary)": """
+        rolled_back rolled_out rollout_verified readback_verified canary_ratio canary_ratio_low canary_ratio_high
+        canary_job_ms_median control_job_ms_median canary_round_ms_p99 control_round_ms_p99 canary_runs
+        control_runs canary_tcp_timeouts control_tcp_timeouts canary_port_drops control_port_drops decision_log""",
 }
 
 #: every fixed name, from the groups above

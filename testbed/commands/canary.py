@@ -17,9 +17,11 @@ The job (``--job incast``, or a TOML FILE of its knobs): on each slice leaf, eve
 ``block_bytes`` to its first host in ``rounds`` synchronized rounds (traffic.incast); the metric is the job's
 completion time, the sum of its rounds.
 
-Files in OUT: canary.md (the decision log, the verdict first), canary.json, canary.csv (one row per run and side)
-and the run directory's manifest. Exit status 0 rolled out, 1 rolled back, 2 bad input (one line, before anything
-is built).
+Files in OUT: canary.md (the decision log, the verdict first), canary.json (with the kernel read-backs and any
+mismatch against what each step meant to set), canary.csv (one row per run and side), canary_rounds.csv (one row per
+round) and the run directory's manifest and summary.json (analysis.canary.summary_numbers). :func:`on_lab` is the
+whole canary on a live Lab: scenarios/canary.py runs it as a scenario (repeats, compare, lab 14). Exit status 0
+rolled out, 1 rolled back, 2 bad input (one line, before anything is built).
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def _incast_on(lab, leaf: str, p: dict, cc: str, port: int) -> dict:
     round_ms = [float(x) * 1e3 for x in rounds["round_s"]]
     delta = tcp.stop()
     drops.stop()
-    return {"job_ms": sum(round_ms), "round_ms_max": max(round_ms), "rounds": len(round_ms),
+    return {"job_ms": sum(round_ms), "round_ms_max": max(round_ms), "rounds": len(round_ms), "round_ms": round_ms,
             "tcp_timeouts": sum(d.get("TcpExtTCPTimeouts", 0) for d in delta.values()),
             "tcp_retrans_segs": sum(d.get("TcpRetransSegs", 0) for d in delta.values()),
             "port_drops": drops.total("drops")}
@@ -216,6 +218,41 @@ def experiment(lab, p: dict, change, canary: list[str], control: list[str], repe
     return {"rows": rows, "decision": decision, "verification": verification, "final": final, "applied": applied}
 
 
+def readback_problems(result: dict, change) -> list[str]:
+    """Did the kernel hold what each step of the experiment meant it to (canary_change.mismatches)? The canary slice
+    the change, the control slice the fabric's settings, and at the end every leaf the change (rolled out) or the
+    canary slice the fabric's settings again (rolled back). Empty: every read-back agreed."""
+    from testbed.commands import canary_change as cc_mod
+
+    meant = {"canary": change.after(), "control": change.base, "rolled_out": change.after(),
+             "rolled_back": change.base}
+    return [f"{step}: {m}" for step, found in result["applied"].items()
+            for m in cc_mod.mismatches(found, meant[step])]
+
+
+def on_lab(lab, p: dict, change, canary: list[str], control: list[str], repeats: int, rule, seed: int) -> dict:
+    """The whole canary on a live Lab (its fabric built from :func:`build_spec`): :func:`experiment`, the kernel
+    read-backs checked, the decision log written into the run directory. Returns the experiment's result with
+    ``problems`` (read-back mismatches), ``log`` (canary.md's path) and ``summary`` (analysis.canary's numbers for
+    summary.json)."""
+    from analysis.canary import summary_numbers
+
+    result = experiment(lab, p, change, canary, control, repeats, rule)
+    result["problems"] = readback_problems(result, change)
+    for line in result["problems"]:
+        lab.progress(f"read-back: {line}")
+    result["log"] = write_log(Path(lab.path), result, change, p, canary, control, seed)
+    rounds = {side: [x for r in result["rows"] if r["phase"] == "canary" and r["side"] == side and r["ok"]
+                     for x in r["round_ms"]] for side in ("canary", "control")}
+    counters = {f"{side}_{k}": sum(r.get(k, 0) for r in result["rows"] if r["phase"] == "canary" and
+                                   r["side"] == side) for side in ("canary", "control")
+                for k in ("tcp_timeouts", "port_drops")}
+    result["summary"] = {**summary_numbers(result["decision"], result["verification"], result["final"], rounds,
+                                           not result["problems"]),
+                         **counters, "decision_log": result["log"].name}
+    return result
+
+
 def readback_text(found: dict) -> str:
     """The distinct values the kernel reported on a slice: its ports' qdisc limits, its hosts' rto_min and ECN."""
     limits = sorted({f"{v['qdisc']} limit {v['limit']}" for v in found.values() if "qdisc" in v})
@@ -248,27 +285,40 @@ def write_log(out: Path, result: dict, change, p: dict, canary: list[str], contr
     (out / "canary.md").write_text(md)
     doc = {"action": result["final"], "change": change.values, "fabric": change.base, "canary": canary,
            "control": control, "seed": seed, "decision": d.as_dict(),
-           "verification": v.as_dict() if v else None, "applied": result["applied"], "params": p}
+           "verification": v.as_dict() if v else None, "applied": result["applied"],
+           "readback_problems": result.get("problems", []), "params": p}
     (out / "canary.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    pd.DataFrame(result["rows"]).to_csv(out / "canary.csv", index=False)
+    pd.DataFrame([{k: x for k, x in r.items() if k != "round_ms"} for r in result["rows"]]).to_csv(
+        out / "canary.csv", index=False)
+    pd.DataFrame([{"run": r["run"], "phase": r["phase"], "side": r["side"], "leaf": r["leaf"], "round": i + 1,
+                   "round_ms": x} for r in result["rows"] for i, x in enumerate(r.get("round_ms", []))],
+                 columns=["run", "phase", "side", "leaf", "round", "round_ms"]).to_csv(out / "canary_rounds.csv",
+                                                                                      index=False)
     return out / "canary.md"
+
+
+def plan(p: dict, change_texts: list[str], canary_text: str, repeats: int, tolerance: float, ceiling: float) -> tuple:
+    """The experiment's plan from resolved fabric settings, checked before anything is built: (change, canary
+    leaves, control leaves, rule); UsageError (one line) for a bad change, slice, repeat count or rule."""
+    from analysis.canary import Rule
+    from testbed.commands import canary_change
+
+    change = canary_change.parse_changes(change_texts, {k: p[k] for k in ("buffer_bytes", "discipline", "k_bytes",
+                                                                          "ecn", "cc", "rto_min_ms")})
+    canary, control = slices(p, canary_text)
+    if repeats < MIN_REPEATS:
+        raise UsageError(f"--repeats must be at least {MIN_REPEATS}: fewer runs a side can never tell a difference")
+    try:
+        rule = Rule(tolerance, ceiling)
+    except ValueError as e:
+        raise UsageError(f"--tolerance/--ceiling: {e}") from None
+    return change, canary, control, rule
 
 
 def validate(args: argparse.Namespace) -> tuple:
     """Everything checked before anything is built: (params, change, canary, control, rule, spec); UsageError."""
-    from analysis.canary import Rule
-    from testbed.commands import canary_change
-
     p = resolve(FABRIC, [*job_sets(args.job), *(args.set or [])])
-    change = canary_change.parse_changes(args.change, {k: p[k] for k in ("buffer_bytes", "discipline", "k_bytes",
-                                                                          "ecn", "cc", "rto_min_ms")})
-    canary, control = slices(p, args.canary)
-    if args.repeats < MIN_REPEATS:
-        raise UsageError(f"--repeats must be at least {MIN_REPEATS}: fewer runs a side can never tell a difference")
-    try:
-        rule = Rule(args.tolerance, args.ceiling)
-    except ValueError as e:
-        raise UsageError(f"--tolerance/--ceiling: {e}") from None
+    change, canary, control, rule = plan(p, args.change, args.canary, args.repeats, args.tolerance, args.ceiling)
     return p, change, canary, control, rule, build_spec(p, args.seed)
 
 
@@ -297,13 +347,13 @@ def main(args: argparse.Namespace) -> int:
     params = {**p, "change": change.text(), "canary": canary, "control": control, "repeats": args.repeats}
     try:
         with Lab(SpecTopo(spec), out=out, seed=args.seed, name="canary", params=params, quiet=args.quiet) as lab:
-            result = experiment(lab, p, change, canary, control, args.repeats, rule)
-            lab.summary.update({"action": result["final"], "ratio": result["decision"].diff.ratio})
+            result = on_lab(lab, p, change, canary, control, args.repeats, rule, args.seed)
+            lab.summary.update({"action": result["final"], **result["summary"]})
     except (UsageError, RunFailed):
         raise
     except Exception as e:  # noqa: BLE001 - e.g. the kernel refusing a change (netlink): one line, torn down by now
         raise RunFailed(f"testbed canary: {type(e).__name__}: {e} (the fabric is torn down; {out})") from e
-    path = write_log(Path(out), result, change, p, canary, control, args.seed)
+    path = result["log"]
     print(path.read_text().split("\n- change")[0].strip())
     print(path)
     return 0 if result["final"] == "roll out" else 1
@@ -338,4 +388,5 @@ def add_parser(sub) -> None:
     c.set_defaults(func=main)
 
 
-__all__ = ["FABRIC", "add_parser", "build_spec", "experiment", "job_sets", "main", "slices", "validate", "write_log"]
+__all__ = ["FABRIC", "MIN_REPEATS", "add_parser", "build_spec", "experiment", "job_sets", "main", "on_lab", "plan",
+           "readback_problems", "slices", "validate", "write_log"]

@@ -171,5 +171,26 @@ def read_back(fabric, leaves: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-__all__ = ["Change", "HOST_KEYS", "KEYS", "SWITCH_KEYS", "apply", "parse_changes", "read_back", "slice_hosts",
-           "slice_ports"]
+def mismatches(found: dict[str, dict[str, Any]], settings: dict[str, Any]) -> list[str]:
+    """What :func:`read_back` found that differs from ``settings`` (the fabric's or the changed ones): each port's
+    leaf queue kind and limit (what testbed.kernel.qdisc would install for them), each host's route rto_min (no
+    metric: the kernel's 200 ms) and ECN (``tcp_ecn`` 1 requests it; 0 and 2 do not). Empty: the kernel holds
+    exactly these settings. One line per difference, naming the port or host."""
+    from testbed.network.portplan import leaf_queue
+    from testbed.workloads.bottleneck import bottleneck_queue
+
+    kind, args = leaf_queue(bottleneck_queue(settings)).tc_args(None)
+    want_rto = int(settings["rto_min_ms"])
+    out = []
+    for where, v in found.items():
+        if "qdisc" in v and (v["qdisc"] != kind or v["limit"] != args["limit"]):
+            out.append(f"{where}: {v['qdisc']} limit {v['limit']}, not {kind} limit {args['limit']}")
+        if "rto_min_ms" in v and (v["rto_min_ms"] or [200]) != [want_rto]:
+            out.append(f"{where}: rto_min {v['rto_min_ms']} ms, not {want_rto}")
+        if "tcp_ecn" in v and (v["tcp_ecn"] == 1) != bool(settings["ecn"]):
+            out.append(f"{where}: tcp_ecn {v['tcp_ecn']}, ecn {bool(settings['ecn'])} wanted")
+    return out
+
+
+__all__ = ["Change", "HOST_KEYS", "KEYS", "SWITCH_KEYS", "apply", "mismatches", "parse_changes", "read_back",
+           "slice_hosts", "slice_ports"]
