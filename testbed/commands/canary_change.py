@@ -37,8 +37,12 @@ KEYS = {p.name: p for p in (
     Param("cc", str, "", "", "congestion control of the slice hosts' sockets",
           choices=("cubic", "reno", "dctcp", "bbr")),
 )}
-NOT_YET = {"pfc_xoff_bytes": "PFC thresholds", "pfc_xon_bytes": "PFC thresholds",
-           "load_balancing": "load balancing"}
+#: changes issue 27 names that a canary slice cannot carry, and why (the refusal's one line)
+_PFC_WHY = ("PFC thresholds are not supported on a slice: pauses spread hop by hop from a canary leaf through the "
+            "spines to the control's ports, and this fabric has no lossless class (the job is TCP, best effort)")
+NOT_YET = {"pfc_xoff_bytes": _PFC_WHY, "pfc_xon_bytes": _PFC_WHY,
+           "load_balancing": "load balancing is not supported by this canary: each slice's job stays inside its "
+                             "leaf, so no flow takes a spine path and a balancing change alters nothing it measures"}
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def parse_changes(texts: Sequence[str], base: dict[str, Any]) -> Change:
         k, v = (x.strip() for x in t.split("=", 1))
         k = k.replace("-", "_")
         if k in NOT_YET:
-            raise UsageError(f"--change {k}: canaries of {NOT_YET[k]} are not supported (keys: {', '.join(KEYS)})")
+            raise UsageError(f"--change {k}: {NOT_YET[k]} (keys: {', '.join(KEYS)})")
         if k not in KEYS:
             raise UsageError(f"--change: unknown key {k!r} (keys: {', '.join(KEYS)})")
         if k in values:

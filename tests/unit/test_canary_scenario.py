@@ -123,3 +123,14 @@ def test_readback_mismatches_name_the_port_or_host_that_differs():
         "h3: tcp_ecn 1, ecn False wanted"]  # no route metric: the kernel's 200 ms
     step = {**BASE, "buffer_bytes": 16000, "discipline": "step", "k_bytes": 6000, "ecn": True}
     assert canary_change.mismatches({"leaf1:h1": {"qdisc": "red", "limit": 16000}}, step) == []
+
+
+@pytest.mark.parametrize("text, why", [
+    ("pfc_xoff_bytes=20000", "pauses spread hop by hop"),
+    ("pfc_xon_bytes=10000", "no lossless class"),
+    ("load_balancing=letflow", "stays inside its leaf"),
+])
+def test_changes_a_slice_cannot_carry_are_refused_naming_why(text, why):
+    with pytest.raises(UsageError, match=why) as e:
+        canary_change.parse_changes([text], BASE)
+    assert "\n" not in str(e.value)
