@@ -309,6 +309,8 @@ CROSS_INVALID = {
                 ["background=h1>h1"], ["background=h1"], ["cmd=   "], ["cc=dctcp"],
                 ["discipline=step", "k_bytes=300000"]],
     "burnin": [["size=abc"], ["size=12Q"], ["leaves=1", "hosts_per_leaf=1"]],
+    "canary": [["change=k_bytes=3000"], ["change=cc=dctcp"], ["change=rto_min_ms=1"], ["canary=leaf1,leaf2"],
+               ["tolerance=2", "ceiling=1.5"], ["change=bogus=1"]],
 }
 
 
