@@ -8,7 +8,7 @@ dimension, the capture's wire counters, the RDMA devices' counters). :func:`know
 Who writes what: analysis.summary (recomputed from the run's files), testbed.workloads.collective (the collective
 job), scenarios/*.py (incast, dctcp, pfc-hol, program, smoke), testbed.pfc.controller (PFC), testbed.measure
 (fidelity, sampler, capture), analysis.faults (faults' effects), testbed.network.cluster (servers),
-analysis.burnin (the burn-in battery)."""
+analysis.burnin (the burn-in battery), scenarios/jobs.py (several jobs: job_NAME_...)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ FAMILIES: tuple[str, ...] = (
     r"rdma_[a-z0-9_]+",                                   # RDMA devices' recovery counters
     r"pfc_[a-z0-9_]+",                                    # the PFC controller
     r"sampler_[a-z0-9_]+",                                # the queue sampler's own timing
+    rf"job_[A-Za-z][A-Za-z0-9_-]*_(step_ms|cct_ms)_{_PCT}",  # each job of a jobs run (scenarios/jobs.py)
+    r"job_[A-Za-z][A-Za-z0-9_-]*_(overlap|leaves|bound_ms)",
 )
 
 _GROUPS = {
@@ -55,6 +57,8 @@ _GROUPS = {
     "burn-in (analysis.burnin)": """
         burnin_healthy burnin_flagged burnin_wall_s hosts_flagged links_flagged path_mbps_min path_mbps_median
         path_fraction_min path_vs_configured_min fabric_cct_vs_bound leaf_cct_vs_bound_max""",
+    "several jobs (scenarios/jobs.py, analysis.jobs.spine_ports)": """
+        jobs_n spine_port_bytes shared_ports shared_port_bytes shared_port_drops""",
 }
 
 #: every fixed name, from the groups above

@@ -309,6 +309,7 @@ CROSS_INVALID = {
                 ["background=h1>h1"], ["background=h1"], ["cmd=   "], ["cc=dctcp"],
                 ["discipline=step", "k_bytes=300000"]],
     "burnin": [["size=abc"], ["size=12Q"], ["leaves=1", "hosts_per_leaf=1"]],
+    "jobs": [["solo=nobody"], ["file=labs"], ["file=labs/12-burn-in/lab.toml"], ["file=/nonexistent/jobs.toml"]],
 }
 
 
