@@ -179,4 +179,45 @@ def storage_lines(rows: Sequence[dict]) -> list[str]:
     return out
 
 
-__all__ = ["METRICS", "job_row", "samples", "slowdown", "storage_lines", "summary", "verdict_line"]
+def _fabric_leaf(node: str, port: str) -> str | None:
+    """The leaf a leaf <-> spine port serves: a leaf's uplink (node leafN, port spineM) or a spine's downlink (node
+    spineM, port leafN), named as topologies.leafspine names them; None for a host's or a leaf's host port."""
+    if node.startswith("leaf") and port.startswith("spine"):
+        return node
+    if node.startswith("spine") and port.startswith("leaf"):
+        return port
+    return None
+
+
+def spine_ports(ports: Sequence[dict], leaves_of: dict[str, Sequence[str]]) -> dict:
+    """What the leaf <-> spine ports carried, from the kernel's counters (port_deltas.csv rows: node, port,
+    sent_bytes, drops) and where each entry ran (``leaves_of``: a job's or a storage stream's name -> the leaves of
+    its hosts). An entry crosses the spine at leaf L when it has hosts on L and on another leaf: its traffic may then
+    use L's uplinks and the spines' downlinks to L (every spine's: ECMP picks one per flow). A port is *shared* when
+    two or more entries cross at its leaf: there their packets meet in one queue. Returns spine_port_bytes (every
+    leaf <-> spine port), shared_ports, shared_port_bytes, shared_port_drops and switch_drops (every leaf's and
+    spine's port: the emulated switches' tail drops)."""
+    crossing: dict[str, int] = {}
+    for leaves in leaves_of.values():
+        used = set(leaves)
+        if len(used) > 1:
+            for leaf in used:
+                crossing[leaf] = crossing.get(leaf, 0) + 1
+    out = {"spine_port_bytes": 0, "shared_ports": 0, "shared_port_bytes": 0, "shared_port_drops": 0,
+           "switch_drops": 0}
+    for r in ports:
+        node, port = str(r["node"]), str(r["port"])
+        if node.startswith(("leaf", "spine")):
+            out["switch_drops"] += int(r.get("drops") or 0)
+        leaf = _fabric_leaf(node, port)
+        if leaf is None:
+            continue
+        out["spine_port_bytes"] += int(r.get("sent_bytes") or 0)
+        if crossing.get(leaf, 0) >= 2:
+            out["shared_ports"] += 1
+            out["shared_port_bytes"] += int(r.get("sent_bytes") or 0)
+            out["shared_port_drops"] += int(r.get("drops") or 0)
+    return out
+
+
+__all__ = ["METRICS", "job_row", "samples", "slowdown", "spine_ports", "storage_lines", "summary", "verdict_line"]

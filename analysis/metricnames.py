@@ -8,7 +8,8 @@ dimension, the capture's wire counters, the RDMA devices' counters). :func:`know
 Who writes what: analysis.summary (recomputed from the run's files), testbed.workloads.collective (the collective
 job), scenarios/*.py (incast, dctcp, pfc-hol, program, smoke), testbed.pfc.controller (PFC), testbed.measure
 (fidelity, sampler, capture), analysis.faults (faults' effects), testbed.network.cluster (servers),
-analysis.burnin (the burn-in battery), analysis.canary (a canary's decision: scenarios/canary.py, testbed canary)."""
+analysis.burnin (the burn-in battery), analysis.canary (a canary's decision: scenarios/canary.py, testbed canary),
+scenarios/jobs.py (several jobs: job_NAME_...)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ FAMILIES: tuple[str, ...] = (
     r"rdma_[a-z0-9_]+",                                   # RDMA devices' recovery counters
     r"pfc_[a-z0-9_]+",                                    # the PFC controller
     r"sampler_[a-z0-9_]+",                                # the queue sampler's own timing
+    rf"job_[A-Za-z][A-Za-z0-9_-]*_(step_ms|cct_ms)_{_PCT}",  # each job of a jobs run (scenarios/jobs.py)
+    r"job_[A-Za-z][A-Za-z0-9_-]*_(overlap|leaves|bound_ms)",
 )
 
 _GROUPS = {
@@ -59,6 +62,8 @@ _GROUPS = {
         rolled_back rolled_out rollout_verified readback_verified canary_ratio canary_ratio_low canary_ratio_high
         canary_job_ms_median control_job_ms_median canary_round_ms_p99 control_round_ms_p99 canary_runs
         control_runs canary_tcp_timeouts control_tcp_timeouts canary_port_drops control_port_drops decision_log""",
+    "several jobs (scenarios/jobs.py, analysis.jobs.spine_ports)": """
+        jobs_n spine_port_bytes shared_ports shared_port_bytes shared_port_drops""",
 }
 
 #: every fixed name, from the groups above

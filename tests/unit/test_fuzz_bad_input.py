@@ -311,6 +311,7 @@ CROSS_INVALID = {
     "burnin": [["size=abc"], ["size=12Q"], ["leaves=1", "hosts_per_leaf=1"]],
     "canary": [["change=k_bytes=3000"], ["change=cc=dctcp"], ["change=rto_min_ms=1"], ["canary=leaf1,leaf2"],
                ["tolerance=2", "ceiling=1.5"], ["change=bogus=1"]],
+    "jobs": [["solo=nobody"], ["file=labs"], ["file=labs/12-burn-in/lab.toml"], ["file=/nonexistent/jobs.toml"]],
 }
 
 
