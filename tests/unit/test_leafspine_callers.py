@@ -204,3 +204,23 @@ def test_pfc_hol(sets, seed):
     old, new = _old_lossless(p, seed), build_spec(p, seed)
     same(old[0], new[0])
     assert old[1:] == new[1:]
+
+
+def _old_leafspine_topo(spines=2, leaves=2, hosts_per_leaf=2, host_rate_mbps=20, fabric_rate_mbps=40, **spec):
+    spec.setdefault("host_link", LinkSpec(rate_mbps=float(host_rate_mbps)))
+    spec.setdefault("fabric_link", LinkSpec(rate_mbps=float(fabric_rate_mbps)))
+    return LeafSpineSpec(spines=int(spines), leaves=int(leaves), hosts_per_leaf=int(hosts_per_leaf), **spec)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {},
+    dict(spines=1, leaves=2, hosts_per_leaf=2, host_rate_mbps=10, fabric_rate_mbps=40, seed=1,
+         leaf_down_queue=QueueSpec("droptail", buffer_bytes=9000)),
+    dict(spines=2, leaves=4, hosts_per_leaf=5, host_rate_mbps=10, fabric_rate_mbps=40, load_balancing="spray",
+         spine_queue=QueueSpec(buffer_bytes=20_000), leaf_up_queue=QueueSpec(buffer_bytes=30_000)),
+    dict(host_link=LinkSpec(5, mtu=9000), fabric_link=LinkSpec(7, delay_ms=1, mtu=9000)),
+])
+def test_leafspine_topo(kwargs):
+    from topologies.mininet_topo import LeafSpineTopo
+
+    same(_old_leafspine_topo(**kwargs), LeafSpineTopo(**kwargs).spec)

@@ -37,6 +37,8 @@ def test_queues_switch_tiers_and_bottleneck():
     assert (s.host_queue, s.leaf_down_queue, s.leaf_up_queue, s.spine_queue) == (nic, k, sw, sw)
     s = uniform_leaf_spine(2, 2, 2, 20, 20, leaf_down_queue=k)  # the incast bottleneck only
     assert s.leaf_down_queue == k and s.host_queue == s.leaf_up_queue == s.spine_queue == DEFAULT_QUEUE
+    s = uniform_leaf_spine(2, 2, 2, 20, 20, switch_queue=sw, leaf_up_queue=nic, spine_queue=k)
+    assert (s.host_queue, s.leaf_down_queue, s.leaf_up_queue, s.spine_queue) == (DEFAULT_QUEUE, sw, nic, k)
 
 
 def test_other_fields_pass_through():
