@@ -101,7 +101,8 @@ def build_spec(p: dict, seed: int):
     try:
         return uniform_leaf_spine(p["spines"], p["leaves"], p["hosts_per_leaf"], p["host_rate_mbps"],
                                   p["fabric_rate_mbps"], leaf_down_queue=bottleneck_queue(p), seed=seed % 2**32,
-                             tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"], rto_min_ms=p["rto_min_ms"]))
+                                  tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"],
+                                                  rto_min_ms=p["rto_min_ms"]))
     except SpecError as e:
         raise UsageError(str(e)) from None
 
