@@ -9,12 +9,13 @@ Two questions, two functions:
   (compare_distributions.png). One number a side cannot say whether a difference is real.
 * :func:`compare`: several run directories' numbers in one table, each with its ratio to the first (no verdict).
 
-Both lead with what differs: :func:`param_diff` lists every parameter (manifest ``params``, text ones included:
-``cc``, ``discipline``, ...), the scenario and where the runs ran (host or lab VM, kernel, commit) whose value is not
-the same on every side; rows are ordered by the size of the change (:func:`change_order`: verdicts first, then
-``|log ratio|``, a change from or to 0 counting as the largest, rows that only echo a parameter last); a change
-from or to 0 reads ``0 -> 664 (new)`` / ``664 -> 0 (gone)`` (:func:`change_text`), never a ratio ``-``. With ``out``
-both also write compare.html (:mod:`analysis.comparepage`: the verdicts, then the pictures).
+Both lead with what differs (the vocabulary of :mod:`analysis.changes`): :func:`param_diff` lists every parameter
+(manifest ``params``, text ones included: ``cc``, ``discipline``, ...), the scenario and where the runs ran (host or
+lab VM, kernel, commit) whose value is not the same on every side; rows are ordered by the size of the change
+(:func:`change_order`: verdicts first, then ``|log ratio|``, a change from or to 0 counting as the largest, rows that
+only echo a parameter last); a change from or to 0 reads ``0 -> 664 (new)`` / ``664 -> 0 (gone)``
+(:func:`change_text`), never a ratio ``-``. With ``out`` both also write compare.html
+(:mod:`analysis.comparepage`: the verdicts, then the pictures).
 
 ``compare(run_dirs, out=None) -> DataFrame`` with one row per metric (one value per run, the same value the
 run's report shows: :func:`analysis.summary.summarize`):
@@ -34,9 +35,7 @@ says ``data``). With ``out`` the table is also written as ``out/compare.csv``, `
 
 from __future__ import annotations
 
-import json
 import math
-import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,8 @@ from typing import Sequence
 import pandas as pd
 
 from . import stats
+from .changes import (change_order, change_size, change_text, is_machine_metric, param_diff, param_names,
+                      param_texts)
 from .load import IncompleteRunWarning, Run, RunDirError, load_run
 from .repeats import NOT_METRICS, is_repeat_folder, run_dirs, run_info
 from .render import fmt
@@ -66,110 +67,6 @@ def run_labels(runs: Sequence[Run]) -> list[str]:
         seen[base] = seen.get(base, 0) + 1
         labels.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
     return labels
-
-
-#: manifest values beside ``params`` that say where a run ran (a difference there can explain one in the results)
-WHERE = ("in_lab_vm", "kernel_release", "git_commit")
-#: parameters every repeat has its own value of: never "a difference between the sides"
-NOT_PARAMS = frozenset({"seed"})
-
-
-def _text(v) -> str:
-    if isinstance(v, str):
-        return v
-    if isinstance(v, (dict, list, tuple)):
-        return json.dumps(v, sort_keys=True, default=str)
-    return fmt(v)
-
-
-def param_texts(manifest: dict) -> dict[str, str]:
-    """A run's configuration as text, one entry per name: ``scenario``, every manifest ``params`` value (text,
-    numbers, bools and lists alike; not ``seed``) and :data:`WHERE` (host or lab VM, kernel, commit)."""
-    out = {"scenario": _text(manifest.get("scenario", "?"))}
-    params = manifest.get("params")
-    if isinstance(params, dict):
-        out.update({str(k): _text(v) for k, v in params.items() if k not in NOT_PARAMS})
-    out.update({k: _text(manifest[k]) for k in WHERE if k in manifest})
-    return out
-
-
-def _side_text(values: Sequence[str]) -> str:
-    distinct = list(dict.fromkeys(values))
-    if len(distinct) == 1:
-        return distinct[0]
-    return "varies: " + ", ".join(distinct[:4]) + (", ..." if len(distinct) > 4 else "")
-
-
-def param_diff(sides: Sequence[Sequence[dict[str, str]]]) -> list[tuple[str, list[str]]]:
-    """``[(name, [text per side])]`` for every configuration value (:func:`param_texts`) that is not the same on
-    every side, in first-seen order (``scenario`` first, :data:`WHERE` last). ``sides``: per side, its runs'
-    :func:`param_texts`; a side whose runs disagree reads ``varies: a, b``, a name a side lacks ``(not set)``."""
-    names = list(dict.fromkeys(k for runs in sides for r in runs for k in r))
-    names = [k for k in names if k not in WHERE] + [k for k in WHERE if k in names]
-    out = []
-    for name in names:
-        texts = [_side_text([r.get(name, "(not set)") for r in runs]) if runs else "(no runs)" for runs in sides]
-        if len(set(texts)) > 1:
-            out.append((name, texts))
-    return out
-
-
-def _missing(v) -> bool:
-    return v is None or (isinstance(v, float) and math.isnan(v))
-
-
-def change_text(first, later, ratio_text: str = "") -> str:
-    """How a metric went from the first side to the other when a ratio cannot say it: ``0 -> 664 (new)``,
-    ``664 -> 0 (gone)``, ``0 both``, ``absent -> 5`` / ``5 -> absent`` (a side lacks the metric), ``-`` (both lack
-    it); otherwise ``ratio_text``."""
-    if _missing(first) and _missing(later):
-        return "-"
-    if _missing(first) or _missing(later):
-        return " -> ".join("absent" if _missing(v) else fmt(v) for v in (first, later))
-    if first == 0 and later == 0:
-        return "0 both"
-    if first == 0 or later == 0:
-        return f"{fmt(first)} -> {fmt(later)} ({'new' if first == 0 else 'gone'})"
-    return ratio_text
-
-
-def change_size(first, later) -> float:
-    """``|log(later / first)|``: inf for a change from or to 0 (or of sign), 0 for 0 both, nan when a side lacks it."""
-    if _missing(first) or _missing(later):
-        return math.nan
-    if first == 0 and later == 0:
-        return 0.0
-    if first == 0 or later == 0 or (first < 0) != (later < 0):
-        return math.inf
-    return abs(math.log(later / first))
-
-
-#: Metrics about the machine that ran the emulation (its CPUs, the sampler's own timing), not about the network or
-#: the job: a real difference in them is worth showing, after the differences that are the experiment's.
-_MACHINE_METRIC = re.compile(r"^(cpu_busy|sampler_|queue_sample_)")
-
-
-def is_machine_metric(name: str) -> bool:
-    return bool(_MACHINE_METRIC.match(str(name)))
-
-
-def change_order(sizes: Sequence[float], told: Sequence[bool] | None = None,
-                 echoes: Sequence[bool] | None = None, machine: Sequence[bool] | None = None) -> list[int]:
-    """Row positions, largest change first: rows with a verdict (``told``) before those without, then by
-    :func:`change_size` (descending; nan last), rows that only echo a parameter (``echoes``) after all others;
-    within each group, metrics of the machine (``machine``: CPU, sampler) after the experiment's own; ties keep
-    their order."""
-    def key(i: int):
-        size = sizes[i]
-        return (bool(echoes[i]) if echoes else False, not told[i] if told else False,
-                bool(machine[i]) if machine else False, -(-1.0 if math.isnan(size) else size), i)
-
-    return sorted(range(len(sizes)), key=key)
-
-
-def _param_names(manifests: Sequence[dict]) -> set[str]:
-    """The names of the runs' ``params``: a metric of that name only echoes the configuration."""
-    return {str(k) for mf in manifests if isinstance(mf.get("params"), dict) for k in mf["params"]}
 
 
 def _ratio(v: float, base: float) -> float:
@@ -209,7 +106,7 @@ def compare(run_dirs: Sequence[str | Path], out: str | Path | None = None) -> pd
         rows.append(row)
         known = [x for x in (change_size(values[0], v) for v in values[1:]) if not math.isnan(x)]
         sizes.append(max(known) if known else math.nan)
-    params = _param_names([r.manifest for r in runs])
+    params = param_names([r.manifest for r in runs])
     rows = [rows[i] for i in change_order(sizes, echoes=[r["metric"] in params for r in rows],
                                           machine=[is_machine_metric(r["metric"]) for r in rows])]
     cols = ["metric", "source", *labels, *[f"{lab}/{labels[0]}" for lab in labels[1:]]]
@@ -233,7 +130,7 @@ def write_compare(df: pd.DataFrame, runs: Sequence[Run], labels: Sequence[str], 
     df.to_csv(csv_path, index=False)
     html_path, md_path = runs_page(df, runs, labels, [run_samples(r) for r in runs],
                                    param_diff([[param_texts(r.manifest)] for r in runs]), run_changes(df), out,
-                                   _param_names([r.manifest for r in runs]))
+                                   param_names([r.manifest for r in runs]))
     return csv_path, md_path, html_path
 
 
@@ -347,7 +244,7 @@ def compare_sides(a_path: str | Path, b_path: str | Path, out: str | Path | None
         row.update(ratio=d.ratio, ratio_low=d.ratio_low, ratio_high=d.ratio_high, p_value=d.p_value,
                    verdict=d.verdict, runs_needed=d.runs_needed, change=change_text(d.a.median, d.b.median))
         rows.append(row)
-    echoes = _param_names([{"params": p} for p in a.params + b.params])
+    echoes = param_names([{"params": p} for p in a.params + b.params])
     order = change_order([change_size(r[f"{labels[0]}_median"], r[f"{labels[1]}_median"]) for r in rows],
                          told=[r["verdict"] in ("A > B", "A < B") for r in rows],
                          echoes=[r["metric"] in echoes for r in rows],
@@ -380,7 +277,7 @@ def write_sides(df: pd.DataFrame, a: Side, b: Side, out: str | Path, level: floa
     paths = [out / "compare.csv"]
     df.to_csv(paths[0], index=False)
     constant = set(constant_metrics(df, a, b))  # one value on every run: nothing to draw
-    echoes = _param_names([{"params": p} for p in a.params + b.params]) & set(df["metric"])
+    echoes = param_names([{"params": p} for p in a.params + b.params]) & set(df["metric"])
     png = None
     if a.repeat or b.repeat:
         drawn = [m for m in df["metric"] if m not in constant | echoes and (a.values.get(m) or b.values.get(m))]

@@ -97,12 +97,12 @@ def main() -> int:
     a = ap.parse_args()
     require_root("benchmarks/agent_vs_iperf3.py")
     from testbed.network.fabric import Fabric
-    from topologies import HostTcpSpec, LeafSpineSpec, LinkSpec
+    from topologies import HostTcpSpec, uniform_leaf_spine
     from traffic.job import parse_size
 
     rid = f"b{os.getpid() % 100000}"
-    fab = Fabric(LeafSpineSpec(spines=1, leaves=1, hosts_per_leaf=2, host_link=LinkSpec(a.rate_mbps),
-                               fabric_link=LinkSpec(a.rate_mbps), tcp=HostTcpSpec(congestion_control=a.cc)), rid)
+    fab = Fabric(uniform_leaf_spine(1, 1, 2, a.rate_mbps, a.rate_mbps, tcp=HostTcpSpec(congestion_control=a.cc)),
+                 rid)
     na, nb = f"tb-{rid}-ua", f"tb-{rid}-ub"
     made = []
     rows = []

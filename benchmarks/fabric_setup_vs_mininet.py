@@ -38,10 +38,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def testbed_build(spines: int, leaves: int, hpl: int, rate: float) -> tuple[float, float, int]:
     from testbed.network.fabric import Fabric
     from testbed.kernel.state import RunState
-    from topologies import LeafSpineSpec, LinkSpec
+    from topologies import uniform_leaf_spine
 
-    spec = LeafSpineSpec(spines=spines, leaves=leaves, hosts_per_leaf=hpl, host_link=LinkSpec(rate_mbps=rate),
-                         fabric_link=LinkSpec(rate_mbps=rate))
+    spec = uniform_leaf_spine(spines, leaves, hpl, rate, rate)
     state = RunState()
     fabric = Fabric(spec, state.run_id)
     t0 = time.monotonic()

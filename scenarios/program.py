@@ -24,7 +24,7 @@ import sys
 from testbed.errors import UsageError
 from testbed.params import Param
 from testbed.scenario import PROJECT_ROOT, Scenario
-from topologies import HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
+from topologies import HostTcpSpec, LeafSpineSpec, QueueSpec, SpecError, uniform_leaf_spine
 from topologies.mininet_topo import SpecTopo
 
 P, MBPS, B = Param, "Mbit/s", "bytes"
@@ -76,13 +76,11 @@ def leaf_spine(p: dict, seed: int) -> LeafSpineSpec:
     check_marking(p)
     try:
         q = bottleneck_queue(p)
-        return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
-                             host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"]),
-                             fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"]),
-                             host_queue=QueueSpec("droptail", buffer_bytes=p["nic_buffer_bytes"]),
-                             leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, seed=seed % 256,
-                             load_balancing=p["load_balancing"], tcp=HostTcpSpec(congestion_control=p["cc"],
-                                                                                 ecn=p["ecn"]))
+        return uniform_leaf_spine(p["spines"], p["leaves"], p["hosts_per_leaf"], p["host_rate_mbps"],
+                                  p["fabric_rate_mbps"], delay_ms=p["delay_ms"],
+                                  host_queue=QueueSpec("droptail", buffer_bytes=p["nic_buffer_bytes"]),
+                                  switch_queue=q, seed=seed % 256, load_balancing=p["load_balancing"],
+                                  tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"]))
     except SpecError as e:
         raise UsageError(str(e)) from None
 

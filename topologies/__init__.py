@@ -10,7 +10,7 @@ See docs/topologies.md.
 
 from .addressing import AddressPlan, plan_addresses
 from .dumbbell import DumbbellSpec
-from .leafspine import DEFAULT_QUEUE, LeafSpineSpec
+from .leafspine import DEFAULT_QUEUE, LeafSpineSpec, uniform_leaf_spine
 from .load import dumps_toml, from_dict, load_topology, loads_toml, loads_yaml, to_dict
 from .overrides import PortOverride
 from .routing import RoutingError, check_reachability, compute_routes, path_links, ports_on_paths
@@ -23,5 +23,5 @@ __all__ = [
     "LeafSpineSpec", "Link", "LinkSpec", "NextHop", "Node", "PortOverride", "PortSpec", "QueueSpec", "Route",
     "RoutingError", "SpecError", "Topology", "check_reachability", "compute_routes", "dumps_toml", "from_dict",
     "load_balancing_sysctls", "load_topology", "loads_toml", "loads_yaml", "path_links", "plan_addresses",
-    "ports_on_paths", "root_ifname", "to_dict", "validate_ifname",
+    "ports_on_paths", "root_ifname", "to_dict", "uniform_leaf_spine", "validate_ifname",
 ]

@@ -201,4 +201,22 @@ class LeafSpineSpec(Topology):
         }
 
 
-__all__ = ["LeafSpineSpec", "DEFAULT_QUEUE"]
+def uniform_leaf_spine(spines: int, leaves: int, hosts_per_leaf: int, host_rate_mbps: float,
+                       fabric_rate_mbps: float, *, delay_ms: float = 0.0, mtu: int = 1500,
+                       host_queue: QueueSpec = DEFAULT_QUEUE, switch_queue: QueueSpec = DEFAULT_QUEUE,
+                       leaf_down_queue: QueueSpec | None = None, leaf_up_queue: QueueSpec | None = None,
+                       spine_queue: QueueSpec | None = None, **fields: Any) -> LeafSpineSpec:
+    """The uniform leaf-spine the commands and scenarios build from their ``--set`` parameters: every host link
+    shaped to ``host_rate_mbps``, every leaf-spine link to ``fabric_rate_mbps``, both with the one-way
+    ``delay_ms`` and ``mtu``; the host NICs' queue ``host_queue`` and every switch port's ``switch_queue``, except
+    a tier given its own (``leaf_down_queue``: the leaves' host-facing ports, an incast's bottleneck). Any other
+    keyword is a :class:`LeafSpineSpec` field (``tcp``, ``seed``, ``load_balancing``, ``classes``, ...). SpecError
+    on bad values, as the spec raises them."""
+    tiers = {"leaf_down_queue": leaf_down_queue, "leaf_up_queue": leaf_up_queue, "spine_queue": spine_queue}
+    return LeafSpineSpec(spines=spines, leaves=leaves, hosts_per_leaf=hosts_per_leaf,
+                         host_link=LinkSpec(host_rate_mbps, delay_ms=delay_ms, mtu=mtu),
+                         fabric_link=LinkSpec(fabric_rate_mbps, delay_ms=delay_ms, mtu=mtu), host_queue=host_queue,
+                         **{t: switch_queue if q is None else q for t, q in tiers.items()}, **fields)
+
+
+__all__ = ["LeafSpineSpec", "DEFAULT_QUEUE", "uniform_leaf_spine"]

@@ -22,13 +22,13 @@ Pure: imports Mininet's ``Topo`` and the spec modules, never the testbed's kerne
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from mininet.topo import Topo
 
 from .dumbbell import DumbbellSpec
-from .leafspine import DEFAULT_QUEUE, LeafSpineSpec
+from .leafspine import DEFAULT_QUEUE, uniform_leaf_spine
 from .spec import HostTcpSpec, Link, LinkSpec, Node, QueueSpec, SpecError, resolve_port, spec_dict
 from .topology import Topology
 
@@ -89,14 +89,15 @@ class SpecTopo(Topo):
 
 class LeafSpineTopo(SpecTopo):
     """A leaf-spine fabric: ``LeafSpineTopo(spines, leaves, hosts_per_leaf, host_rate_mbps=..., ...)``; any other
-    keyword is a :class:`LeafSpineSpec` field (queues, classes, tcp, load_balancing, seed)."""
+    keyword is a :class:`~topologies.uniform_leaf_spine` one (queues, classes, tcp, load_balancing, seed); a
+    ``host_link``/``fabric_link`` given whole replaces the rate's."""
 
     def __init__(self, spines: int = 2, leaves: int = 2, hosts_per_leaf: int = 2, host_rate_mbps: float = 20,
                  fabric_rate_mbps: float = 40, **spec: Any):
-        spec.setdefault("host_link", LinkSpec(rate_mbps=float(host_rate_mbps)))
-        spec.setdefault("fabric_link", LinkSpec(rate_mbps=float(fabric_rate_mbps)))
-        super().__init__(LeafSpineSpec(spines=int(spines), leaves=int(leaves), hosts_per_leaf=int(hosts_per_leaf),
-                                       **spec))
+        links = {k: spec.pop(k) for k in ("host_link", "fabric_link") if k in spec}
+        topo = uniform_leaf_spine(int(spines), int(leaves), int(hosts_per_leaf), float(host_rate_mbps),
+                                  float(fabric_rate_mbps), **spec)
+        super().__init__(replace(topo, **links) if links else topo)
 
 
 class DumbbellTopo(SpecTopo):

@@ -62,12 +62,11 @@ def add_parser(sub) -> None:
 
 def fabric_spec(p: dict):
     """The uniform leaf-spine of the fabric parameters: every port drop-tail with ``buffer_bytes``."""
-    from topologies import LeafSpineSpec, LinkSpec, QueueSpec
+    from topologies import QueueSpec, uniform_leaf_spine
 
     q = QueueSpec(buffer_bytes=p["buffer_bytes"])
-    return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
-                         host_link=LinkSpec(p["host_rate_mbps"]), fabric_link=LinkSpec(p["fabric_rate_mbps"]),
-                         host_queue=q, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q)
+    return uniform_leaf_spine(p["spines"], p["leaves"], p["hosts_per_leaf"], p["host_rate_mbps"],
+                              p["fabric_rate_mbps"], host_queue=q, switch_queue=q)
 
 
 def check_battery(p: dict) -> None:

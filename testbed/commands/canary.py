@@ -96,15 +96,15 @@ def slices(p: dict, canary_text: str) -> tuple[list[str], list[str]]:
 
 
 def build_spec(p: dict, seed: int):
-    from topologies import HostTcpSpec, LeafSpineSpec, LinkSpec, SpecError
+    from topologies import HostTcpSpec, SpecError, uniform_leaf_spine
     from testbed.workloads.bottleneck import bottleneck_queue, check_marking
 
     check_marking(p)
     try:
-        return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
-                             host_link=LinkSpec(p["host_rate_mbps"]), fabric_link=LinkSpec(p["fabric_rate_mbps"]),
-                             leaf_down_queue=bottleneck_queue(p), seed=seed % 2**32,
-                             tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"], rto_min_ms=p["rto_min_ms"]))
+        return uniform_leaf_spine(p["spines"], p["leaves"], p["hosts_per_leaf"], p["host_rate_mbps"],
+                                  p["fabric_rate_mbps"], leaf_down_queue=bottleneck_queue(p), seed=seed % 2**32,
+                                  tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"],
+                                                  rto_min_ms=p["rto_min_ms"]))
     except SpecError as e:
         raise UsageError(str(e)) from None
 

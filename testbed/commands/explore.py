@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
 
 def build_topology(args: argparse.Namespace):
     """The spec the CLI builds, from --topology or the --set parameters; UsageError on bad input."""
-    from topologies import LeafSpineSpec, LinkSpec, QueueSpec, SpecError, load_topology
+    from topologies import QueueSpec, SpecError, load_topology, uniform_leaf_spine
 
     try:
         if args.topology:
@@ -64,10 +64,8 @@ def build_topology(args: argparse.Namespace):
             return load_topology(args.topology)
         p = resolve(PARAMS, args.set)
         q = QueueSpec(buffer_bytes=p["buffer_bytes"])
-        return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
-                             host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"]),
-                             fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"]),
-                             host_queue=q, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q)
+        return uniform_leaf_spine(p["spines"], p["leaves"], p["hosts_per_leaf"], p["host_rate_mbps"],
+                                  p["fabric_rate_mbps"], delay_ms=p["delay_ms"], host_queue=q, switch_queue=q)
     except SpecError as e:
         raise UsageError(str(e)) from None
 

@@ -75,7 +75,7 @@ def fabric_of(spec):
 
 def plan(args: argparse.Namespace):
     """(Needs, FabricView, Health or None, busy hosts) from the arguments; UsageError (one line) on any problem."""
-    from topologies import LeafSpineSpec, LinkSpec, SpecError, load_topology
+    from topologies import LeafSpineSpec, SpecError, load_topology, uniform_leaf_spine
     from traffic.admission import Needs
     from traffic.health import HealthError, load_health
 
@@ -88,8 +88,8 @@ def plan(args: argparse.Namespace):
                 raise UsageError(f"--topo and --set {clash[0]} exclude each other (put it in the file)")
             spec = load_topology(args.topo)
         else:
-            spec = LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
-                                 host_link=LinkSpec(p["host_rate_mbps"]), fabric_link=LinkSpec(p["fabric_rate_mbps"]))
+            spec = uniform_leaf_spine(p["spines"], p["leaves"], p["hosts_per_leaf"], p["host_rate_mbps"],
+                                      p["fabric_rate_mbps"])
     except SpecError as e:
         raise UsageError(str(e)) from None
     if not isinstance(spec, LeafSpineSpec):

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from testbed.errors import UsageError
-from testbed.kernel import netns, tunnel
+from testbed.kernel import netns, sysctls, tunnel
 
 #: most servers one fabric is split into here (each is a namespace and an underlay address)
 MAX_SERVERS = 16
@@ -85,7 +85,7 @@ def build_servers(fabric, state) -> None:
     for name in (fabric.dcnet_ns, *fabric.server_ns.values()):
         if state is not None:
             state.add("namespaces", name)
-        netns.create(name, inside=fabric._pre_sysctls_here)
+        netns.create(name, inside=sysctls.set_before_interfaces)
         fabric.created.append(name)
     tunnel.build_underlay(fabric.dcnet_ns, list(fabric.server_ns.values()))
 

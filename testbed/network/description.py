@@ -28,7 +28,7 @@ def describe(fabric, rps_mask: str) -> dict[str, Any]:
         "ipv6": "disabled in every namespace",
         "rp_filter": 0,
         "rps": f"net.core.rps_default_mask={rps_mask} in every namespace: one flow's packets stay in order "
-               "across veth hops (see testbed.network.fabric.rps_mask)",
+               "across veth hops (see testbed.kernel.sysctls.rps_mask)",
         "shaper": "HTB at the link rate on every egress (host NICs included), leaf queue per class; burst = one "
                   f"frame + {SHAPER_SLACK_MS} ms of line rate",
         "ecmp": "kernel multipath routes, net.ipv4.fib_multipath_hash_policy=1",

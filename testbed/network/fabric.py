@@ -10,7 +10,7 @@ What gets built, per node of the topology:
 * one named namespace ``tb-<run_id>-<node>`` (the spec's own ``<prefix>-<node>`` names would collide between
   concurrent runs, so the builder adds the run id; every name starts with ``tb-`` so ``testbed clean`` finds it);
   IPv6 is disabled in it (no DAD/MLD/RS chatter in the queue counters) and ``rp_filter`` is 0 (ECMP paths are
-  asymmetric by design);
+  asymmetric by design) (testbed.kernel.sysctls, as the per-role sysctls below);
 * one veth pair per link, created directly inside the two namespaces with the planned names, MACs and MTU;
   segmentation and receive offloads (TSO/GSO/GRO...) off on every fabric interface, so queues hold wire-sized
   packets;
@@ -33,7 +33,6 @@ import contextlib
 import os
 import re
 import socket
-from pathlib import Path
 from typing import Any, Callable
 
 import pyroute2.config
@@ -41,7 +40,7 @@ import pyroute2.config
 from testbed.errors import UsageError
 from testbed.network import description, impairment
 from testbed.network.cluster import build_servers, build_tunnels, place
-from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray
+from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray, sysctls
 from testbed.network.loadbalance import FlowletBalancing
 from testbed.network.portplan import PortPlan, plan_port
 from topologies.flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES, flowlet_plans
@@ -61,25 +60,6 @@ _RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
 NUD_PERMANENT = 0x80  # a neighbour entry that never expires and is never probed (include/uapi/linux/neighbour.h)
 ETH_P_IP = 0x0800
 SHAPER_SLACK_MS = qdisc.SHAPER_SLACK_MS
-
-
-def rps_mask(cpus: int | None = None) -> str:
-    """All CPUs as a sysfs CPU mask (hex, comma every 32 bits), for ``net.core.rps_default_mask`` in every fabric
-    namespace: receive packet steering by flow hash on every veth, so the packets of one flow are processed in
-    order. Without it (offloads off, so veth has no NAPI ring) a veth hands each packet to the backlog of the CPU that
-    happened to transmit it; a qdisc releases one flow's packets from different CPUs (HTB's timer on one, a sender's
-    enqueue on another), the per-CPU backlogs drain independently and the flow arrives reordered: measured in the
-    2-CPU lab VM, 539 of 587 TCP retransmissions of a ring all-reduce were spurious (DSACKed) and its CCT was 3.5x
-    the bound; without it the ring test failed in CI, and the whole suite ran slower (the spurious retransmissions
-    are work too). Set per namespace (the kernel keeps the sysctl per netns), so the host's own devices are
-    untouched."""
-    n = cpus or os.cpu_count() or 1
-    digits = f"{(1 << n) - 1:x}"
-    groups = []
-    while digits:
-        groups.insert(0, digits[-8:])
-        digits = digits[:-8]
-    return ",".join(groups)
 
 
 def _sockets_in(ns: str) -> tuple[Any, socket.socket, socket.socket]:
@@ -178,7 +158,7 @@ class Fabric:
             name = self._ns[node.name]
             if state is not None:
                 state.add("namespaces", name)
-            netns.create(name, inside=self._pre_sysctls_here)
+            netns.create(name, inside=sysctls.set_before_interfaces)
             self.created.append(name)
         if self.server_ns:
             build_servers(self, state)
@@ -197,7 +177,7 @@ class Fabric:
             self._queues(batches, ifindex)
             for b in batches.values():
                 b.commit()
-            self._sysctls()
+            self.cc_default_failed += sysctls.set_node_sysctls(topo, self._ns)
             for g in self.spray:
                 spray.install_group(iprs[g.node], g, ifindex[g.node])
             if self.balancing is not None:
@@ -212,17 +192,6 @@ class Fabric:
             self._rxe(state)
         self.built = True
         return self
-
-    @staticmethod
-    def _pre_sysctls_here() -> None:
-        """In a new namespace (the calling thread is inside it, see netns.create), before any interface exists, so
-        the `default` values apply to all of them. ``rps_default_mask``: see :func:`rps_mask`."""
-        for key, val in (("net/ipv6/conf/all/disable_ipv6", "1"), ("net/ipv6/conf/default/disable_ipv6", "1"),
-                         ("net/ipv4/conf/all/rp_filter", "0"), ("net/ipv4/conf/default/rp_filter", "0"),
-                         ("net/core/rps_default_mask", rps_mask())):
-            p = Path("/proc/sys") / key
-            if p.exists():
-                p.write_text(val)
 
     def _links(self, iprs, nls, socks) -> dict[str, dict[str, int]]:
         """veth pairs (one netlink batch per namespace of the a ends), then both ends up, offloads off and their
@@ -282,29 +251,6 @@ class Fabric:
                     continue
                 iprs[node].neigh("add", dst=far.ip, lladdr=self.macs.get((peer, peer_port), far.mac),
                                  ifindex=ifindex[node][port], state=NUD_PERMANENT)
-
-    def _sysctls(self) -> None:
-        topo = self.topology
-        router = dict(topo.router_sysctls())
-        seed = getattr(topo, "seed", 0)
-        for node in topo.nodes:
-            ns = self._ns[node.name]
-            values = dict(topo.tcp.sysctls()) if node.is_host else dict(router)
-            if not node.is_host and seed and Path("/proc/sys/net/ipv4/fib_multipath_hash_seed").exists():
-                values["net.ipv4.fib_multipath_hash_seed"] = str(seed)
-            with netns.entered(ns):
-                for key, val in values.items():
-                    p = Path("/proc/sys") / key.replace(".", "/")
-                    if not p.exists() and key.endswith("hash_seed"):
-                        continue
-                    try:
-                        p.write_text(val)
-                    except PermissionError:
-                        if key != "net.ipv4.tcp_congestion_control":
-                            raise
-                        # outside the initial namespace only "non-restricted" algorithms (the host's
-                        # tcp_allowed_congestion_control) can be a namespace default; sockets set it themselves
-                        self.cc_default_failed.append(node.name)
 
     @staticmethod
     def port_classes(p: PortPlan) -> list[qdisc.PortClass]:
@@ -378,7 +324,7 @@ class Fabric:
 
     def describe(self) -> dict[str, Any]:
         """For manifest.json: the spec's own description plus what the builder did with it."""
-        return description.describe(self, rps_mask())
+        return description.describe(self, sysctls.rps_mask())
 
 
 def tcp_connect_ok(fabric: Fabric, src: str, dst: str, port: int = 5201, timeout: float = 5.0) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from testbed.errors import UsageError
-from topologies import DumbbellSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
+from topologies import DumbbellSpec, HostTcpSpec, LinkSpec, QueueSpec, SpecError, uniform_leaf_spine
 
 
 def bottleneck_queue(p: dict):
@@ -58,9 +58,8 @@ def build_spec(p: dict, seed: int = 0):
             raise UsageError("delay_ms applies to the dumbbell's s1 - s2 link only (topology=dumbbell)")
         hpl = p["hosts_per_leaf"]
         leaves = 1 + math.ceil(n / hpl)
-        topo = LeafSpineSpec(spines=p["spines"], leaves=leaves, hosts_per_leaf=hpl, host_link=host,
-                             fabric_link=fabric, leaf_down_queue=q, tcp=tcp, seed=seed % 2**32,
-                             load_balancing=p["load_balancing"])
+        topo = uniform_leaf_spine(p["spines"], leaves, hpl, p["host_rate_mbps"], p["fabric_rate_mbps"],
+                                  leaf_down_queue=q, tcp=tcp, seed=seed % 2**32, load_balancing=p["load_balancing"])
         senders = [h for leaf in range(2, leaves + 1) for h in topo.hosts_of(f"leaf{leaf}")][:n]
         return topo, "h1", senders, ("leaf1", "h1")
     except SpecError as e:

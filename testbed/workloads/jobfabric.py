@@ -14,7 +14,7 @@ from typing import Sequence
 from testbed.errors import UsageError
 from testbed.params import Param
 from testbed.workloads.bottleneck import bottleneck_queue, check_marking
-from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError, load_topology
+from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, QueueSpec, SpecError, load_topology, uniform_leaf_spine
 
 #: the parameters a topology_file replaces (its shape, links, queues, per-port overrides, classes, load balancing
 #: and [tcp]): they must keep their defaults when it is given
@@ -97,13 +97,12 @@ def leaf_spine(p: dict, seed: int, params: Sequence[Param]) -> LeafSpineSpec:
             extra["classes"] = isolation_classes(p)
         if p["pfc"] == "on":
             extra["classes"] = pfc_classes(p)
-        return LeafSpineSpec(spines=p["spines"], leaves=p["leaves"], hosts_per_leaf=p["hosts_per_leaf"],
-                             host_link=LinkSpec(p["host_rate_mbps"], delay_ms=p["delay_ms"], mtu=p["mtu"]),
-                             fabric_link=LinkSpec(p["fabric_rate_mbps"], delay_ms=p["delay_ms"], mtu=p["mtu"]),
-                             host_queue=nic, leaf_down_queue=q, leaf_up_queue=q, spine_queue=q, seed=seed % 256,
-                             load_balancing=p["load_balancing"], flowlet_gap_ms=p["flowlet_gap_ms"],
-                             tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"],
-                                             rto_min_ms=p["rto_min_ms"] or None), **extra)
+        return uniform_leaf_spine(p["spines"], p["leaves"], p["hosts_per_leaf"], p["host_rate_mbps"],
+                                  p["fabric_rate_mbps"], delay_ms=p["delay_ms"], mtu=p["mtu"], host_queue=nic,
+                                  switch_queue=q, seed=seed % 256, load_balancing=p["load_balancing"],
+                                  flowlet_gap_ms=p["flowlet_gap_ms"],
+                                  tcp=HostTcpSpec(congestion_control=p["cc"], ecn=p["ecn"],
+                                                  rto_min_ms=p["rto_min_ms"] or None), **extra)
     except SpecError as e:
         raise UsageError(str(e)) from None
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from testbed.workloads.bottleneck import bottleneck_queue, check_marking
 from testbed.errors import UsageError
-from topologies import ClassSpec, HostTcpSpec, LeafSpineSpec, LinkSpec, QueueSpec, SpecError
+from topologies import ClassSpec, HostTcpSpec, QueueSpec, SpecError, uniform_leaf_spine
 
 #: the lossless class: DSCP 26 (AF31, common for RoCEv2) on 802.1p priority 3
 DSCP_LOSSLESS = 26
@@ -49,10 +49,8 @@ def build_spec(p: dict, seed: int = 0):
         hq = QueueSpec("droptail", buffer_bytes=p["host_buffer_bytes"])
         tcp = HostTcpSpec(congestion_control=e["cc"], ecn=e["ecn"], rto_min_ms=p["rto_min_ms"])
         n = p["senders"]
-        topo = LeafSpineSpec(spines=1, leaves=2, hosts_per_leaf=max(2, n + 1), host_link=LinkSpec(p["host_rate_mbps"]),
-                             fabric_link=LinkSpec(p["fabric_rate_mbps"]), host_queue=hq, leaf_down_queue=q,
-                             leaf_up_queue=q, spine_queue=q, classes=(bulk, rdma), tcp=tcp,
-                             seed=(p["seed"] or seed) % 2**32)
+        topo = uniform_leaf_spine(1, 2, max(2, n + 1), p["host_rate_mbps"], p["fabric_rate_mbps"], host_queue=hq,
+                                  switch_queue=q, classes=(bulk, rdma), tcp=tcp, seed=(p["seed"] or seed) % 2**32)
     except SpecError as err:
         raise UsageError(str(err)) from None
     leaf2 = topo.hosts_of("leaf2")
