@@ -320,7 +320,11 @@ class RdmaTransport(Transport):
             self._post_ctl_recv(p, i)
             return
         p = self.peers[(wc.wr_id >> 32) & 0xFFFFFF]
-        done, postable = p.sq.completed(wc.wr_id & 0xFFFFFFFF)
+        try:
+            done, postable = p.sq.completed(wc.wr_id & 0xFFFFFFFF)
+        except KeyError:
+            raise TransportError(f"rank {self.rank}: completion of request {wc.wr_id & 0xFFFFFFFF} to rank {p.rank}, "
+                                 "which did not ask for one") from None
         for d in done:
             _, req, ctl = d.record[:3]
             if ctl >= 0:

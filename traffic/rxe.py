@@ -123,7 +123,8 @@ def make_qp(v: dict, pd, cq, access: int, send_depth: int, recv_depth: int, max_
     """An RC queue pair on ``cq`` (sends and receives), moved to INIT on port 1 with ``access`` flags."""
     e = v["e"]
     cap = v["QPCap"](max_send_wr=send_depth, max_recv_wr=recv_depth, max_send_sge=max_send_sge, max_recv_sge=1)
-    qp = v["QP"](pd, v["QPInitAttr"](qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    # sq_sig_all=0: a send work request makes a completion only if it asks for one (pyverbs defaults to all)
+    qp = v["QP"](pd, v["QPInitAttr"](qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap, sq_sig_all=0))
     a = v["QPAttr"](qp_state=e.IBV_QPS_INIT)
     a.pkey_index = 0
     a.port_num = 1
