@@ -9,8 +9,8 @@ afterwards: h1 -> leaf1 -> h2 of a 1-leaf testbed.network.fabric with an rxe dev
 shaper is not the limit). For each message size, --repeats rounds, each round alternating:
 
 * ib_write_bw (perftest, RC RDMA WRITE, --iters messages of the size, its default of up to 128 in flight) between
-  the two rxe devices, RoCEv2 GID of the hosts' IPv4 addresses: its "BW average" (--report_gbits), and the CPU
-  seconds both perftest processes used (their rusage);
+  the two rxe devices, RoCEv2 GID of the hosts' IPv4 addresses: its average message rate x the size (the "BW
+  average" column has 2 decimals), and the CPU seconds both perftest processes used (their rusage);
 * for each of --protocols, two agents (traffic.agent, transport rdma, data verified), rank 0 -> rank 1
   point-to-point (the `pipeline` schedule, 2 ranks), --iters measured messages after one warm-up; goodput =
   payload bytes / (last op end - first op start). ``eager``: the transport's default (pieces written into the
@@ -53,7 +53,7 @@ def _children_cpu_s() -> float:
 
 def ib_write_bw(ns_srv: str, dev_srv: str, gid_srv: int, ns_cli: str, dev_cli: str, gid_cli: int, ip_srv: str,
                 size: int, iters: int, port: int) -> tuple[float, float]:
-    """(Gbit/s: perftest's BW average with --report_gbits, CPU seconds of server and client)."""
+    """(Gbit/s: perftest's average message rate x size, CPU seconds of server and client)."""
     common = ["-s", str(size), "-n", str(iters), "-F", "--report_gbits", "-p", str(port)]
     cpu0 = _children_cpu_s()
     srv = netns.popen(ns_srv, ["ib_write_bw", "-d", dev_srv, "-x", str(gid_srv), *common], stdout=open(os.devnull, "w"),
@@ -70,7 +70,10 @@ def ib_write_bw(ns_srv: str, dev_srv: str, gid_srv: int, ns_cli: str, dev_cli: s
         for line in out.stdout.splitlines():
             f = line.split()
             if len(f) >= 5 and f[0] == str(size) and re.match(r"^\d+$", f[1]):
-                gbps = float(f[3])  # #bytes #iterations BW-peak BW-average MsgRate
+                # #bytes #iterations BW-peak BW-average MsgRate[Mpps]: the BW columns have 2 decimals (+-0.005
+                # Gbit/s, 3-5% at these rates), the message rate 6: the average from it
+                gbps = float(f[4]) * 1e6 * size * 8 / 1e9
+                print(f"ib_write_bw: {line.strip()}", file=sys.stderr)
                 break
         else:
             raise RuntimeError(f"ib_write_bw: no result line in {out.stdout[-400:]!r}")
