@@ -124,7 +124,7 @@ def _breakdown(runs: list[dict], size: int, iters: int) -> dict:
     med = lambda xs: estimate(xs).median  # noqa: E731
     out = {"ms_per_message": med([r["seconds"] / iters * 1e3 for r in runs])}
     for rank, who in ((0, "sender"), (1, "receiver")):
-        for k in ("wait_s", "cts_wait_s", "credit_wait_s", "copy_s", "cpu_s"):
+        for k in ("wait_s", "cts_wait_s", "credit_wait_s", "copy_s", "cpu_s", "cpu_user_s", "cpu_sys_s"):
             out[f"{who}_{k[:-2]}_ms_per_message"] = med([r["profile"][rank].get(k, 0) / msgs * 1e3 for r in runs])
         out[f"{who}_completions_per_message"] = med([r["profile"][rank].get("completions", 0) / msgs for r in runs])
     out["cpu_ns_per_byte"] = estimate([(r["profile"][0].get("cpu_s", 0) + r["profile"][1].get("cpu_s", 0))
@@ -174,7 +174,8 @@ def report(m: dict) -> None:
         for who in ("sender", "receiver"):
             g = lambda k: r[f"{who}_{k}_ms_per_message"]  # noqa: E731
             parts.append(f"{who} blocked {g('wait'):.2f}, clear-to-send {g('cts_wait'):.2f}, credits "
-                         f"{g('credit_wait'):.2f}, copy {g('copy'):.2f}, CPU {g('cpu'):.2f} ms, "
+                         f"{g('credit_wait'):.2f}, copy {g('copy'):.2f}, CPU {g('cpu'):.2f} ms (user "
+                         f"{g('cpu_user'):.2f}, system {g('cpu_sys'):.2f}), "
                          f"{r[f'{who}_completions_per_message']:.1f} completions")
         print(f"    CPU {e(r['cpu_ns_per_byte'])} ns/byte (both ranks); per message {r['ms_per_message']:.2f} ms: "
               + "; ".join(parts))

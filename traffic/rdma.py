@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import select
 import time
 from typing import Any
@@ -55,8 +56,8 @@ _SLEEP_MIN_S, _SLEEP_MAX_S = 0.0002, 0.002
 #: the per-connection statistics conn_info() reports (tcp_info.csv columns the agent fills; others read 0)
 INFO_KEYS = ("writes", "bytes_written", "cts_sent", "cts_recv", "recv_done", "pieces", "credit_msgs_sent",
              "credit_msgs_recv", "held_copied_out")
-PROFILE_KEYS = ("wait_s", "copy_s", "cts_wait_s", "credit_wait_s", "cpu_s", "wakeups", "completions", "polls_busy",
-                "messages_sent", "messages_received")
+PROFILE_KEYS = ("wait_s", "copy_s", "cts_wait_s", "credit_wait_s", "cpu_s", "cpu_user_s", "cpu_sys_s", "wakeups",
+                "completions", "polls_busy", "messages_sent", "messages_received")
 
 
 class _Peer:
@@ -123,7 +124,7 @@ class RdmaTransport(Transport):
         self.bytes_out = self.bytes_in = 0
         self._sleep = _SLEEP_MIN_S
         self.prof = dict.fromkeys(PROFILE_KEYS, 0)
-        self.cpu0: float | None = None
+        self.cpu0: os.times_result | None = None  # the process's CPU times at the first post
 
     @staticmethod
     def _check(dscp, traffic_class, mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer, signal_every) -> None:
@@ -263,7 +264,7 @@ class RdmaTransport(Transport):
         if p is None:
             raise TransportError(f"rank {self.rank}: no connection to rank {peer}")
         if self.cpu0 is None:
-            self.cpu0 = time.process_time()
+            self.cpu0 = os.times()
         mv = memoryview(buf).cast("B")
         return p, Request(kind, peer, tag, len(mv), mv, context=context)
 
@@ -357,8 +358,10 @@ class RdmaTransport(Transport):
             if self.pending_recvs:
                 self.blocked_recv_s += waited
         out, self.ready = self.ready, []
-        if out and self.cpu0 is not None:
-            self.prof["cpu_s"] = time.process_time() - self.cpu0
+        if out and self.cpu0 is not None:  # user: Python and numpy; system: syscalls, rxe work run in them
+            t = os.times()
+            self.prof["cpu_user_s"], self.prof["cpu_sys_s"] = t.user - self.cpu0.user, t.system - self.cpu0.system
+            self.prof["cpu_s"] = self.prof["cpu_user_s"] + self.prof["cpu_sys_s"]
         return out
 
     def _wait(self, left_s: float) -> None:
