@@ -9,8 +9,8 @@ afterwards: h1 -> leaf1 -> h2 of a 1-leaf testbed.network.fabric with an rxe dev
 shaper is not the limit). For each message size, --repeats rounds, each round alternating:
 
 * ib_write_bw (perftest, RC RDMA WRITE, --iters messages of the size, its default of up to 128 in flight) between
-  the two rxe devices, RoCEv2 GID of the hosts' IPv4 addresses: its average message rate x the size (the "BW
-  average" column has 2 decimals), and the CPU seconds both perftest processes used (their rusage);
+  the two rxe devices, RoCEv2 GID of the hosts' IPv4 addresses: its "BW average" (--report_gbits; or its
+  message rate x the size where that has more digits), and the CPU seconds both perftest processes used;
 * for each of --protocols, two agents (traffic.agent, transport rdma, data verified), rank 0 -> rank 1
   point-to-point (the `pipeline` schedule, 2 ranks), --iters measured messages after one warm-up; goodput =
   payload bytes / (last op end - first op start). ``eager``: the transport's default (pieces written into the
@@ -51,6 +51,15 @@ def _children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def _significant(text: str) -> int:
+    return len(text.replace(".", "").lstrip("0"))
+
+
+def _more_digits(bw_text: str, from_rate: float, rate_text: str) -> float:
+    """perftest's BW average, or the rate-derived figure when that one has more significant digits."""
+    return from_rate if _significant(rate_text) > _significant(bw_text) else float(bw_text)
+
+
 def ib_write_bw(ns_srv: str, dev_srv: str, gid_srv: int, ns_cli: str, dev_cli: str, gid_cli: int, ip_srv: str,
                 size: int, iters: int, port: int) -> tuple[float, float]:
     """(Gbit/s: perftest's average message rate x size, CPU seconds of server and client)."""
@@ -70,9 +79,9 @@ def ib_write_bw(ns_srv: str, dev_srv: str, gid_srv: int, ns_cli: str, dev_cli: s
         for line in out.stdout.splitlines():
             f = line.split()
             if len(f) >= 5 and f[0] == str(size) and re.match(r"^\d+$", f[1]):
-                # #bytes #iterations BW-peak BW-average MsgRate[Mpps]: the BW columns have 2 decimals (+-0.005
-                # Gbit/s, 3-5% at these rates), the message rate 6: the average from it
-                gbps = float(f[4]) * 1e6 * size * 8 / 1e9
+                # #bytes #iterations BW-peak BW-average MsgRate[Mpps]. perftest prints the BW columns with 2 or
+                # 6 decimals and the rate with 6 (1 message/s: 5-10% at 1 MB): the one with more digits
+                gbps = _more_digits(f[3], float(f[4]) * 1e6 * size * 8 / 1e9, f[4])
                 print(f"ib_write_bw: {line.strip()}", file=sys.stderr)
                 break
         else:
