@@ -279,6 +279,14 @@ class RdmaTransport(Transport):
         self.proto.post_recv(p, req)
         return req
 
+    def send_done(self, p: _Peer, req: Request) -> None:
+        req.done, req.t_done = True, time.monotonic()
+        self.bytes_out += req.nbytes
+        p.stats["writes"] += 1
+        p.stats["bytes_written"] += req.nbytes
+        self.prof["messages_sent"] += 1
+        self.ready.append(req)
+
     def recv_done(self, p: _Peer, req: Request) -> None:
         req.done, req.t_done = True, time.monotonic()
         self.pending_recvs -= 1
@@ -327,16 +335,13 @@ class RdmaTransport(Transport):
             raise TransportError(f"rank {self.rank}: completion of request {wc.wr_id & 0xFFFFFFFF} to rank {p.rank}, "
                                  "which did not ask for one") from None
         for d in done:
-            _, req, ctl = d.record[:3]
+            kind, req, ctl = d.record[:3]
             if ctl >= 0:
                 p.free_ctl.append(ctl)
+            if kind != K_CTL:
+                self.proto.released(p, d.record)
             if req is not None:
-                req.done, req.t_done = True, time.monotonic()
-                self.bytes_out += req.nbytes
-                p.stats["writes"] += 1
-                p.stats["bytes_written"] += req.nbytes
-                self.prof["messages_sent"] += 1
-                self.ready.append(req)
+                self.send_done(p, req)
         for d in postable:
             self._post_wr(p, d)
         self.proto.pump(p)  # control slots came free: pieces (and owed credits) that waited for one
@@ -397,7 +402,8 @@ class RdmaTransport(Transport):
                 "profile": {k: round(v, 6) if isinstance(v, float) else v for k, v in self.prof.items()}}
 
     def close(self) -> None:
-        objs = [o for p in self.peers.values() for o in (p.qp, p.ctl_recv, p.ctl_send, p.eager and p.eager.mr)]
+        objs = [o for p in self.peers.values()
+                for o in (p.qp, p.ctl_recv, p.ctl_send, p.eager and p.eager.mr, p.eager and p.eager.bounce_mr)]
         objs += [mr for _, _, mr, _ in self.mrs] + [self.cq, self.channel, self.pd, self.ctx]
         for obj in objs:
             try:

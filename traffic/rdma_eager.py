@@ -26,21 +26,24 @@ from traffic.rdma_credits import (CREDIT, CREDIT_MAGIC, HDR, HDR_BYTES, HDR_MAGI
 from traffic.transport import Request, TransportError
 
 K_PIECE = 4  # the work-request kind of a piece (traffic.rdma numbers the others)
+BOUNCE_SLOTS = 4  # registered send buffers per peer for messages of one piece
 
 
 class EagerPeer:
     """One connection's eager state: our ring for the peer's pieces, and our credits and waiting pieces towards it."""
 
     __slots__ = ("arr", "mr", "ring", "stride", "window", "r_addr", "r_rkey", "r_stride", "r_slot_bytes",
-                 "pending", "owed", "stall_t0")
+                 "pending", "owed", "stall_t0", "bounce", "bounce_mr", "bounce_free")
 
-    def __init__(self, arr: np.ndarray, mr, slots: int, slot_bytes: int):
+    def __init__(self, arr: np.ndarray, mr, slots: int, slot_bytes: int, bounce: np.ndarray, bounce_mr):
         self.arr, self.mr = arr, mr
+        self.bounce, self.bounce_mr = bounce, bounce_mr  # BOUNCE_SLOTS send buffers of slot_bytes
+        self.bounce_free = list(range(BOUNCE_SLOTS))
         self.ring = RecvRing(slots)
         self.stride = HDR_BYTES + slot_bytes
         self.window: SendWindow | None = None
         self.r_addr = self.r_rkey = self.r_stride = self.r_slot_bytes = 0
-        self.pending: deque = deque()  # (req, lkey, address, offset, length, last) waiting for a credit
+        self.pending: deque = deque()  # (req, lkey, address, offset, length, last, bounce slot) waiting for a credit
         self.owed = 0  # freed slots not reported yet (no control slot was free)
         self.stall_t0 = 0.0  # when pieces began waiting for credits (0: not waiting)
 
@@ -59,7 +62,9 @@ class Eager:
     def setup(self, p) -> tuple[int, int, int, int]:
         """Register the ring for peer ``p``; (address, rkey, slots, slot bytes) to tell the peer."""
         arr = np.zeros(self.slots * (HDR_BYTES + self.slot_bytes), dtype=np.uint8)
-        p.eager = EagerPeer(arr, self.t.mr(arr.nbytes, address=arr.ctypes.data), self.slots, self.slot_bytes)
+        bounce = np.zeros(BOUNCE_SLOTS * self.slot_bytes, dtype=np.uint8)
+        p.eager = EagerPeer(arr, self.t.mr(arr.nbytes, address=arr.ctypes.data), self.slots, self.slot_bytes,
+                            bounce, self.t.mr(bounce.nbytes, address=bounce.ctypes.data))
         return arr.ctypes.data, p.eager.mr.rkey, self.slots, self.slot_bytes
 
     @staticmethod
@@ -72,26 +77,41 @@ class Eager:
     # ---- sending ----
 
     def post_send(self, p, req: Request) -> None:
+        """A message of one piece is copied into a free registered send buffer and done at once (as a TCP send is
+        once in the socket buffer): the sender's next message need not wait for this one's acknowledgement.
+        Larger ones are written in place and done when their last piece is acknowledged."""
+        ep = p.eager
+        if 0 < req.nbytes <= min(self.slot_bytes, ep.r_slot_bytes) and ep.bounce_free:
+            b = ep.bounce_free.pop()
+            c0 = time.perf_counter()
+            a0 = b * self.slot_bytes
+            ep.bounce[a0:a0 + req.nbytes] = np.frombuffer(req.buf, dtype=np.uint8)
+            self.t.prof["copy_s"] += time.perf_counter() - c0
+            ep.pending.append((req, ep.bounce_mr.lkey, ep.bounce.ctypes.data + a0, 0, req.nbytes, True, b))
+            self.t.send_done(p, req)
+            self.pump(p)
+            return
         lkey, addr = 0, 0
         if req.nbytes:
             mr, addr = self.t.region(req.buf)
             lkey = mr.lkey
         plan = chunks(req.nbytes, p.eager.r_slot_bytes)
         for k, (off, n) in enumerate(plan):
-            p.eager.pending.append((req, lkey, addr, off, n, k == len(plan) - 1))
+            p.eager.pending.append((req, lkey, addr, off, n, k == len(plan) - 1, -1))
         self.pump(p)
 
     def pump(self, p) -> None:
         """Write the waiting pieces to ``p`` while we hold credits (and control slots for their headers)."""
         ep, t = p.eager, self.t
         while ep.pending and ep.window.free and len(p.free_ctl) > t.CTL_RESERVE:
-            req, lkey, addr, off, n, last = ep.pending.popleft()
+            req, lkey, addr, off, n, last, bounce = ep.pending.popleft()
             slot = ep.window.take()
             h = p.free_ctl.pop()
             p.ctl_send.write(HDR.pack(req.tag, req.nbytes, off, n, HDR_MAGIC), HDR.size, h * t.CTL_SLOT)
             p.stats["pieces"] += 1
-            # record: kind, the send it completes (last piece only), its control slot, then how to build it
-            t.push(p, (K_PIECE, req if last else None, h, slot, lkey, addr + off, n), last)
+            # record: kind, the send it completes (last piece, unless bounced: done already), its control slot,
+            # then how to build it, and the send buffer it frees
+            t.push(p, (K_PIECE, req if last and bounce < 0 else None, h, slot, lkey, addr + off, n, bounce), last)
         if ep.pending and not ep.window.free and not ep.stall_t0:
             ep.stall_t0 = time.monotonic()
         if ep.owed:
@@ -99,7 +119,7 @@ class Eager:
 
     def build_wr(self, p, record: tuple, wr_id: int, flags: int):
         v = self.t.v
-        _, _, h, slot, lkey, addr, n = record
+        _, _, h, slot, lkey, addr, n, _ = record
         sges = [v["SGE"](p.ctl_send.buf + h * self.t.CTL_SLOT, HDR_BYTES, p.ctl_send.lkey)]
         if n:
             sges.append(v["SGE"](addr, n, lkey))
@@ -107,6 +127,12 @@ class Eager:
                          imm_data=slot, send_flags=flags)
         wr.set_wr_rdma(p.eager.r_rkey, p.eager.r_addr + slot * p.eager.r_stride)
         return wr
+
+    @staticmethod
+    def released(p, record: tuple) -> None:
+        """A piece's write is done: its send buffer, if it was copied into one, is free again."""
+        if record[7] >= 0:
+            p.eager.bounce_free.append(record[7])
 
     def on_message(self, p, i: int) -> None:
         """A SEND from ``p`` in its control slot ``i``: a credit message."""

@@ -67,6 +67,10 @@ class Rendezvous:
         wr.set_wr_rdma(rkey, addr)
         return wr
 
+    @staticmethod
+    def released(p, record: tuple) -> None:
+        pass
+
     def pump(self, p) -> None:
         pass  # nothing waits for send-queue room here: the send queue's backlog holds it
 
