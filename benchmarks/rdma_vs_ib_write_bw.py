@@ -22,7 +22,7 @@ ranks, from the first post to the last completion) beside perftest's (whole proc
 the agents' time per message went (the transports' profile: blocked waiting, waiting for a clear-to-send or for
 credits, copying out of the ring, CPU). --json: the same as one JSON line.
 
-Measured: docs/collective.md ("Over RDMA: the agent against ib_write_bw").
+Measured: docs/collective.md, "The agent against ib_write_bw".
 """
 
 from __future__ import annotations
