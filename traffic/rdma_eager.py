@@ -26,7 +26,7 @@ from traffic.rdma_credits import (CREDIT, CREDIT_MAGIC, HDR, HDR_BYTES, HDR_MAGI
 from traffic.transport import Request, TransportError
 
 K_PIECE = 4  # the work-request kind of a piece (traffic.rdma numbers the others)
-BOUNCE_SLOTS = 4  # registered send buffers per peer for messages of one piece
+MIN_BOUNCE_SLOTS = 4  # registered send buffers per peer, slot-sized: as many as the ring has slots, at least this
 
 
 class EagerPeer:
@@ -37,8 +37,8 @@ class EagerPeer:
 
     def __init__(self, arr: np.ndarray, mr, slots: int, slot_bytes: int, bounce: np.ndarray, bounce_mr):
         self.arr, self.mr = arr, mr
-        self.bounce, self.bounce_mr = bounce, bounce_mr  # BOUNCE_SLOTS send buffers of slot_bytes
-        self.bounce_free = list(range(BOUNCE_SLOTS))
+        self.bounce, self.bounce_mr = bounce, bounce_mr  # send buffers of slot_bytes
+        self.bounce_free = list(range(bounce.nbytes // slot_bytes))
         self.ring = RecvRing(slots)
         self.stride = HDR_BYTES + slot_bytes
         self.window: SendWindow | None = None
@@ -62,7 +62,7 @@ class Eager:
     def setup(self, p) -> tuple[int, int, int, int]:
         """Register the ring for peer ``p``; (address, rkey, slots, slot bytes) to tell the peer."""
         arr = np.zeros(self.slots * (HDR_BYTES + self.slot_bytes), dtype=np.uint8)
-        bounce = np.zeros(BOUNCE_SLOTS * self.slot_bytes, dtype=np.uint8)
+        bounce = np.zeros(max(MIN_BOUNCE_SLOTS, self.slots) * self.slot_bytes, dtype=np.uint8)
         p.eager = EagerPeer(arr, self.t.mr(arr.nbytes, address=arr.ctypes.data), self.slots, self.slot_bytes,
                             bounce, self.t.mr(bounce.nbytes, address=bounce.ctypes.data))
         return arr.ctypes.data, p.eager.mr.rkey, self.slots, self.slot_bytes
@@ -77,17 +77,23 @@ class Eager:
     # ---- sending ----
 
     def post_send(self, p, req: Request) -> None:
-        """A message of one piece is copied into a free registered send buffer and done at once (as a TCP send is
-        once in the socket buffer): the sender's next message need not wait for this one's acknowledgement.
-        Larger ones are written in place and done when their last piece is acknowledged."""
+        """If enough registered send buffers are free for all its pieces, the message is copied into them and done
+        at once (as a TCP send is once in the socket buffer): the sender's next message is posted while this one
+        is still on the wire, as perftest keeps writes queued. Else it is written in place and done when its last
+        piece is acknowledged."""
         ep = p.eager
-        if 0 < req.nbytes <= min(self.slot_bytes, ep.r_slot_bytes) and ep.bounce_free:
-            b = ep.bounce_free.pop()
+        plan = chunks(req.nbytes, ep.r_slot_bytes)
+        if req.nbytes and ep.r_slot_bytes <= self.slot_bytes and len(plan) <= len(ep.bounce_free):
+            src = np.frombuffer(req.buf, dtype=np.uint8)
             c0 = time.perf_counter()
-            a0 = b * self.slot_bytes
-            ep.bounce[a0:a0 + req.nbytes] = np.frombuffer(req.buf, dtype=np.uint8)
+            for k, (off, n) in enumerate(plan):
+                b = ep.bounce_free.pop()
+                a0 = b * self.slot_bytes
+                ep.bounce[a0:a0 + n] = src[off:off + n]
+                # the piece is read at address + offset: the buffer's start
+                ep.pending.append((req, ep.bounce_mr.lkey, ep.bounce.ctypes.data + a0 - off, off, n,
+                                   k == len(plan) - 1, b))
             self.t.prof["copy_s"] += time.perf_counter() - c0
-            ep.pending.append((req, ep.bounce_mr.lkey, ep.bounce.ctypes.data + a0, 0, req.nbytes, True, b))
             self.t.send_done(p, req)
             self.pump(p)
             return
@@ -95,9 +101,8 @@ class Eager:
         if req.nbytes:
             mr, addr = self.t.region(req.buf)
             lkey = mr.lkey
-        plan = chunks(req.nbytes, p.eager.r_slot_bytes)
         for k, (off, n) in enumerate(plan):
-            p.eager.pending.append((req, lkey, addr, off, n, k == len(plan) - 1, -1))
+            ep.pending.append((req, lkey, addr, off, n, k == len(plan) - 1, -1))
         self.pump(p)
 
     def pump(self, p) -> None:
