@@ -369,6 +369,15 @@ class RdmaTransport(Transport):
             self.prof["cpu_s"] = self.prof["cpu_user_s"] + self.prof["cpu_sys_s"]
         return out
 
+    def drain(self, timeout_s: float) -> None:
+        """Drive progress until every posted write is acknowledged: a send done from a copy (traffic.rdma_eager)
+        may still have pieces waiting for credits, which only this process can write. TransportError on timeout."""
+        end = time.monotonic() + timeout_s
+        while any(p.sq.in_flight or (p.eager is not None and p.eager.pending) for p in self.peers.values()):
+            if time.monotonic() > end:
+                raise TransportError(f"rank {self.rank}: writes still in flight after {timeout_s:.0f} s")
+            self.progress(0.05)  # the plan is over: nothing waits for what completes now
+
     def _wait(self, left_s: float) -> None:
         """Block until the CQ may have a completion or ``left_s`` passes: select() on the completion channel armed
         by ibv_req_notify_cq (polled once more after arming: a completion may have come in between)."""
