@@ -12,8 +12,9 @@
 * Data movement (traffic.rdma_eager, the default ``credits`` > 0): as perftest keeps many writes in flight, a send
   is cut into pieces written at once, each by an RDMA WRITE WITH IMMEDIATE into a slot of the receive ring the peer
   registered for us, while we hold credits (traffic.rdma_credits); the receiver copies pieces into the posted
-  receive and gives slots back in batches. ``credits=0``: the earlier rendezvous (traffic.rdma_rendezvous), a
-  clear-to-send per message, then one write straight into the destination buffer.
+  receive and gives slots back in batches. A send whose pieces fit in free registered send buffers is copied and
+  done at once (``drain`` writes what is left before the agent reports). ``credits=0``: the earlier rendezvous
+  (traffic.rdma_rendezvous), a clear-to-send per message, then one write straight into the destination buffer.
 * Completions: one CQ. Only the requests that need one ask for a completion (traffic.rdma_sendq: the last piece
   of a message, control messages, and one in ``signal_every``); ``progress(timeout)`` polls the CQ in batches of
   64 and, with nothing to do, sleeps in select() on the CQ's completion channel until the next completion (or,

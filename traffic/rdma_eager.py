@@ -4,8 +4,10 @@ receive ring, as many pieces in flight as the peer gave credits for (the account
 Sender: a send is cut into pieces of at most the peer's slot size; while it holds a credit (a free slot of the
 peer's ring) and a control slot for the 64-byte header, each piece goes as one RDMA WRITE WITH IMMEDIATE of two
 scatter elements (header; payload read in place from the registered send buffer) to the slot's address, the
-immediate naming the slot. Only a message's last piece asks for a completion; when it comes, every piece of the
-message has been acknowledged (RC completes in order) and the send is done. Credit messages from the peer give
+immediate naming the slot. A message whose pieces all fit in free registered send buffers (as many as the ring
+has slots, at least 4) is copied into them and its send is done at once, so the next one is posted while it is on
+the wire; otherwise the payload is read in place, only the last piece asks for a completion, and when it comes
+every piece has been acknowledged (RC completes in order) and the send is done. Credit messages from the peer give
 slots back and release the pieces that waited for them.
 
 Receiver: each piece's write consumes a pre-posted receive and completes with its immediate; the header says which
