@@ -6,6 +6,7 @@ hosts running TCP agents need no pyverbs."""
 from __future__ import annotations
 
 import ipaddress
+import os
 
 from traffic.transport import TransportError
 
@@ -44,7 +45,7 @@ def verbs() -> dict:
     try:
         import pyverbs.enums as e
         from pyverbs.addr import GID, AHAttr, GlobalRoute
-        from pyverbs.cq import CQ
+        from pyverbs.cq import CQ, CompChannel
         from pyverbs.device import Context, get_device_list
         from pyverbs.mr import MR
         from pyverbs.pd import PD
@@ -53,7 +54,7 @@ def verbs() -> dict:
     except ImportError as exc:
         raise TransportError(f"pyverbs does not import ({exc}): install Debian's python3-pyverbs and use the "
                              "project's venv") from None
-    return dict(e=e, GID=GID, AHAttr=AHAttr, GlobalRoute=GlobalRoute, CQ=CQ, Context=Context,
+    return dict(e=e, GID=GID, AHAttr=AHAttr, GlobalRoute=GlobalRoute, CQ=CQ, CompChannel=CompChannel, Context=Context,
                 get_device_list=get_device_list, MR=MR, PD=PD, QP=QP, QPAttr=QPAttr, QPCap=QPCap,
                 QPInitAttr=QPInitAttr, SGE=SGE, RecvWR=RecvWR, SendWR=SendWR)
 
@@ -98,11 +99,32 @@ def _gid_index(ctx, want: str) -> int | None:
     return None
 
 
-def make_qp(v: dict, pd, cq, access: int, send_depth: int, recv_depth: int):
+def completion_channel(v: dict, ctx):
+    """(channel, fd): an ibv_comp_channel of ``ctx`` and the file descriptor the kernel signals when a CQ armed with
+    ibv_req_notify_cq gets a completion (readable then: select() on it instead of polling a CQ in a sleep loop).
+    pyverbs does not expose the descriptor: it is the one new ``anon_inode:[infinibandevent]`` among the process's
+    descriptors; fd is None if it cannot be told apart, both None if the device gives no channel."""
+    before = set(os.listdir("/proc/self/fd"))
+    try:
+        ch = v["CompChannel"](ctx)
+    except Exception:  # noqa: BLE001 - pyverbs raises its own error types: the caller polls in short sleeps
+        return None, None
+    found = []
+    for f in set(os.listdir("/proc/self/fd")) - before:
+        try:
+            if "infinibandevent" in os.readlink(f"/proc/self/fd/{f}"):
+                found.append(int(f))
+        except OSError:
+            continue
+    return ch, (found[0] if len(found) == 1 else None)
+
+
+def make_qp(v: dict, pd, cq, access: int, send_depth: int, recv_depth: int, max_send_sge: int = 1):
     """An RC queue pair on ``cq`` (sends and receives), moved to INIT on port 1 with ``access`` flags."""
     e = v["e"]
-    cap = v["QPCap"](max_send_wr=send_depth, max_recv_wr=recv_depth, max_send_sge=1, max_recv_sge=1)
-    qp = v["QP"](pd, v["QPInitAttr"](qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap))
+    cap = v["QPCap"](max_send_wr=send_depth, max_recv_wr=recv_depth, max_send_sge=max_send_sge, max_recv_sge=1)
+    # sq_sig_all=0: a send work request makes a completion only if it asks for one (pyverbs defaults to all)
+    qp = v["QP"](pd, v["QPInitAttr"](qp_type=e.IBV_QPT_RC, scq=cq, rcq=cq, cap=cap, sq_sig_all=0))
     a = v["QPAttr"](qp_state=e.IBV_QPS_INIT)
     a.pkey_index = 0
     a.port_num = 1

@@ -33,8 +33,11 @@ def test_ipv4_gid_is_the_mapped_address():
 
 
 def test_wire_formats_fit_a_control_slot():
-    assert rdma.CTS.size <= rdma.CTL_SLOT
-    assert rdma.INFO.size == 32
+    from traffic import rdma_connect, rdma_credits
+
+    assert rdma.CTS.size <= rdma.CTL_SLOT and rdma_credits.CREDIT.size <= rdma.CTL_SLOT
+    assert rdma_credits.HDR.size <= rdma_credits.HDR_BYTES == rdma.CTL_SLOT  # a piece's header is one control slot
+    assert rdma_connect.INFO.size == 56
 
 
 def test_rdma_mtu_validation_is_one_line():
@@ -70,5 +73,11 @@ def test_transport_options_are_checked_before_any_device_is_opened():
         make_transport("rdma", 0, ip="198.18.1.1", mtu=1000)
     with pytest.raises(ValueError, match="retry_cnt must be 0..7"):
         make_transport("rdma", 0, ip="198.18.1.1", retry_cnt=9)
+    with pytest.raises(ValueError, match="credits must be 0..64"):
+        make_transport("rdma", 0, ip="198.18.1.1", credits=65)
+    with pytest.raises(ValueError, match="slot_bytes must be"):
+        make_transport("rdma", 0, ip="198.18.1.1", slot_bytes=100)
+    with pytest.raises(ValueError, match="recv_depth >= 2 x credits"):
+        make_transport("rdma", 0, ip="198.18.1.1", credits=64, recv_depth=64)
     with pytest.raises(ValueError, match="unknown transport"):
         make_transport("ib", 0)
