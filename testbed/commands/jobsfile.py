@@ -57,7 +57,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from testbed.commands.jobsfile_jobs import JobEntry, job_asked, placed
+from testbed.commands.jobsfile_jobs import JobEntry, job_asked, placed, placed_again
 from testbed.commands.jobsfile_storage import KINDS, Checkpoint, Dataset, Inference, storage_entry
 from testbed.commands.jobsfile_values import relative, typed, unknown
 from testbed.errors import UsageError
@@ -83,6 +83,11 @@ class JobsFile:
     @property
     def names(self) -> list[str]:
         return [e.name for e in (*self.jobs, *self.checkpoints, *self.datasets, *self.inference)]
+
+    @property
+    def storage_hosts(self) -> set[str]:
+        """The hosts the storage traffic's storage ends (and inference servers) run on: no rank runs there."""
+        return {s.storage for s in (*self.checkpoints, *self.datasets, *self.inference)}
 
 
 def read(path: str | Path) -> dict:
@@ -139,17 +144,25 @@ def _entries(doc: dict) -> list[tuple[str, str, dict]]:
     return out
 
 
-def load(path: str | Path, scenario_params, seed: int = 1) -> JobsFile:
+def load(path: str | Path, scenario_params, seed: int = 1, placement: str = "") -> JobsFile:
     """Read, check and place the jobs file ``path`` (the module docstring); ``scenario_params``: the collective
-    scenario's parameters (the fabric's names and defaults). UsageError, one line, on anything wrong."""
+    scenario's parameters (the fabric's names and defaults). ``placement`` (a traffic.placement policy; empty: as
+    the file says): once the file is checked as written, every job is placed again by it, in file order, on the
+    hosts no earlier job and no storage host holds (a job that lists its hosts is refused with it). UsageError,
+    one line, on anything wrong."""
     path = Path(path)
     try:
-        return _load(path, scenario_params, seed)
+        jf, listed = _load(path, scenario_params, seed)
     except UsageError as e:
         raise UsageError(f"jobs file {path}: {e}") from None
+    if placement:
+        jf = dataclasses.replace(jf, jobs=placed_again(jf.jobs, listed, jf.spec, jf.storage_hosts, placement, seed,
+                                                       path.name))
+    return jf
 
 
-def _load(path: Path, scenario_params, seed: int) -> JobsFile:
+def _load(path: Path, scenario_params, seed: int) -> tuple[JobsFile, list[str]]:
+    """The file checked and placed as written, and the names of the jobs that list their hosts."""
     doc = read(path)
     base = path.resolve().parent
     unknown(doc, ("fabric", "job", *KINDS, "description"), "top level")
@@ -163,9 +176,10 @@ def _load(path: Path, scenario_params, seed: int) -> JobsFile:
     if len(entries) < 2:
         raise UsageError("one entry only: a jobs file runs two or more (jobs, checkpoints, datasets) together")
     jobs = placed(asked, spec, {s.storage for s in storage}, seed)
-    return JobsFile(path, fabric, spec, tuple(jobs), tuple(s for s in storage if isinstance(s, Checkpoint)),
-                    tuple(s for s in storage if isinstance(s, Dataset)),
-                    tuple(s for s in storage if isinstance(s, Inference)))
+    jf = JobsFile(path, fabric, spec, tuple(jobs), tuple(s for s in storage if isinstance(s, Checkpoint)),
+                  tuple(s for s in storage if isinstance(s, Dataset)),
+                  tuple(s for s in storage if isinstance(s, Inference)))
+    return jf, [a.name for a in asked if a.hosts]
 
 
 def describe(jf: JobsFile) -> list[str]:

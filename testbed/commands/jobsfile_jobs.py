@@ -3,10 +3,12 @@ placed on the fabric's hosts, as a cluster scheduler hands each job its own node
 refusal is a UsageError of one line naming the entry.
 
 A job's ranks run on the hosts it names (in rank order), or the placement policy (traffic.placement) places them on
-the hosts no other job and no storage host holds: jobs with hosts first, then the rest in file order."""
+the hosts no other job and no storage host holds: jobs with hosts first, then the rest in file order. Placed again
+(``placed_again``), every job gets its hosts from one policy, in file order."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,3 +130,21 @@ def placed(asked: list[JobAsked], spec, storage_hosts: set[str], seed: int) -> l
                              a.start_s))
     return jobs
 
+
+def placed_again(jobs: tuple[JobEntry, ...], listed: list[str], spec, storage_hosts: set[str], policy: str,
+                 seed: int, file_name: str) -> tuple[JobEntry, ...]:
+    """``jobs`` (placed as their file says) each placed again by ``policy``, in file order, on the hosts no earlier
+    job and no storage host holds; refused when a job lists its hosts (``listed``: their names)."""
+    if listed:
+        raise UsageError(f"placement={policy}: job {listed[0]} lists its hosts in {file_name}; give it ranks "
+                         f"instead, or leave placement empty")
+    held = dict.fromkeys(storage_hosts, "")
+    out = []
+    for j in jobs:
+        try:
+            pl = _take(len(j.hosts), policy, j.settings.seed or seed, spec, held, j.name)
+        except PlacementError as e:
+            raise UsageError(f"placement={policy}: job {j.name}: {e} (of the hosts no earlier job or storage "
+                             f"holds)") from None
+        out.append(dataclasses.replace(j, hosts=tuple(pl.hosts), leaves=tuple(pl.leaves), policy=policy))
+    return tuple(out)
