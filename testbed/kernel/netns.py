@@ -173,6 +173,24 @@ def netlink_socket(name: str | None) -> socket.socket:
     return sock
 
 
+
+def sockets_in(name: str, netlink: Callable[[], socket.socket]) -> tuple[IPRoute, socket.socket, socket.socket]:
+    """(IPRoute, the socket ``netlink()`` opens (e.g. testbed.kernel.batch.open_socket, for a Batch), an AF_INET
+    datagram socket for ioctls such as :func:`set_up` and :func:`ifindex`), all opened in namespace `name` with one
+    namespace switch, as :func:`ipr_in` (no child forked); on failure the ones already opened are closed."""
+    with entered(name):
+        ipr = IPRoute()
+        try:
+            nl = netlink()
+            try:
+                return ipr, nl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            except BaseException:
+                nl.close()
+                raise
+        except BaseException:
+            ipr.close()
+            raise
+
 def _setns(name: str) -> None:
     fd = os.open(NETNS_DIR / name, os.O_RDONLY)
     try:

@@ -62,25 +62,6 @@ ETH_P_IP = 0x0800
 SHAPER_SLACK_MS = qdisc.SHAPER_SLACK_MS
 
 
-def _sockets_in(ns: str) -> tuple[Any, socket.socket, socket.socket]:
-    """(IPRoute, netlink socket for a Batch, AF_INET datagram socket for ioctls), all opened in namespace `ns` with
-    one namespace switch."""
-    from pyroute2 import IPRoute
-
-    with netns.entered(ns):
-        ipr = IPRoute()
-        try:
-            nl = batch.open_socket()
-            try:
-                return ipr, nl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            except BaseException:
-                nl.close()
-                raise
-        except BaseException:
-            ipr.close()
-            raise
-
-
 class Fabric:
     """Namespaces, links, routes and queues of one topology for one run (see the module docstring)."""
 
@@ -167,7 +148,7 @@ class Fabric:
         socks: dict[str, socket.socket] = {}
         try:
             for n, ns in self._ns.items():
-                iprs[n], nls[n], socks[n] = _sockets_in(ns)
+                iprs[n], nls[n], socks[n] = netns.sockets_in(ns, batch.open_socket)
             ifindex = self._links(iprs, nls, socks)
             # addresses, routes and queues: one batch of requests per namespace, in that order
             batches = {n: batch.Batch(ipr, nls[n]) for n, ipr in iprs.items()}
