@@ -18,10 +18,20 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+import pyroute2.config
 from pyroute2 import IPRoute
+from pyroute2 import NetlinkError  # noqa: F401  (a netlink request's error, for callers outside testbed/kernel)
 from pyroute2 import netns as _netns
 
 from testbed.kernel import PREFIX
+
+# pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
+# runner turns SIGTERM into KeyboardInterrupt; a child that inherited that handler and is still inside pyroute2's
+# wrapper when the signal lands unwinds the *parent's* stack copy, runs the run's teardown (removing the fabric's
+# namespaces under the parent) and carries on as a second copy of the run. With this flag the child resets SIGTERM
+# to the default action first. Set here, in the
+# module every namespace user imports.
+pyroute2.config.disable_mp_signal = True
 
 NETNS_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000

@@ -35,8 +35,6 @@ import re
 import socket
 from typing import Any, Callable
 
-import pyroute2.config
-
 from testbed.errors import UsageError
 from testbed.network import description, impairment
 from testbed.network.cluster import build_servers, build_tunnels, place
@@ -45,13 +43,6 @@ from testbed.network.loadbalance import FlowletBalancing
 from testbed.network.portplan import PortPlan, plan_port
 from topologies.flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES, flowlet_plans
 from topologies.spray import shared_macs, spray_groups
-
-# pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
-# runner turns SIGTERM into KeyboardInterrupt; a child that inherited that handler and is still inside pyroute2's
-# wrapper when the signal lands unwinds the *parent's* stack copy, runs the run's teardown (removing the fabric's
-# namespaces under the parent) and carries on as a second copy of the run. With this flag the child resets SIGTERM
-# to the default action first. (Belongs in testbed.kernel.netns; set here because every fabric user imports this.)
-pyroute2.config.disable_mp_signal = True
 
 #: Longest namespace name we create (the kernel's limit is NAME_MAX of the /run/netns bind mount, 255; keep it
 #: readable in `ip netns` listings and well inside any tool's limits).
