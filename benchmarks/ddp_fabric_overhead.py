@@ -23,12 +23,15 @@ cost as a real program sees it.
 
 Runs alternate between the sides (fabric first in even repeats, bare first in odd ones: the machine may be shared,
 and drift then hits both sides alike); repeat i uses ECMP seed i+1 on the fabric. Each run reports its step-time p50
-and p99 over its measured steps (ops.csv, the first step left out as the program scenario does), and its fidelity
-verdict (analysis.fidelity via the lab's judge, and the program scenario's CPU check). Over the repeats: per side
-the median of the runs' p50s and of their p99s with 95% intervals (analysis.stats.estimate; below 6 runs the
-interval is the range, with its real coverage), and fabric/bare as the ratio of medians with its bootstrap interval,
-a rank test and the verdict (analysis.stats.compare). Measured numbers are in docs/programs.md ("What the fabric
-costs a program"). Exit status 1 when a run failed (the others are still reported), 2 on bad arguments.
+and p99 over its measured steps (ops.csv, the first step left out as the program scenario does), its p99 without
+the last step too (the last step overlaps the program's closing broadcast and exit: ranks leave the loop at
+different times, and one still in its last all-reduce shares the CPUs and links with the others' broadcast), and its
+fidelity verdict (analysis.fidelity via the lab's judge, and the program scenario's CPU check). Over the repeats:
+per side the median of the runs' p50s and of their p99s (both kinds) with 95% intervals (analysis.stats.estimate;
+below 6 runs the interval is the range, with its real coverage), and fabric/bare as the ratio of medians with its
+bootstrap interval, a rank test and the verdict (analysis.stats.compare). Measured numbers are in docs/programs.md
+("What the fabric costs a program"). Exit status 1 when a run failed (the others are still reported), 2 on bad
+arguments.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ NIC_QUEUE = QueueSpec("droptail", buffer_bytes=1_500_000)
 SWITCH_QUEUE = QueueSpec("droptail", buffer_bytes=256 * 1024)
 WARMUP_STEPS = 1  # the program scenario's default: connection set-up and DDP's first bucket build left out
 SAMPLE_EVERY_MS = 10.0  # the program scenario's queue sampling interval
+#: per run: step p50 and p99 over the measured steps (as `testbed run program` reports them), and p99 without the
+#: last step, which overlaps the program's closing broadcast and exit
+KEYS = ("step_ms_p50", "step_ms_p99", "steady_step_ms_p99")
 
 
 class OneSwitch(Topo):
@@ -105,9 +111,12 @@ def one_run(side: str, rate_mbps: float, steps: int, seed: int, out: Path, timeo
         lab.summary.update(fidelity_ok=not cpu, fidelity_reasons="; ".join(cpu), cpu_busy_fraction=busy)
     run = load_quietly(out)
     m = collective_metrics(run.ops)
+    # the last step overlaps the program's closing broadcast and exit (ranks leave the loop at different times)
+    steady = collective_metrics(run.ops[run.ops["iteration"] < run.ops["iteration"].max()])
     hosts = set(HOSTS)
     drops = sum(v["drops"] for (n, _), v in delta.items() if n not in hosts)
     return {"side": side, "seed": seed, "step_ms_p50": m.get("step_ms_p50"), "step_ms_p99": m.get("step_ms_p99"),
+            "steady_step_ms_p99": steady.get("step_ms_p99"),
             "steps_measured": m.get("step_n", 0), "program_s": round(res.wall_s, 3),
             "run_s": round(time.monotonic() - t0, 1), "switch_drops": int(drops),
             "tcp_retrans_segs": int(tcp_metrics(run.tcp).get("tcp_retrans_segs") or 0),
@@ -117,9 +126,9 @@ def one_run(side: str, rate_mbps: float, steps: int, seed: int, out: Path, timeo
 
 def side_summary(rows: list[dict]) -> dict:
     """One side's runs: the median of their step p50s and p99s with intervals, and how many runs were faithful."""
-    p50, p99 = estimate(r["step_ms_p50"] for r in rows), estimate(r["step_ms_p99"] for r in rows)
-    return {"runs": len(rows), "step_ms_p50": p50.as_dict(), "step_ms_p99": p99.as_dict(),
-            "step_ms_p50_text": p50.text("{:.1f}"), "step_ms_p99_text": p99.text("{:.1f}"),
+    est = {k: estimate(r[k] for r in rows) for k in KEYS}
+    return {"runs": len(rows), **{k: est[k].as_dict() for k in KEYS},
+            **{f"{k}_text": est[k].text("{:.1f}") for k in KEYS},
             "fidelity_ok_runs": sum(r["fidelity_ok"] for r in rows),
             "fidelity_reasons": sorted({r["fidelity_reasons"] for r in rows if r["fidelity_reasons"]}),
             "tcp_retrans_segs": [r["tcp_retrans_segs"] for r in rows],
@@ -138,7 +147,7 @@ def report(rows: list[dict], a: argparse.Namespace) -> dict:
     ok = {s: [r for r in rows if r["side"] == s and "error" not in r] for s in SIDES}
     out = {"rate_mbps": a.rate_mbps, "steps": a.steps, "steps_measured_per_run": a.steps - WARMUP_STEPS,
            "repeats": a.repeats, "runs": rows, "sides": {s: side_summary(ok[s]) for s in SIDES}}
-    for key in ("step_ms_p50", "step_ms_p99"):
+    for key in KEYS:
         d = compare([r[key] for r in ok["fabric"]], [r[key] for r in ok["bare"]])
         out[f"fabric_over_bare_{key}"] = {**d.as_dict(), "text": ratio_text(d)}
     if a.json:
@@ -151,10 +160,15 @@ def report(rows: list[dict], a: argparse.Namespace) -> dict:
         x = out["sides"][s]
         why = ": " + " | ".join(x["fidelity_reasons"]) if x["fidelity_reasons"] else ""
         print(f"  {s:6s}  step p50 (ms) {x['step_ms_p50_text']};  step p99 (ms) {x['step_ms_p99_text']};  "
+              f"without the last step {x['steady_step_ms_p99_text']};  "
               f"fidelity ok in {x['fidelity_ok_runs']} of {x['runs']} runs{why}")
         print(f"          TCP retransmitted segments per run {x['tcp_retrans_segs']}, switch drops {x['switch_drops']}")
     print(f"  fabric/bare step p50: {out['fabric_over_bare_step_ms_p50']['text']}")
     print(f"  fabric/bare step p99: {out['fabric_over_bare_step_ms_p99']['text']}")
+    print(f"  fabric/bare step p99 without the last step: {out['fabric_over_bare_steady_step_ms_p99']['text']}")
+    for r in rows:
+        if "error" in r:
+            print(f"  failed run ({r['side']}, seed {r['seed']}, left out): {r['error']}")
     return out
 
 
