@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What does the emulated fabric cost a real program? (a benchmark, not a test; needs root, builds fabrics)
 
-    sudo .venv/bin/python benchmarks/ddp_fabric_overhead.py [--rate-mbps 20] [--steps 15] [--repeats 6] [--json]
+    sudo .venv/bin/python benchmarks/ddp_fabric_overhead.py [--rate-mbps 20] [--steps 15] [--repeats 12] [--json]
 
 The same DDP job (examples/programs/ddp_train.py: 4 ranks over gloo, one per host, started as ``lab.launch`` and
 ``testbed run program`` start it: torchrun's environment, the project's interpreter) runs on two networks built in
@@ -15,11 +15,11 @@ Both have the same queues as `testbed run program`'s defaults (each host NIC: HT
 Linux interface's 1000 packets; each switch port: HTB + a 256 KB drop-tail bfifo), the same addresses scheme, hosts,
 ranks, rank placement and program. "Bare" is the simplest network that still gives every host its own shaped link
 at the same rate R: a star is what the ranks would see on one top-of-rack switch. Each host's link at R is the
-bottleneck on both (the fabric's spine links also run at R but each carries at most what two hosts send, split
-over two spines), so an emulation that cost nothing would give the same step on both; what the fabric adds is the
-spine tier: two more routing hops and two more shaped egress ports on every cross-leaf path, four more
-namespaces and their veths for the machine to run, and ECMP hashing. The fabric/bare ratio of step times is that
-cost as a real program sees it.
+bottleneck on both (the fabric's leaf-spine links also run at R, two uplinks for a leaf's two hosts: 1:1), so an
+emulation that cost nothing would give the same step on both; what the fabric adds is the spine tier: two more
+routing hops and two more shaped egress ports on every cross-leaf path, three more namespaces (leaf2, two spines)
+and their veths for the machine to run, and ECMP hashing (two hosts' cross-leaf traffic may meet on one uplink).
+The fabric/bare ratio of step times is that cost as a real program sees it.
 
 Runs alternate between the sides (fabric first in even repeats, bare first in odd ones: the machine may be shared,
 and drift then hits both sides alike); repeat i uses ECMP seed i+1 on the fabric. Each run reports its step-time p50
@@ -177,8 +177,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rate-mbps", type=float, default=20.0, help="every host link's rate R (and the fabric's "
                     "leaf-spine links'), Mbit/s (default 20: `testbed run program`'s)")
     ap.add_argument("--steps", type=int, default=15, help="training steps a run (the first is left out)")
-    ap.add_argument("--repeats", type=int, default=6, help="runs a side, alternating (6: the fewest whose median "
-                    "interval reaches 95%%)")
+    ap.add_argument("--repeats", type=int, default=12, help="runs a side, alternating (default 12: the runs' step "
+                    "p50 varies by a CV of about 2%%, and a 4%% difference took 12 a side to tell; 6 is the fewest "
+                    "whose median interval reaches 95%%)")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="a run's program must end within this")
     ap.add_argument("--out", default=None, help="keep the run directories here (default: a temporary directory, "
                     "removed)")
