@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import tempfile
@@ -138,6 +139,8 @@ def side_summary(rows: list[dict]) -> dict:
 def ratio_text(d) -> str:
     more = f"; about {d.runs_needed} runs a side would tell a difference this size" if d.runs_needed else ""
     verdict = d.verdict.replace("A ", "fabric ").replace(" B", " bare")
+    if math.isnan(d.ratio_low):  # one run on a side: no interval, no test
+        return f"{d.ratio:.3f} (no interval below 2 runs a side): {verdict}"
     return (f"{d.ratio:.3f} [{d.ratio_low:.3f}, {d.ratio_high:.3f}] (bootstrap 95%), Mann-Whitney p {d.p_value:.2g}: "
             f"{verdict}{more}")
 
@@ -223,8 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
-    with tempfile.TemporaryDirectory(prefix="ddp-overhead-") as tmp:
-        rows = run_all(a, out or Path(tmp))
+    try:
+        with tempfile.TemporaryDirectory(prefix="ddp-overhead-") as tmp:
+            rows = run_all(a, out or Path(tmp))
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the lab in progress has torn itself down
+        print("ddp_fabric_overhead: interrupted; the fabric in use was torn down", file=sys.stderr)
+        return 130
     report(rows, a)
     return 1 if any("error" in r for r in rows) else 0
 
