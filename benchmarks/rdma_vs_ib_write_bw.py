@@ -14,7 +14,9 @@ shaper is not the limit). For each message size, --repeats rounds, each round al
 * for each of --protocols, two agents (traffic.agent, transport rdma, data verified), rank 0 -> rank 1
   point-to-point (the `pipeline` schedule, 2 ranks), --iters measured messages after one warm-up; goodput =
   payload bytes / (last op end - first op start). ``eager``: the transport's default (pieces written into the
-  receiver's ring with credits, traffic.rdma_eager); ``rendezvous``: credits=0, a clear-to-send per message.
+  receiver's ring with credits, traffic.rdma_eager); ``rendezvous``: credits=0, a clear-to-send per message;
+  ``grant``: the receiver grants its posted receives' destinations ahead, the sender writes straight into them
+  (traffic.rdma_grant).
 
 Prints, per size: each side's median with its interval and n (analysis.stats.estimate); agent / ib_write_bw as the
 ratio of medians with its bootstrap interval (analysis.stats.compare); the agents' CPU per payload byte (both
@@ -43,7 +45,7 @@ from analysis.stats import compare, estimate  # noqa: E402
 from testbed.errors import require_root  # noqa: E402
 from testbed.kernel import netns  # noqa: E402
 
-PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}}
+PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}, "grant": {"protocol": "grant"}}
 
 
 def _children_cpu_s() -> float:
@@ -196,7 +198,7 @@ def main() -> int:
     ap.add_argument("--sizes", default="64K,1M", help="message sizes (both tools), comma-separated")
     ap.add_argument("--iters", type=int, default=32, help="messages per measurement (both tools)")
     ap.add_argument("--repeats", type=int, default=5, help="rounds per size (each: ib_write_bw, then the agents)")
-    ap.add_argument("--protocols", default="eager,rendezvous", help=f"agent protocols ({', '.join(PROTOCOLS)})")
+    ap.add_argument("--protocols", default="eager,rendezvous,grant", help=f"agent protocols ({', '.join(PROTOCOLS)})")
     ap.add_argument("--json", action="store_true", help="also print the result as one JSON line")
     a = ap.parse_args()
     from traffic.job import parse_size
