@@ -66,7 +66,7 @@ PROFILE_KEYS = ("wait_s", "copy_s", "cts_wait_s", "credit_wait_s", "cpu_s", "cpu
 
 
 class _Peer:
-    __slots__ = ("rank", "qp", "sock", "ctl_recv", "ctl_send", "free_ctl", "sq", "stats", "eager")
+    __slots__ = ("rank", "qp", "sock", "ctl_recv", "ctl_send", "free_ctl", "sq", "stats", "eager", "recv_wrs")
 
     def __init__(self, rank: int):
         self.rank = rank
@@ -75,6 +75,7 @@ class _Peer:
         self.sq: SendQueue | None = None
         self.stats = dict.fromkeys(INFO_KEYS, 0)
         self.eager = None  # traffic.rdma_eager.EagerPeer
+        self.recv_wrs: list = []  # the receive work request of each control slot, built once, posted again
 
 
 class RdmaTransport(Transport):
@@ -191,9 +192,11 @@ class RdmaTransport(Transport):
     # ---- work requests ----
 
     def _post_ctl_recv(self, p: _Peer, i: int) -> None:
-        v = self.v
-        sge = v["SGE"](p.ctl_recv.buf + i * self.ctl_slot, self.ctl_slot, p.ctl_recv.lkey)
-        p.qp.post_recv(v["RecvWR"](wr_id=(K_RECV << 56) | i, num_sge=1, sg=[sge]))
+        if i == len(p.recv_wrs):
+            v = self.v
+            sge = v["SGE"](p.ctl_recv.buf + i * self.ctl_slot, self.ctl_slot, p.ctl_recv.lkey)
+            p.recv_wrs.append(v["RecvWR"](wr_id=(K_RECV << 56) | i, num_sge=1, sg=[sge]))
+        p.qp.post_recv(p.recv_wrs[i])
 
     def push(self, p: _Peer, record: tuple, must_signal: bool) -> None:
         """Queue a send-queue entry; ``record``: (kind, the send it completes or None, its control slot or -1,
