@@ -45,7 +45,10 @@ from analysis.stats import compare, estimate  # noqa: E402
 from testbed.errors import require_root  # noqa: E402
 from testbed.kernel import netns  # noqa: E402
 
-PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}, "grant": {"protocol": "grant"}}
+#: the agent's transport options per name (--protocols); "-spin": poll 0.5 ms before sleeping on the CQ's channel
+PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}, "grant": {"protocol": "grant"},
+             "grant-spin": {"protocol": "grant", "spin_us": 500}, "eager-spin": {"spin_us": 500},
+             "eager-2MB": {"credits": 16}}
 
 
 def _children_cpu_s() -> float:

@@ -87,13 +87,14 @@ class RdmaTransport(Transport):
                  traffic_class: int | None = None, mtu: int = 0, timeout: int = 16, retry_cnt: int = 7,
                  rnr_retry: int = 7, min_rnr_timer: int = 12, send_depth: int = 128, recv_depth: int = 0,
                  credits: int = 8, slot_bytes: int = 128 * 1024, signal_every: int = 16, protocol: str = "",
-                 piece_bytes: int = 256 * 1024, psn_seed: int | None = None, devices: dict | None = None, **_ignored):
+                 piece_bytes: int = 256 * 1024, spin_us: int = 0, psn_seed: int | None = None,
+                 devices: dict | None = None, **_ignored):
         super().__init__(rank)
         if devices and str(rank) in devices:  # the job names each rank's device: open only that one
             device = devices[str(rank)]
         protocol, recv_depth = options.check(dscp, traffic_class, mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer,
                                              signal_every, credits, slot_bytes, protocol, piece_bytes, send_depth,
-                                             recv_depth, self.CTL_RESERVE)
+                                             recv_depth, self.CTL_RESERVE, spin_us)
         self.ip, self.device, self.want_mtu = ip, device, int(mtu)
         self.tc = options.traffic_class_of(dscp, traffic_class)
         self.timeout, self.retry_cnt, self.rnr_retry = int(timeout), int(retry_cnt), int(rnr_retry)
@@ -116,7 +117,7 @@ class RdmaTransport(Transport):
         self.gid = self.ctx.query_gid(1, self.gid_index)
         self.pd = self.v["PD"](self.ctx)
         self.e = self.v["e"]
-        self.cq = CompletionQueue(self.v, self.ctx)
+        self.cq = CompletionQueue(self.v, self.ctx, int(spin_us) / 1e6)
         self.access = self.v["e"].IBV_ACCESS_LOCAL_WRITE | self.v["e"].IBV_ACCESS_REMOTE_WRITE
         self.rng = np.random.default_rng(psn_seed if psn_seed is not None else None)
         self.peers: dict[int, _Peer] = {}
@@ -372,8 +373,8 @@ class RdmaTransport(Transport):
                 "path_mtu": self.path_mtu, "active_mtu": self.active_mtu, "traffic_class": self.tc,
                 "timeout": self.timeout, "retry_cnt": self.retry_cnt, "rnr_retry": self.rnr_retry,
                 "min_rnr_timer": self.min_rnr_timer, "connections": len(self.peers), "cc": [],
-                "protocol": self.protocol, "credits": self.credits,
-                "slot_bytes": self.slot_bytes, "completion_channel": self.cq.fd is not None,
+                "protocol": self.protocol, "credits": self.credits, "slot_bytes": self.slot_bytes,
+                "spin_us": round(self.cq.spin_s * 1e6), "completion_channel": self.cq.fd is not None,
                 "profile": {k: round(v, 6) if isinstance(v, float) else v for k, v in self.prof.items()}}
 
     def close(self) -> None:

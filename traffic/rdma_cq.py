@@ -7,6 +7,8 @@ batches, and waited on without spinning.
   ibv_req_notify_cq (polled once more after arming: a completion may have come in between), or, when the
   channel's descriptor cannot be found (traffic.rxe.completion_channel), short sleeps of 0.2..2 ms. Agents share
   the CPUs with rxe's kernel threads: a busy poll (as perftest's client does) would take the CPU rxe needs.
+  ``spin_s`` > 0: poll that long first (a wakeup through the channel costs a select(), a read of the event and a
+  re-arm; under emulation that is a gap on every message's path).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ _SLEEP_MIN_S, _SLEEP_MAX_S = 0.0002, 0.002
 class CompletionQueue:
     """The CQ of device context ``ctx`` (``v``: traffic.rxe.verbs()) with its completion channel."""
 
-    def __init__(self, v: dict, ctx):
+    def __init__(self, v: dict, ctx, spin_s: float = 0.0):
+        self.spin_s = spin_s
         self.channel, self.fd = completion_channel(v, ctx)
         self.cq = v["CQ"](ctx, CQ_ENTRIES, None, self.channel, 0)
         self.armed = False
@@ -48,7 +51,13 @@ class CompletionQueue:
         return total
 
     def wait(self, left_s: float, handle: Callable) -> None:
-        """Block up to ``left_s`` for a completion (completions found while arming go to ``handle``)."""
+        """Block up to ``left_s`` for a completion (completions found while spinning or arming go to ``handle``)."""
+        if self.spin_s > 0:
+            end = time.monotonic() + min(self.spin_s, left_s)
+            while time.monotonic() < end:
+                if self.poll(handle):
+                    return
+            left_s = max(0.0, left_s - self.spin_s)
         if self.fd is None:
             time.sleep(min(self.sleep_s, left_s))
             self.sleep_s = min(self.sleep_s * 2, _SLEEP_MAX_S)

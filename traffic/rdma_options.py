@@ -18,14 +18,14 @@ def traffic_class_of(dscp: int, traffic_class: int | None) -> int:
 
 def check(dscp, traffic_class, mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer, signal_every, credits: int,
           slot_bytes: int, protocol: str, piece_bytes: int, send_depth: int, recv_depth: int,
-          ctl_reserve: int) -> tuple[str, int]:
+          ctl_reserve: int, spin_us: int = 0) -> tuple[str, int]:
     """(the protocol, the receive queue's depth) the options mean; ValueError (one line) for one out of range."""
     if not 0 <= int(dscp) <= 63:
         raise ValueError(f"dscp must be 0..63 (got {dscp})")
     for nm, val, lo, hi in (("traffic_class", traffic_class_of(dscp, traffic_class), 0, 255),
                             ("timeout", timeout, 0, 31), ("retry_cnt", retry_cnt, 0, 7),
                             ("rnr_retry", rnr_retry, 0, 7), ("min_rnr_timer", min_rnr_timer, 0, 31),
-                            ("signal_every", signal_every, 1, 1024)):
+                            ("signal_every", signal_every, 1, 1024), ("spin_us", spin_us, 0, 100_000)):
         if not lo <= int(val) <= hi:
             raise ValueError(f"{nm} must be {lo}..{hi} (got {val})")
     if mtu and int(mtu) not in IB_MTU_ENUM:

@@ -109,3 +109,5 @@ def test_protocol_follows_credits_unless_named():
         _opts(protocol="eager", credits=0)
     with pytest.raises(ValueError, match="piece_bytes must be >= 0"):
         _opts(protocol="grant", piece_bytes=-1)
+    with pytest.raises(ValueError, match=r"spin_us must be 0..100000 \(got -1\)"):
+        _opts(spin_us=-1)
