@@ -19,8 +19,9 @@ from testbed.kernel import netns
 RANKS = 3
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def fabric():
+    """The path for one test (built and torn down per test: conftest checks that each leaves no namespace)."""
     from testbed.network.fabric import Fabric
     from topologies import LeafSpineSpec, LinkSpec
 
