@@ -290,9 +290,7 @@ class RdmaTransport(Transport):
     # ---- progress ----
 
     def _poll(self) -> int:
-        n = self.cq.poll(self._completion)
-        self.prof["completions"] += n
-        return n
+        return self.cq.poll(self._completion)
 
     def _completion(self, wc) -> None:
         e = self.e
@@ -369,6 +367,7 @@ class RdmaTransport(Transport):
 
     def describe(self) -> dict:
         self.prof["wakeups"], self.prof["polls_busy"] = self.cq.wakeups, self.cq.busy_polls
+        self.prof["completions"] = self.cq.completions
         return {"transport": self.name, "device": self.dev_name, "gid_index": self.gid_index,
                 "path_mtu": self.path_mtu, "active_mtu": self.active_mtu, "traffic_class": self.tc,
                 "timeout": self.timeout, "retry_cnt": self.retry_cnt, "rnr_retry": self.rnr_retry,
