@@ -19,9 +19,9 @@
   the last with an immediate: one completion per message at the receiver, nothing copied.
 * Completions: one CQ (traffic.rdma_cq: polled in batches; with nothing to do, select() on its completion channel,
   so agents sharing a CPU with the rxe kernel threads do not spin it away; ``spin_us``: poll that long first).
-  Only the requests that need one ask
-  for a completion (traffic.rdma_sendq: a message's last write, control messages, one in ``signal_every``); the
-  requests a protocol queues together go to the device as one chain (one ibv_post_send).
+  Only the requests that need one ask for a completion (traffic.rdma_sendq: a message's last write, control
+  messages, one in ``signal_every``); the requests a protocol queues together go to the device as one chain (one
+  ibv_post_send).
 * Memory: the agent's numpy buffers are registered once and reused (traffic.rdma_regcache); the receive rings and
   control slots are registered at connection setup.
 * ``describe()["profile"]``: where the time went (waiting, copying, waiting for clear-to-sends or credits, CPU
