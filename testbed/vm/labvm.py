@@ -36,9 +36,9 @@ CACHE_DIR = Path(os.environ.get("TESTBED_CACHE", "/var/cache/testbed"))
 KERNEL_RELEASE_FILE = CACHE_DIR / "vm-kernel-release"
 KVM_VERDICT_FILE = CACHE_DIR / "kvm-verdict"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-# Variables passed into the guest as they are on the host.
 #: QEMU's CPU model under software emulation: x86-64-v2 (SSE4.2, POPCNT: numpy's baseline), no AVX
 SOFTWARE_CPU = "Nehalem"
+# Variables passed into the guest as they are on the host.
 PASSED_ENV_PREFIXES = ("TESTBED_", "PYTHON", "VIRTUAL_ENV", "PYTEST", "HYPOTHESIS", "CI", "LANG", "LC_", "TERM",
                        "OPENBLAS_")
 
@@ -260,7 +260,11 @@ def _guest_script(results: Path, argv: list[str], options: VmOptions, pyimage) -
         f"export TESTBED_VM_RESULTS={shlex.quote(str(results))}\n"
         # The root filesystem is read-only 9p: give the guest a private writable /root and a fresh tmpfs /tmp.
         "mount -t tmpfs tmpfs /root 2>/dev/null\n"
-        + guest_python +
+        + guest_python
+        # Hold the kernel's packet-path static keys on until power-off (testbed/kernel/keyhold.py says why: a code
+        # patch under QEMU's software CPU was caught killing the guest).
+        + f"PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} {shlex.quote(sys.executable)} -m testbed.kernel.keyhold "
+        "</dev/null >/dev/null 2>&1 &\n" +
         f"cd {shlex.quote(str(Path.cwd()))} || exit 97\n"
         + (_relay_lines(results, argv) if options.interactive else
            f"{shlex.join(argv)} >{shlex.quote(str(results / 'stdout'))} 2>{shlex.quote(str(results / 'stderr'))} "
