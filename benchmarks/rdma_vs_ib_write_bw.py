@@ -52,6 +52,7 @@ PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}, "grant": {"protocol": "g
              "grant-spin": {"protocol": "grant", "spin_us": 500}, "eager-spin": {"spin_us": 500},
              "eager-2MB": {"credits": 16}, "grant-la2": {"protocol": "grant", "lookahead": 2},
              "grant-la4": {"protocol": "grant", "lookahead": 4},
+             "grant-la16": {"protocol": "grant", "lookahead": 16},
              "grant-la4-spin": {"protocol": "grant", "lookahead": 4, "spin_us": 5000},
              "grant-la4-1w": {"protocol": "grant", "lookahead": 4, "piece_bytes": 0}}
 

@@ -5,10 +5,11 @@ all-to-all in 3 chunks, and a step that receives 3 messages of 256 KiB from one 
 one message, the 3 are in flight together, each written as a chain of 4 pieces). The assertions are on the
 transports' own counts: every receive granted exactly once, grants batched, one completion per message at the
 receiver (the completions a rank saw add up exactly to its messages and grant messages), nothing copied. The kept
-protocols (rendezvous, eager) run the same all-to-all and verify. With receive look-ahead (``lookahead=3``), a
-point-to-point job of 1 MB messages has more than one message per peer in flight (the transports' own maxima of
-grants open and of messages written but not acknowledged), every op after the first takes its data from a staging
-buffer, and the data verifies; without look-ahead the same job has one in flight. No timing is compared.
+protocols (rendezvous, eager) and grant with look-ahead run the same all-to-all and verify. With receive
+look-ahead (``lookahead=3``), a point-to-point job of 1 MB messages has more than one message per peer in flight
+(the transports' own maxima of grants open and of messages written but not acknowledged), every op after the
+first takes its data from a staging buffer, and the data verifies; without look-ahead the same job has one in
+flight. No timing is compared.
 """
 
 from __future__ import annotations
@@ -128,12 +129,16 @@ def test_grants_of_one_step_go_together_and_its_messages_are_in_flight_at_once(f
     assert recv["completions"] == 4 * ops and recv["messages_received"] == 3 * ops, recv
 
 
-@pytest.mark.parametrize("options", [{"credits": 0}, {}], ids=["rendezvous", "eager"])
+@pytest.mark.parametrize("options", [{"credits": 0}, {}, {"protocol": "grant", "lookahead": 2}],
+                         ids=["rendezvous", "eager", "grant-lookahead"])
 def test_the_other_protocols_stay_selectable(fabric, tmp_path, options):
     res = run_job(fabric, tmp_path / "other", options, alltoall(), RANKS)
     assert res.verified, res.per_rank
-    want = "rendezvous" if options else "eager"
+    want = options.get("protocol", "rendezvous" if options else "eager")
     assert {res.per_rank[r]["transport"]["protocol"] for r in range(RANKS)} == {want}
+    if "lookahead" in options:  # 3 chunks from each peer per op; ops 1..3 granted ahead and copied out
+        for (r, peer), st in last_stats(res).items():
+            assert st["grants_ahead"] == st["staged_copied"] == 3 * 3 and st["recv_done"] == 3 * 4, (r, peer, st)
 
 
 def test_lookahead_keeps_several_messages_per_peer_in_flight_and_verifies(fabric, tmp_path):
