@@ -59,3 +59,30 @@ def test_lookahead_is_for_the_grant_protocol_and_bounded():
         _opts(lookahead=MAX_LOOKAHEAD + 1)
     with pytest.raises(ValueError, match="lookahead needs protocol grant"):
         _opts(protocol="", lookahead=2)
+
+
+class _Announced:
+    """A transport that records what the agent announces ahead (traffic.agent._announce)."""
+
+    lookahead = 2
+
+    def __init__(self):
+        self.calls: list[tuple[int, int, int]] = []
+
+    def post_ahead(self, peer: int, tag: int, nbytes: int) -> None:
+        self.calls.append((peer, tag, nbytes))
+
+
+def test_agent_announces_each_later_ops_receives_once_with_its_wire_tag():
+    from traffic.agent import OpState, _announce
+    from traffic.collectives import make_schedule
+
+    s = make_schedule("pipeline", 2, 4000, chunks=1)
+    states = {"p2p": OpState("p2p", s, 1, 7, False)}
+    (rv,) = [r for st in s.programs[1].steps for r in st.recvs]
+    t = _Announced()
+    order = ["p2p"] * 4
+    mark = _announce(t, states, order, 1, 0 + t.lookahead + 1)  # before op 0: ops 1 and 2
+    assert mark == 3 and t.calls == [(0, (1 << 32) | rv.tag, 4000), (0, (2 << 32) | rv.tag, 4000)]
+    assert _announce(t, states, order, mark, 1 + t.lookahead + 1) == 4 and t.calls[-1][1] == (3 << 32) | rv.tag
+    assert _announce(t, states, order, 4, 2 + t.lookahead + 1) == 4 and len(t.calls) == 3  # the plan has 4 ops
