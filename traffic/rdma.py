@@ -381,7 +381,8 @@ class RdmaTransport(Transport):
                 "path_mtu": self.path_mtu, "active_mtu": self.active_mtu, "traffic_class": self.tc,
                 "timeout": self.timeout, "retry_cnt": self.retry_cnt, "rnr_retry": self.rnr_retry,
                 "min_rnr_timer": self.min_rnr_timer, "connections": len(self.peers), "cc": [],
-                "protocol": self.protocol, "credits": self.credits, "slot_bytes": self.slot_bytes,
+                "protocol": self.protocol, "lookahead": self.lookahead, "credits": self.credits,
+                "slot_bytes": self.slot_bytes,
                 "spin_us": round(self.cq.spin_s * 1e6), "completion_channel": self.cq.fd is not None,
                 "profile": {k: round(v, 6) if isinstance(v, float) else v for k, v in self.prof.items()}}
 
