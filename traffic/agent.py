@@ -282,8 +282,8 @@ def _run_plan(t: Transport, chan: Channel, job: dict, states: dict[str, OpState]
             if gap and gap[0] > 0:  # an imported trace's compute between the previous op and this one
                 sleep_until(time.monotonic() + gap[0] / 1000.0, chan)
             st = states[key]
-            if ahead:
-                announced = _announce(t, states, order, announced, seq + ahead + 1)
+            if ahead and seq + ahead + 1 - announced >= max(1, ahead // 2):  # half a window at a time: their
+                announced = _announce(t, states, order, announced, seq + ahead + 1)  # grants share one message
             before = t.conn_info() if record else {}
             t0, t1, wait = run_op(t, st, deadline, chan, seq)
             seq += 1
