@@ -16,7 +16,8 @@ shaper is not the limit). For each message size, --repeats rounds, each round al
   payload bytes / (last op end - first op start). ``eager``: the transport's default (pieces written into the
   receiver's ring with credits, traffic.rdma_eager); ``rendezvous``: credits=0, a clear-to-send per message;
   ``grant``: the receiver grants its posted receives' destinations ahead, the sender writes straight into them
-  (traffic.rdma_grant).
+  (traffic.rdma_grant); ``grant-laK``: grant with receive look-ahead, the receives of the next K ops granted
+  ahead into staging buffers and sends done from copies (traffic.rdma_staging): several messages in flight.
 
 Prints, per size: each side's median with its interval and n (analysis.stats.estimate); agent / ib_write_bw as the
 ratio of medians with its bootstrap interval (analysis.stats.compare); the agents' CPU per payload byte (both
@@ -45,10 +46,15 @@ from analysis.stats import compare, estimate  # noqa: E402
 from testbed.errors import require_root  # noqa: E402
 from testbed.kernel import netns  # noqa: E402
 
-#: the agent's transport options per name (--protocols); "-spin": poll 0.5 ms before sleeping on the CQ's channel
+#: the agent's transport options per name (--protocols); "-spin": poll 0.5 ms (grant-la4-spin: 5 ms) before sleeping
+#: on the CQ's channel; "-laK": receive look-ahead of K ops; "-1w": a message in one write (no pieces)
 PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}, "grant": {"protocol": "grant"},
              "grant-spin": {"protocol": "grant", "spin_us": 500}, "eager-spin": {"spin_us": 500},
-             "eager-2MB": {"credits": 16}}
+             "eager-2MB": {"credits": 16}, "grant-la2": {"protocol": "grant", "lookahead": 2},
+             "grant-la4": {"protocol": "grant", "lookahead": 4},
+             "grant-la16": {"protocol": "grant", "lookahead": 16},
+             "grant-la4-spin": {"protocol": "grant", "lookahead": 4, "spin_us": 5000},
+             "grant-la4-1w": {"protocol": "grant", "lookahead": 4, "piece_bytes": 0}}
 
 
 def _children_cpu_s() -> float:
@@ -131,14 +137,17 @@ def agents(ns_a: str, ip_a: str, ns_b: str, ip_b: str, size: int, iterations: in
     t0 = min(r[5] for r in res.ops)
     t1 = max(r[6] for r in res.ops)
     prof = {r: res.per_rank[r].get("transport", {}).get("profile", {}) for r in (0, 1)}
-    return {"goodput_gbps": size * iterations * 8 / (t1 - t0) / 1e9, "seconds": t1 - t0, "profile": prof}
+    in_flight = max([row[5].get("max_msgs_in_flight", 0) for row in res.tcp_info if row[2] == 0] or [0])
+    return {"goodput_gbps": size * iterations * 8 / (t1 - t0) / 1e9, "seconds": t1 - t0, "profile": prof,
+            "max_in_flight": in_flight}
 
 
 def _breakdown(runs: list[dict], size: int, iters: int) -> dict:
     """Per message (medians over runs): time, and the profile's parts; CPU ns per payload byte of both ranks."""
     msgs = iters + 1  # the profile spans the warm-up message too
     med = lambda xs: estimate(xs).median  # noqa: E731
-    out = {"ms_per_message": med([r["seconds"] / iters * 1e3 for r in runs])}
+    out = {"ms_per_message": med([r["seconds"] / iters * 1e3 for r in runs]),
+           "max_in_flight": max(r["max_in_flight"] for r in runs)}
     for rank, who in ((0, "sender"), (1, "receiver")):
         for k in ("wait_s", "cts_wait_s", "credit_wait_s", "copy_s", "cpu_s", "cpu_user_s", "cpu_sys_s"):
             out[f"{who}_{k[:-2]}_ms_per_message"] = med([r["profile"][rank].get(k, 0) / msgs * 1e3 for r in runs])
@@ -195,7 +204,8 @@ def report(m: dict) -> None:
                          f"{g('credit_wait'):.2f}, copy {g('copy'):.2f}, CPU {g('cpu'):.2f} ms (user "
                          f"{g('cpu_user'):.2f}, system {g('cpu_sys'):.2f}), "
                          f"{r[f'{who}_completions_per_message']:.1f} completions")
-        print(f"    CPU {e(r['cpu_ns_per_byte'])} ns/byte (both ranks); per message {r['ms_per_message']:.2f} ms: "
+        print(f"    CPU {e(r['cpu_ns_per_byte'])} ns/byte (both ranks); at most {r['max_in_flight']} messages in "
+              f"flight (grant); per message {r['ms_per_message']:.2f} ms: "
               + "; ".join(parts))
 
 

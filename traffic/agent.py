@@ -246,6 +246,18 @@ def _verify(result: dict, st: OpState, where: str) -> None:
             result["mismatches"].append(f"{where}: {why}")
 
 
+def _announce(t: Transport, states: dict[str, OpState], order: list[str], announced: int, upto: int) -> int:
+    """RDMA receive look-ahead (traffic.rdma_staging): hand the transport the receives of ops ``announced`` ..
+    ``upto`` - 1 of the plan (wire tags seq << 32 | tag) so it grants them before the op runs; the new mark."""
+    upto = min(upto, len(order))
+    for s in range(announced, upto):
+        op = states[order[s]]
+        for st in op.steps:
+            for rv in st.recvs:
+                t.post_ahead(rv.peer, (s << 32) | rv.tag, rv.dst.count * op.isz)
+    return max(announced, upto)
+
+
 def _run_plan(t: Transport, chan: Channel, job: dict, states: dict[str, OpState], rank: int, deadline: float,
               result: dict) -> None:
     """Every iteration of the job's plan: its compute time, then each op walked to completion. Measured iterations
@@ -256,6 +268,9 @@ def _run_plan(t: Transport, chan: Channel, job: dict, states: dict[str, OpState]
     seq = 0
     last: dict[str, str] = {}
     report = bool(job.get("report_iterations")) and rank == 0
+    ahead = int(getattr(t, "lookahead", 0))  # RDMA grant protocol: ops whose receives are granted ahead
+    order = [key for it in job["plan"] for _name, key, *_gap in it["ops"]]
+    announced = 1  # the first op posts its own receives
     for it in job["plan"]:
         iteration, record = it["iteration"], it["record"]
         if report:  # the lab's fault timeline may start faults at an iteration
@@ -267,6 +282,8 @@ def _run_plan(t: Transport, chan: Channel, job: dict, states: dict[str, OpState]
             if gap and gap[0] > 0:  # an imported trace's compute between the previous op and this one
                 sleep_until(time.monotonic() + gap[0] / 1000.0, chan)
             st = states[key]
+            if ahead and seq + ahead + 1 - announced >= max(1, ahead // 2):  # half a window at a time: their
+                announced = _announce(t, states, order, announced, seq + ahead + 1)  # grants share one message
             before = t.conn_info() if record else {}
             t0, t1, wait = run_op(t, st, deadline, chan, seq)
             seq += 1

@@ -16,7 +16,9 @@
   ``credits=0``): a clear-to-send per message, then one write straight into the destination. ``grant``
   (traffic.rdma_grant): the receiver grants the destinations of its posted receives ahead, several in one
   message, and the sender writes each message into its destination as one chain of writes of ``piece_bytes``,
-  the last with an immediate: one completion per message at the receiver, nothing copied.
+  the last with an immediate: one completion per message at the receiver, nothing copied; ``lookahead`` K > 0:
+  the receives of the agent's next K ops are granted ahead into staging buffers (``post_ahead``,
+  traffic.rdma_staging) and sends are done from copies, so several messages per peer are in flight.
 * Completions: one CQ (traffic.rdma_cq: polled in batches; with nothing to do, select() on its completion channel,
   so agents sharing a CPU with the rxe kernel threads do not spin it away; ``spin_us``: poll that long first).
   Only the requests that need one ask for a completion (traffic.rdma_sendq: a message's last write, control
@@ -61,7 +63,7 @@ K_RECV, K_CTL = 1, 2  # work-request kinds (the top byte of wr_id); the protocol
 #: the per-connection statistics conn_info() reports (tcp_info.csv columns the agent fills; others read 0)
 INFO_KEYS = ("writes", "bytes_written", "cts_sent", "cts_recv", "recv_done", "pieces", "credit_msgs_sent",
              "credit_msgs_recv", "held_copied_out", "grant_msgs_sent", "grant_msgs_recv", "grants_sent",
-             "grants_recv")
+             "grants_recv", "grants_ahead", "staged_copied", "max_grants_open", "max_msgs_in_flight")
 PROFILE_KEYS = ("wait_s", "copy_s", "cts_wait_s", "credit_wait_s", "cpu_s", "cpu_user_s", "cpu_sys_s", "wakeups",
                 "completions", "polls_busy", "messages_sent", "messages_received")
 
@@ -89,13 +91,13 @@ class RdmaTransport(Transport):
                  rnr_retry: int = 7, min_rnr_timer: int = 12, send_depth: int = 128, recv_depth: int = 0,
                  credits: int = 8, slot_bytes: int = 128 * 1024, signal_every: int = 16, protocol: str = "",
                  piece_bytes: int = 256 * 1024, spin_us: int = 0, psn_seed: int | None = None,
-                 devices: dict | None = None, **_ignored):
+                 devices: dict | None = None, lookahead: int = 0, **_ignored):
         super().__init__(rank)
         if devices and str(rank) in devices:  # the job names each rank's device: open only that one
             device = devices[str(rank)]
         protocol, recv_depth = options.check(dscp, traffic_class, mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer,
                                              signal_every, credits, slot_bytes, protocol, piece_bytes, send_depth,
-                                             recv_depth, self.CTL_RESERVE, spin_us)
+                                             recv_depth, self.CTL_RESERVE, spin_us, lookahead)
         self.ip, self.device, self.want_mtu = ip, device, int(mtu)
         self.tc = options.traffic_class_of(dscp, traffic_class)
         self.timeout, self.retry_cnt, self.rnr_retry = int(timeout), int(retry_cnt), int(rnr_retry)
@@ -104,7 +106,8 @@ class RdmaTransport(Transport):
         self.credits, self.slot_bytes, self.signal_every = int(credits), int(slot_bytes), int(signal_every)
         self.protocol = protocol
         self.proto = (Eager(self, self.credits, self.slot_bytes) if protocol == "eager" else Rendezvous(self)
-                      if protocol == "rendezvous" else GrantProto(self, int(piece_bytes)))
+                      if protocol == "rendezvous" else GrantProto(self, int(piece_bytes), int(lookahead)))
+        self.lookahead = int(lookahead)  # the agent announces its next ops' receives (post_ahead) this far ahead
         self.ctl_slot = getattr(self.proto, "ctl_bytes", CTL_SLOT)  # bytes of one control message's slot
         self._flush = getattr(self.proto, "flush", None)  # queued control messages, sent before progress waits
         self.v = verbs()
@@ -272,6 +275,10 @@ class RdmaTransport(Transport):
         self.proto.post_recv(p, req)
         return req
 
+    def post_ahead(self, peer: int, tag: int, nbytes: int) -> None:
+        """A receive of ``nbytes`` from ``peer`` on ``tag`` that a later op will post (``lookahead`` > 0)."""
+        self.proto.post_ahead(peer, tag, nbytes)
+
     def send_done(self, p: _Peer, req: Request) -> None:
         req.done, req.t_done = True, time.monotonic()
         self.bytes_out += req.nbytes
@@ -356,7 +363,8 @@ class RdmaTransport(Transport):
         """Drive progress until every posted write is acknowledged: a send done from a copy (traffic.rdma_eager)
         may still have pieces waiting for credits, which only this process can write. TransportError on timeout."""
         end = time.monotonic() + timeout_s
-        while any(p.sq.in_flight or (p.eager is not None and p.eager.pending) for p in self.peers.values()):
+        busy = getattr(self.proto, "busy", lambda p: False)  # grant: copied sends still waiting for their grant
+        while any(p.sq.in_flight or (p.eager is not None and p.eager.pending) or busy(p) for p in self.peers.values()):
             if time.monotonic() > end:
                 raise TransportError(f"rank {self.rank}: writes still in flight after {timeout_s:.0f} s")
             self.progress(0.05)  # the plan is over: nothing waits for what completes now
@@ -373,14 +381,15 @@ class RdmaTransport(Transport):
                 "path_mtu": self.path_mtu, "active_mtu": self.active_mtu, "traffic_class": self.tc,
                 "timeout": self.timeout, "retry_cnt": self.retry_cnt, "rnr_retry": self.rnr_retry,
                 "min_rnr_timer": self.min_rnr_timer, "connections": len(self.peers), "cc": [],
-                "protocol": self.protocol, "credits": self.credits, "slot_bytes": self.slot_bytes,
+                "protocol": self.protocol, "lookahead": self.lookahead, "credits": self.credits,
+                "slot_bytes": self.slot_bytes,
                 "spin_us": round(self.cq.spin_s * 1e6), "completion_channel": self.cq.fd is not None,
                 "profile": {k: round(v, 6) if isinstance(v, float) else v for k, v in self.prof.items()}}
 
     def close(self) -> None:
         objs = [o for p in self.peers.values()
                 for o in (p.qp, p.ctl_recv, p.ctl_send, p.eager and p.eager.mr, p.eager and p.eager.bounce_mr)]
-        objs += self.regs.regions() + self.cq.objects() + [self.pd, self.ctx]
+        objs += getattr(self.proto, "objects", list)() + self.regs.regions() + self.cq.objects() + [self.pd, self.ctx]
         for obj in objs:
             try:
                 if obj is not None:

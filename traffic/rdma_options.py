@@ -9,6 +9,8 @@ from traffic.rxe import IB_MTU_ENUM
 
 #: the data protocols (``protocol``; "": eager with ``credits`` > 0, else rendezvous) and their numbers on the wire
 PROTOCOLS = {"eager": 1, "rendezvous": 2, "grant": 3}
+#: the most ops whose receives a rank grants ahead (``lookahead``; traffic.rdma_staging)
+MAX_LOOKAHEAD = 16
 
 
 def traffic_class_of(dscp: int, traffic_class: int | None) -> int:
@@ -18,7 +20,7 @@ def traffic_class_of(dscp: int, traffic_class: int | None) -> int:
 
 def check(dscp, traffic_class, mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer, signal_every, credits: int,
           slot_bytes: int, protocol: str, piece_bytes: int, send_depth: int, recv_depth: int,
-          ctl_reserve: int, spin_us: int = 0) -> tuple[str, int]:
+          ctl_reserve: int, spin_us: int = 0, lookahead: int = 0) -> tuple[str, int]:
     """(the protocol, the receive queue's depth) the options mean; ValueError (one line) for one out of range."""
     if not 0 <= int(dscp) <= 63:
         raise ValueError(f"dscp must be 0..63 (got {dscp})")
@@ -38,6 +40,10 @@ def check(dscp, traffic_class, mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer
         raise ValueError("protocol eager needs credits > 0 (credits=0: rendezvous)")
     if int(piece_bytes) < 0:
         raise ValueError(f"piece_bytes must be >= 0 (got {piece_bytes}; 0: a message in one write)")
+    if not 0 <= int(lookahead) <= MAX_LOOKAHEAD:
+        raise ValueError(f"lookahead must be 0..{MAX_LOOKAHEAD} (got {lookahead}; 0: no receive posted ahead)")
+    if int(lookahead) and protocol != "grant":
+        raise ValueError(f"lookahead needs protocol grant (got {protocol}): only grants name a receive ahead")
     # receives in use at once: a write per slot of our ring and about as many credit messages
     recv_depth = int(recv_depth) or max(128, 2 * int(credits) + 2)
     if int(send_depth) < 2 * ctl_reserve or recv_depth < 2 * int(credits) + 2:

@@ -5,7 +5,11 @@ all-to-all in 3 chunks, and a step that receives 3 messages of 256 KiB from one 
 one message, the 3 are in flight together, each written as a chain of 4 pieces). The assertions are on the
 transports' own counts: every receive granted exactly once, grants batched, one completion per message at the
 receiver (the completions a rank saw add up exactly to its messages and grant messages), nothing copied. The kept
-protocols (rendezvous, eager) run the same all-to-all and verify. No timing is compared.
+protocols (rendezvous, eager) and grant with look-ahead run the same all-to-all and verify. With receive
+look-ahead (``lookahead=3``), a point-to-point job of 1 MB messages has more than one message per peer in flight
+(the transports' own maxima of grants open and of messages written but not acknowledged), every op after the
+first takes its data from a staging buffer, and the data verifies; without look-ahead the same job has one in
+flight. No timing is compared.
 """
 
 from __future__ import annotations
@@ -125,9 +129,34 @@ def test_grants_of_one_step_go_together_and_its_messages_are_in_flight_at_once(f
     assert recv["completions"] == 4 * ops and recv["messages_received"] == 3 * ops, recv
 
 
-@pytest.mark.parametrize("options", [{"credits": 0}, {}], ids=["rendezvous", "eager"])
+@pytest.mark.parametrize("options", [{"credits": 0}, {}, {"protocol": "grant", "lookahead": 2}],
+                         ids=["rendezvous", "eager", "grant-lookahead"])
 def test_the_other_protocols_stay_selectable(fabric, tmp_path, options):
     res = run_job(fabric, tmp_path / "other", options, alltoall(), RANKS)
     assert res.verified, res.per_rank
-    want = "rendezvous" if options else "eager"
+    want = options.get("protocol", "rendezvous" if options else "eager")
     assert {res.per_rank[r]["transport"]["protocol"] for r in range(RANKS)} == {want}
+    if "lookahead" in options:  # 3 chunks from each peer per op; ops 1..3 granted ahead and copied out
+        for (r, peer), st in last_stats(res).items():
+            assert st["grants_ahead"] == st["staged_copied"] == 3 * 3 and st["recv_done"] == 3 * 4, (r, peer, st)
+
+
+def test_lookahead_keeps_several_messages_per_peer_in_flight_and_verifies(fabric, tmp_path):
+    from traffic.collectives import make_schedule
+
+    p2p = make_schedule("pipeline", 2, 1 << 20, chunks=1)
+    ops = 4  # the warm-up and 3 measured
+    res = run_job(fabric, tmp_path / "ahead", {"protocol": "grant", "lookahead": 3}, p2p, 2)
+    assert res.verified, res.per_rank
+    st = last_stats(res)
+    recv, send = st[(1, 0)], st[(0, 1)]
+    # the receiver granted ops 1..3 ahead (into staging buffers) with op 0's own receive: 4 grants open at once
+    assert recv["grants_ahead"] == ops - 1 and recv["staged_copied"] == ops - 1, recv
+    assert recv["grants_sent"] == recv["recv_done"] == ops and recv["max_grants_open"] > 1, recv
+    # the sender's sends were done from copies, so its next op wrote while the last one was on the wire
+    assert send["writes"] == ops and send["max_msgs_in_flight"] > 1, send
+    base = run_job(fabric, tmp_path / "one", {"protocol": "grant"}, p2p, 2)
+    assert base.verified, base.per_rank
+    st = last_stats(base)
+    assert st[(1, 0)]["max_grants_open"] == 1 and st[(1, 0)]["grants_ahead"] == 0, st[(1, 0)]
+    assert st[(0, 1)]["max_msgs_in_flight"] == 1, st[(0, 1)]
