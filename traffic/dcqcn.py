@@ -136,6 +136,7 @@ class ReactionPoint:
     def on_cnp(self, now_ns: int) -> bool:
         """A CNP for this QP arrived: cut (True) unless the last cut is younger than the cut interval."""
         self.advance(now_ns)
+        now_ns = self.now_ns
         self.cnp_received += 1
         self.alpha_t0_ns = now_ns  # a CNP restarts the alpha period ("K without a CNP")
         if self.last_cut_ns is not None and now_ns - self.last_cut_ns < self.p.cut_interval_ns:

@@ -1,13 +1,19 @@
 """DCQCN's reference model (traffic/dcqcn.py) against the paper's rules (Zhu et al., SIGCOMM 2015): the cut, the
 alpha update and decay, fast recovery, additive and hyper increase, the minimum rate, one cut and one CNP per
 interval, EDT pacing, and the lazy catch-up giving what step-by-step evaluation gives. Pure logic: deterministic,
-no timing involved."""
+no timing involved. The eBPF source that mirrors the model is compiled here (clang) and its constants compared;
+loading it on rxe traffic is a lab-VM test of the next step."""
 
 from __future__ import annotations
 
+import re
+import struct
+from pathlib import Path
+
 import pytest
 
-from traffic.dcqcn import ALPHA_ONE, NotificationPoint, Params, ReactionPoint, alpha_decay, scaled
+from traffic.dcqcn import (ALPHA_ONE, G_UNIT, MAX_CATCHUP, MAX_ROUNDS, NotificationPoint, Params, ReactionPoint,
+                           alpha_decay, scaled)
 
 MS = 1_000_000
 
@@ -175,3 +181,45 @@ def test_bad_parameters_are_refused_with_their_name(kw, match):
         params(**kw)
     with pytest.raises(ValueError, match="line_rate_mbps"):
         scaled(0)
+
+
+# --- the eBPF programs (testbed/kernel/dcqcn.bpf.c): they compile, and share the model's constants --------------
+
+BPF_SOURCE = Path(__file__).resolve().parents[2] / "testbed" / "kernel" / "dcqcn.bpf.c"
+
+
+def _elf_symbols(path: Path) -> dict[str, int]:
+    """Name -> st_info of the global symbols of a little-endian ELF64 object (what `readelf -s` lists)."""
+    raw = path.read_bytes()
+    assert raw[:4] == b"\x7fELF" and raw[4] == 2 and raw[5] == 1
+    shoff, = struct.unpack_from("<Q", raw, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", raw, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", raw, shoff + i * shentsize) for i in range(shnum)]
+    out = {}
+    for _name, sh_type, _f, _a, off, size, link, _i, _al, entsize in sections:
+        if sh_type != 2:  # SHT_SYMTAB
+            continue
+        strtab = sections[link]
+        for j in range(size // entsize):
+            st_name, st_info = struct.unpack_from("<IB", raw, off + j * entsize)
+            start = strtab[4] + st_name
+            out[raw[start:raw.index(b"\0", start)].decode()] = st_info
+    return out
+
+
+def test_the_bpf_source_compiles_with_both_programs_and_its_maps():
+    from testbed.kernel.ebpf import compile_object
+
+    syms = _elf_symbols(compile_object(BPF_SOURCE))
+    STT_FUNC, STT_OBJECT, STB_GLOBAL = 2, 1, 1
+    for prog in ("dcqcn_ingress", "dcqcn_egress"):
+        assert syms.get(prog) == (STB_GLOBAL << 4) | STT_FUNC, prog
+    for m in ("config", "qpmap", "rp", "np_last", "stats"):
+        assert syms.get(m) == (STB_GLOBAL << 4) | STT_OBJECT, m
+
+
+def test_the_bpf_code_uses_the_model_constants():
+    text = BPF_SOURCE.read_text()
+    defines = dict(re.findall(r"^#define (\w+) (.+)$", text, re.M))
+    assert int(defines["MAX_CATCHUP"]) == MAX_CATCHUP and int(defines["MAX_ROUNDS"]) == MAX_ROUNDS
+    assert int(defines["G_UNIT"]) == G_UNIT and defines["ALPHA_ONE"] == "(1U << 20)" and ALPHA_ONE == 1 << 20
