@@ -396,6 +396,25 @@ int dcqcn_ingress(struct __sk_buff *skb)
 	return TC_ACT_SHOT;
 }
 
+/* The CNP's IPv4 header, from the CE packet's: addresses swapped, the CNP DSCP without ECN, a fresh checksum. */
+static __always_inline void cnp_ip(struct iphdr *ip, __u32 dscp)
+{
+	__u32 addr = ip->saddr, sum = 0, i;
+	__u16 *w = (void *)ip;
+
+	ip->saddr = ip->daddr;
+	ip->daddr = addr;
+	ip->tos = (dscp & 0x3f) << 2;	/* not ECN-capable */
+	ip->tot_len = bpf_htons(CNP_LEN - 14);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(0x4000);	/* DF */
+	ip->ttl = 64;
+	ip->check = 0;
+	for (i = 0; i < 10; i++)
+		sum += w[i];
+	ip->check = csum_fold(sum);
+}
+
 /* The CE packet's clone, rewritten in place into a CNP for the QP that sent it. */
 static __always_inline int make_cnp(struct __sk_buff *skb, const struct dcqcn_config *c)
 {
@@ -406,8 +425,7 @@ static __always_inline int make_cnp(struct __sk_buff *skb, const struct dcqcn_co
 	struct bth *b;
 	struct qp_peer *peer;
 	__u8 mac[ETH_ALEN], *tail;
-	__u32 qpn, addr, sum = 0, i;
-	__u16 *w;
+	__u32 qpn, i;
 
 	b = roce_bth(skb, &ip);
 	if (!b)
@@ -431,19 +449,7 @@ static __always_inline int make_cnp(struct __sk_buff *skb, const struct dcqcn_co
 	__builtin_memcpy(mac, eth->h_dest, ETH_ALEN);
 	__builtin_memcpy(eth->h_dest, eth->h_source, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, mac, ETH_ALEN);
-	addr = ip->saddr;
-	ip->saddr = ip->daddr;
-	ip->daddr = addr;
-	ip->tos = (c->cnp_dscp & 0x3f) << 2;	/* not ECN-capable */
-	ip->tot_len = bpf_htons(CNP_LEN - 14);
-	ip->id = 0;
-	ip->frag_off = bpf_htons(0x4000);	/* DF */
-	ip->ttl = 64;
-	ip->check = 0;
-	w = (void *)ip;
-	for (i = 0; i < 10; i++)
-		sum += w[i];
-	ip->check = csum_fold(sum);
+	cnp_ip(ip, c->cnp_dscp);
 	udp->dest = bpf_htons(ROCE_V2_PORT);
 	udp->len = bpf_htons(CNP_LEN - 14 - 20);
 	udp->check = 0;
