@@ -48,7 +48,9 @@ RULES: dict[str, Rule] = {
     "tx_mbps": Rule("Mbit/s", "low", 0.15, 0.0, 0.7),
     "path_mbps": Rule("Mbit/s", "low", 0.15, 0.0, 0.7),
     "rtt_ms_p50": Rule("ms", "high", 1.0, 0.5),
-    "rtt_ms_p99": Rule("ms", "high", 2.0, 2.0),
+    # p99 of 40 echoes is about their maximum, so one scheduling stall decides it: a clean CI battery had 2.08 ms
+    # against its peers' 0.04; 5 ms sits above a stall and below a jittery link's tail
+    "rtt_ms_p99": Rule("ms", "high", 2.0, 5.0),
     "retrans_pct": Rule("%", "high", 0.0, 1.0),
     "path_retrans_pct": Rule("%", "high", 0.0, 1.0),
     "cpu_task_ms": Rule("ms", "high", 0.6, 10.0),

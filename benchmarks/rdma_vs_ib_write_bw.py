@@ -14,7 +14,9 @@ shaper is not the limit). For each message size, --repeats rounds, each round al
 * for each of --protocols, two agents (traffic.agent, transport rdma, data verified), rank 0 -> rank 1
   point-to-point (the `pipeline` schedule, 2 ranks), --iters measured messages after one warm-up; goodput =
   payload bytes / (last op end - first op start). ``eager``: the transport's default (pieces written into the
-  receiver's ring with credits, traffic.rdma_eager); ``rendezvous``: credits=0, a clear-to-send per message.
+  receiver's ring with credits, traffic.rdma_eager); ``rendezvous``: credits=0, a clear-to-send per message;
+  ``grant``: the receiver grants its posted receives' destinations ahead, the sender writes straight into them
+  (traffic.rdma_grant).
 
 Prints, per size: each side's median with its interval and n (analysis.stats.estimate); agent / ib_write_bw as the
 ratio of medians with its bootstrap interval (analysis.stats.compare); the agents' CPU per payload byte (both
@@ -43,7 +45,10 @@ from analysis.stats import compare, estimate  # noqa: E402
 from testbed.errors import require_root  # noqa: E402
 from testbed.kernel import netns  # noqa: E402
 
-PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}}
+#: the agent's transport options per name (--protocols); "-spin": poll 0.5 ms before sleeping on the CQ's channel
+PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}, "grant": {"protocol": "grant"},
+             "grant-spin": {"protocol": "grant", "spin_us": 500}, "eager-spin": {"spin_us": 500},
+             "eager-2MB": {"credits": 16}}
 
 
 def _children_cpu_s() -> float:
@@ -61,9 +66,11 @@ def _more_digits(bw_text: str, from_rate: float, rate_text: str) -> float:
 
 
 def ib_write_bw(ns_srv: str, dev_srv: str, gid_srv: int, ns_cli: str, dev_cli: str, gid_cli: int, ip_srv: str,
-                size: int, iters: int, port: int) -> tuple[float, float]:
-    """(Gbit/s: perftest's average message rate x size, CPU seconds of server and client)."""
+                size: int, iters: int, port: int, tx_depth: int = 0) -> tuple[float, float]:
+    """(Gbit/s: perftest's average message rate x size, CPU seconds of server and client); ``tx_depth`` > 0:
+    perftest's -t, the writes it keeps in flight (0: its default, 128)."""
     common = ["-s", str(size), "-n", str(iters), "-F", "--report_gbits", "-p", str(port)]
+    common += ["-t", str(tx_depth)] if tx_depth > 0 else []
     cpu0 = _children_cpu_s()
     srv = netns.popen(ns_srv, ["ib_write_bw", "-d", dev_srv, "-x", str(gid_srv), *common], stdout=open(os.devnull, "w"),
                       stderr=open(os.devnull, "w"))
@@ -152,13 +159,13 @@ def measure(fab, a, size: int) -> dict:
     runs: dict[str, list[dict]] = {p: [] for p in a.protocols}
     with tempfile.TemporaryDirectory(prefix="tb-bench-") as tmp:
         for k in range(a.repeats):
-            gbps, cpu = ib_write_bw(nb, db, gb, na, da, ga, ib, size, a.iters, 18515 + k)
+            gbps, cpu = ib_write_bw(nb, db, gb, na, da, ga, ib, size, a.iters, 18515 + k, a.tx_depth)
             ibs.append(gbps)
             ib_cpu.append(cpu / (size * a.iters) * 1e9)
             for p in a.protocols:
                 runs[p].append(agents(na, ia, nb, ib, size, a.iters, Path(tmp) / f"{size}-{p}-{k}", (da, db),
                                       PROTOCOLS[p]))
-    out = {"message_bytes": size, "iters": a.iters, "ib_write_bw_gbps": estimate(ibs).as_dict(),
+    out = {"message_bytes": size, "iters": a.iters, "tx_depth": a.tx_depth, "ib_write_bw_gbps": estimate(ibs).as_dict(),
            "rounds_ib_write_bw": ibs, "ib_write_bw_cpu_ns_per_byte": estimate(ib_cpu).as_dict(), "agents": {}}
     for p, rs in runs.items():
         g = [r["goodput_gbps"] for r in rs]
@@ -173,6 +180,8 @@ def report(m: dict) -> None:
 
     e = lambda d: Estimate(**d).text("{:.3f}")  # noqa: E731
     print(f"\n{m['message_bytes']} B messages x {m['iters']} (median [interval] (n, the interval's coverage)):")
+    if m.get("tx_depth"):
+        print(f"  ib_write_bw with -t {m['tx_depth']} (writes in flight)")
     print(f"  ib_write_bw {e(m['ib_write_bw_gbps'])} Gbit/s; CPU {e(m['ib_write_bw_cpu_ns_per_byte'])} ns/byte "
           "(server + client, busy-polling)")
     for p, r in m["agents"].items():
@@ -196,7 +205,9 @@ def main() -> int:
     ap.add_argument("--sizes", default="64K,1M", help="message sizes (both tools), comma-separated")
     ap.add_argument("--iters", type=int, default=32, help="messages per measurement (both tools)")
     ap.add_argument("--repeats", type=int, default=5, help="rounds per size (each: ib_write_bw, then the agents)")
-    ap.add_argument("--protocols", default="eager,rendezvous", help=f"agent protocols ({', '.join(PROTOCOLS)})")
+    ap.add_argument("--tx-depth", type=int, default=0, help="ib_write_bw's writes in flight (-t; 0: its default "
+                    "128; 1: one message at a time, as the agent's point-to-point op has it)")
+    ap.add_argument("--protocols", default="eager,rendezvous,grant", help=f"agent protocols ({', '.join(PROTOCOLS)})")
     ap.add_argument("--json", action="store_true", help="also print the result as one JSON line")
     a = ap.parse_args()
     from traffic.job import parse_size
@@ -204,11 +215,12 @@ def main() -> int:
     try:
         sizes = [parse_size(x) // 4 * 4 for x in a.sizes.split(",")]
         a.protocols = [p for p in a.protocols.split(",") if p]
-        bad = [p for p in a.protocols if p not in PROTOCOLS] or [x for x in (a.iters, a.repeats) if x < 1]
+        bad = ([p for p in a.protocols if p not in PROTOCOLS]
+               or [x for x in (a.iters, a.repeats, a.tx_depth + 1) if x < 1])
     except ValueError as exc:
         bad = [str(exc)]
     if bad or not sizes or not a.protocols or min(sizes) < 4:
-        ap.error(f"bad --sizes/--protocols/--iters/--repeats: {bad or a.sizes}")
+        ap.error(f"bad --sizes/--protocols/--iters/--repeats/--tx-depth: {bad or a.sizes}")
     require_root("benchmarks/rdma_vs_ib_write_bw.py")
     from testbed.errors import CapabilityMissing
     from testbed.kernel import doctor

@@ -28,7 +28,7 @@ from testbed.errors import RunFailed, UsageError
 from testbed.params import Param
 from testbed.scenario import PROJECT_ROOT, Scenario
 from topologies.mininet_topo import SpecTopo
-from traffic.placement import POLICIES, PlacementError, place
+from traffic.placement import POLICIES
 
 P = Param
 PARAMS = [
@@ -50,29 +50,6 @@ def jobs_path(value: str) -> Path:
     return p if p.is_absolute() else PROJECT_ROOT / p
 
 
-def _replaced(jf, doc: dict, policy: str, seed: int):
-    """``jf`` with every job placed again by ``policy`` (module docstring), as jobsfile places its jobs."""
-    import dataclasses
-
-    listed = [e.get("name") for e in doc.get("job", []) if isinstance(e, dict) and "hosts" in e]
-    if listed:
-        raise UsageError(f"placement={policy}: job {listed[0]} lists its hosts in {jf.path.name}; give it ranks "
-                         f"instead, or leave placement empty")
-    storage = {s.storage for s in (*jf.checkpoints, *jf.datasets, *jf.inference)}
-    held: set[str] = set(storage)
-    jobs = []
-    for j in jf.jobs:
-        pool = [(h.name, jf.spec.leaf_of(h.name)) for h in jf.spec.hosts if h.name not in held]
-        try:
-            pl = place(len(j.hosts), pool, policy, j.settings.seed or seed)
-        except PlacementError as e:
-            raise UsageError(f"placement={policy}: job {j.name}: {e} (of the hosts no earlier job or storage "
-                             f"holds)") from None
-        held.update(pl.hosts)
-        jobs.append(dataclasses.replace(j, hosts=tuple(pl.hosts), leaves=tuple(pl.leaves), policy=policy))
-    return dataclasses.replace(jf, jobs=tuple(jobs))
-
-
 def jobs_of(p: dict, seed: int):
     """The jobs file of these parameters, read, checked and placed (testbed.commands.jobsfile), with ``placement``
     and ``solo`` applied: a JobsFile, or UsageError (one line)."""
@@ -81,9 +58,7 @@ def jobs_of(p: dict, seed: int):
 
     seed = p["seed"] or seed
     path = jobs_path(p["file"])
-    jf = jobsfile.load(path, scenarios.get("collective").params, seed)
-    if p["placement"]:
-        jf = _replaced(jf, jobsfile.read(path), p["placement"], seed)
+    jf = jobsfile.load(path, scenarios.get("collective").params, seed, placement=p["placement"])
     if p["solo"]:
         names = [j.name for j in jf.jobs]
         if p["solo"] not in names:

@@ -1,7 +1,7 @@
 """Kernel-TCP transport for collective agents (the traffic.transport.Transport interface).
 
 * One persistent TCP connection per unordered peer pair, full duplex: rank a connects to every peer b > a and
-  accepts from every peer b < a; the connecting side sends an 8-byte hello (magic, rank) first.
+  accepts from every peer b < a; the connecting side sends an 8-byte hello (magic, rank) first (traffic.tcp_connect).
 * Per socket, before connect (and on the listener, so accepted sockets inherit it, then set again after accept):
   TCP_CONGESTION (never the namespace default sysctl: a non-initial namespace may only default to algorithms the
   initial namespace allows), TCP_NODELAY, optional IP_TOS (DSCP << 2), optional SO_SNDBUF/SO_RCVBUF.
@@ -26,12 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from traffic import tcp_connect
 from traffic.tcpinfo import INFO_KEYS, set_cc, tcp_info
 from traffic.transport import Request, Transport, TransportError
 
 HDR = struct.Struct("<QQ")
-HELLO = struct.Struct("<4sI")
-MAGIC = b"TBAG"
 MAX_MESSAGE = 1 << 34
 _RECV_ROUND_BYTES = 8 << 20  # per connection per progress round, so one busy peer cannot starve the others
 _LOWAT_MAX = 128 << 10  # wake the reader only when this much of the current message (or all of it) is queued
@@ -97,53 +96,19 @@ class TcpTransport(Transport):
         return actual
 
     def listen(self) -> dict:
-        ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._options(ls)
-        ls.bind((self.ip, 0))
-        ls.listen(256)
-        self.listener = ls
-        return {"ip": self.ip, "port": ls.getsockname()[1]}
+        self.listener = tcp_connect.listener(self.ip, self._options)
+        return {"ip": self.ip, "port": self.listener.getsockname()[1]}
 
     def connect(self, peers: dict[int, dict], timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s
         for peer in sorted(p for p in peers if p > self.rank):
-            addr = peers[peer]
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            self.cc_actual[peer] = self._options(s)
-            s.settimeout(max(0.1, deadline - time.monotonic()))
-            try:
-                s.bind((self.ip, 0))
-                s.connect((addr["ip"], int(addr["port"])))
-                s.sendall(HELLO.pack(MAGIC, self.rank))
-            except OSError as e:
-                s.close()
-                raise TransportError(f"rank {self.rank}: connect to rank {peer} at {addr['ip']}:{addr['port']}: "
-                                     f"{e}") from None
+            s, self.cc_actual[peer] = tcp_connect.dial(self.rank, self.ip, peer, peers[peer], self._options, deadline)
             self._add(peer, s)
         want = {p for p in peers if p < self.rank}
         if want and self.listener is None:
             raise TransportError("connect() before listen()")
         while want:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TransportError(f"rank {self.rank}: ranks {sorted(want)} did not connect in {timeout_s:g} s")
-            self.listener.settimeout(left)
-            try:
-                s, _ = self.listener.accept()
-                s.settimeout(max(0.1, deadline - time.monotonic()))
-                hello = b""
-                while len(hello) < HELLO.size:
-                    part = s.recv(HELLO.size - len(hello))
-                    if not part:
-                        raise OSError("closed before hello")
-                    hello += part
-            except OSError as e:
-                raise TransportError(f"rank {self.rank}: accepting peers {sorted(want)}: {e}") from None
-            magic, peer = HELLO.unpack(hello)
-            if magic != MAGIC or peer not in want:
-                s.close()
-                raise TransportError(f"rank {self.rank}: unexpected hello {hello!r} (waiting for {sorted(want)})")
+            peer, s = tcp_connect.accept(self.rank, self.listener, want, deadline, timeout_s)
             want.discard(peer)
             self.cc_actual[peer] = self._options(s)
             self._add(peer, s)

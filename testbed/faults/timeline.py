@@ -97,12 +97,10 @@ class FaultTimeline:
             for node, port in ((link.a, link.a_port), (link.b, link.b_port)):
                 self._holes[node] = linkfail.prepare(self._ipr(node), self._index(node, port))
         elif f.kind == "netem":
-            from pyroute2 import NetlinkError
-
             rx = self._far_end(*faultplan.find_port(self.topology, f.target))
             try:
                 self.fabric.set_rx_netem(*rx, ipr=self._ipr(rx[0]), **self.fabric.link_netem(*rx))
-            except NetlinkError as e:
+            except netns.NetlinkError as e:
                 if e.code != 2:  # ENOENT: this kernel has no sch_netem
                     raise
                 raise CapabilityMissing("qdisc:netem", f"fault {f}: run it in the lab VM (testbed vm -- ...)") \

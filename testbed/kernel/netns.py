@@ -18,10 +18,20 @@ import threading
 from pathlib import Path
 from typing import Callable
 
+import pyroute2.config
 from pyroute2 import IPRoute
+from pyroute2 import NetlinkError  # noqa: F401  (a netlink request's error, for callers outside testbed/kernel)
 from pyroute2 import netns as _netns
 
 from testbed.kernel import PREFIX
+
+# pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
+# runner turns SIGTERM into KeyboardInterrupt; a child that inherited that handler and is still inside pyroute2's
+# wrapper when the signal lands unwinds the *parent's* stack copy, runs the run's teardown (removing the fabric's
+# namespaces under the parent) and carries on as a second copy of the run. With this flag the child resets SIGTERM
+# to the default action first. Set here, in the
+# module every namespace user imports.
+pyroute2.config.disable_mp_signal = True
 
 NETNS_DIR = Path("/run/netns")
 CLONE_NEWNET = 0x40000000
@@ -172,6 +182,24 @@ def netlink_socket(name: str | None) -> socket.socket:
         raise
     return sock
 
+
+
+def sockets_in(name: str, netlink: Callable[[], socket.socket]) -> tuple[IPRoute, socket.socket, socket.socket]:
+    """(IPRoute, the socket ``netlink()`` opens (e.g. testbed.kernel.batch.open_socket, for a Batch), an AF_INET
+    datagram socket for ioctls such as :func:`set_up` and :func:`ifindex`), all opened in namespace `name` with one
+    namespace switch, as :func:`ipr_in` (no child forked); on failure the ones already opened are closed."""
+    with entered(name):
+        ipr = IPRoute()
+        try:
+            nl = netlink()
+            try:
+                return ipr, nl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            except BaseException:
+                nl.close()
+                raise
+        except BaseException:
+            ipr.close()
+            raise
 
 def _setns(name: str) -> None:
     fd = os.open(NETNS_DIR / name, os.O_RDONLY)

@@ -35,8 +35,6 @@ import re
 import socket
 from typing import Any, Callable
 
-import pyroute2.config
-
 from testbed.errors import UsageError
 from testbed.network import description, impairment
 from testbed.network.cluster import build_servers, build_tunnels, place
@@ -46,13 +44,6 @@ from testbed.network.portplan import PortPlan, plan_port
 from topologies.flowlet import DEFAULT_GAP_MS, DEFAULT_POLL_MS, FLOWLET_MODES, flowlet_plans
 from topologies.spray import shared_macs, spray_groups
 
-# pyroute2 opens a socket inside a named namespace from a forked child, then stops the child with SIGTERM. The
-# runner turns SIGTERM into KeyboardInterrupt; a child that inherited that handler and is still inside pyroute2's
-# wrapper when the signal lands unwinds the *parent's* stack copy, runs the run's teardown (removing the fabric's
-# namespaces under the parent) and carries on as a second copy of the run. With this flag the child resets SIGTERM
-# to the default action first. (Belongs in testbed.kernel.netns; set here because every fabric user imports this.)
-pyroute2.config.disable_mp_signal = True
-
 #: Longest namespace name we create (the kernel's limit is NAME_MAX of the /run/netns bind mount, 255; keep it
 #: readable in `ip netns` listings and well inside any tool's limits).
 MAX_NS_NAME = 48
@@ -60,25 +51,6 @@ _RUN_ID_RE = re.compile(r"^[a-z0-9]{1,12}$")
 NUD_PERMANENT = 0x80  # a neighbour entry that never expires and is never probed (include/uapi/linux/neighbour.h)
 ETH_P_IP = 0x0800
 SHAPER_SLACK_MS = qdisc.SHAPER_SLACK_MS
-
-
-def _sockets_in(ns: str) -> tuple[Any, socket.socket, socket.socket]:
-    """(IPRoute, netlink socket for a Batch, AF_INET datagram socket for ioctls), all opened in namespace `ns` with
-    one namespace switch."""
-    from pyroute2 import IPRoute
-
-    with netns.entered(ns):
-        ipr = IPRoute()
-        try:
-            nl = batch.open_socket()
-            try:
-                return ipr, nl, socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            except BaseException:
-                nl.close()
-                raise
-        except BaseException:
-            ipr.close()
-            raise
 
 
 class Fabric:
@@ -167,7 +139,7 @@ class Fabric:
         socks: dict[str, socket.socket] = {}
         try:
             for n, ns in self._ns.items():
-                iprs[n], nls[n], socks[n] = _sockets_in(ns)
+                iprs[n], nls[n], socks[n] = netns.sockets_in(ns, batch.open_socket)
             ifindex = self._links(iprs, nls, socks)
             # addresses, routes and queues: one batch of requests per namespace, in that order
             batches = {n: batch.Batch(ipr, nls[n]) for n, ipr in iprs.items()}

@@ -13,7 +13,8 @@ BENCHMARKS = sorted(p.name for p in (ROOT / "benchmarks").glob("*.py"))
 
 
 def test_every_benchmark_is_listed():
-    assert {"agent_vs_iperf3.py", "fabric_setup_vs_mininet.py", "rdma_vs_ib_write_bw.py"} <= set(BENCHMARKS)
+    assert {"agent_vs_iperf3.py", "ddp_fabric_overhead.py", "fabric_setup_vs_mininet.py",
+            "rdma_vs_ib_write_bw.py"} <= set(BENCHMARKS)
 
 
 @pytest.mark.parametrize("name", BENCHMARKS)
@@ -24,3 +25,13 @@ def test_a_benchmark_imports_and_parses_its_arguments(name):
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), "--no-such-option"], capture_output=True,
                          text=True, timeout=120, cwd=ROOT)
     assert bad.returncode == 2 and "unrecognized arguments" in bad.stderr, (bad.stdout, bad.stderr)
+
+
+@pytest.mark.parametrize("args, says", [(["--steps", "2"], "--steps must be >= 3"),
+                                        (["--rate-mbps", "0"], "--rate-mbps must be in"),
+                                        (["--repeats", "0"], "--repeats must be >= 1")])
+def test_the_ddp_overhead_benchmark_refuses_bad_values_before_building(args, says):
+    """A value it cannot run is one line and exit status 2, checked before root or any fabric."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ddp_fabric_overhead.py"), *args],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 2 and says in r.stderr and r.stdout == "", (r.stdout, r.stderr)

@@ -84,6 +84,39 @@ storage = "h6"
     assert jf.checkpoints[0].size_bytes == 1_000_000 and jf.checkpoints[0].count == 3
 
 
+def test_placement_argument_places_every_job_again_after_the_file_is_checked_as_written(tmp_path):
+    p = tmp_path / "jobs.toml"
+    p.write_text(FABRIC + """
+[[job]]
+name = "a"
+ranks = 2
+
+[[job]]
+name = "b"
+ranks = 2
+
+[[dataset]]
+name = "d"
+storage = "h1"
+hosts = ["h6"]
+rate_mbps = 1
+""")
+    packed = jobsfile.load(p, PARAMS, seed=1)
+    assert [j.hosts for j in packed.jobs] == [("h2", "h3"), ("h4", "h5")]
+    spread = jobsfile.load(p, PARAMS, seed=1, placement="spread")  # file order, storage host h1 left out
+    assert [(j.hosts, j.leaves, j.policy) for j in spread.jobs] == [
+        (("h2", "h4"), ("leaf1", "leaf2"), "spread"), (("h3", "h5"), ("leaf1", "leaf2"), "spread")]
+    assert spread.datasets == packed.datasets
+    p.write_text(FABRIC + '[[job]]\nname = "a"\nranks = 5\n[[job]]\nname = "b"\nranks = 2\n')
+    with pytest.raises(UsageError) as e:  # refused as written, before the policy is tried
+        jobsfile.load(p, PARAMS, seed=1, placement="spread")
+    assert "[[job]] b: placement packed: 2 ranks but only 1 hosts" in str(e.value)
+    p.write_text(TWO_JOBS)
+    with pytest.raises(UsageError) as e:
+        jobsfile.load(p, PARAMS, placement="topo")
+    assert str(e.value).startswith("placement=topo: job a lists its hosts in jobs.toml;")
+
+
 def test_solo_keeps_fabric_and_hosts(tmp_path):
     jf = load(tmp_path, TWO_JOBS)
     s = jobsfile.solo(jf, "b")

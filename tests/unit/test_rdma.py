@@ -79,5 +79,7 @@ def test_transport_options_are_checked_before_any_device_is_opened():
         make_transport("rdma", 0, ip="198.18.1.1", slot_bytes=100)
     with pytest.raises(ValueError, match="recv_depth >= 2 x credits"):
         make_transport("rdma", 0, ip="198.18.1.1", credits=64, recv_depth=64)
+    with pytest.raises(ValueError, match="protocol must be one of eager, rendezvous, grant"):
+        make_transport("rdma", 0, ip="198.18.1.1", protocol="ring")
     with pytest.raises(ValueError, match="unknown transport"):
         make_transport("ib", 0)

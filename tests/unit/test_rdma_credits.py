@@ -170,9 +170,13 @@ def test_qp_info_round_trip_and_protocol_mismatch_is_one_line():
     try:
         deadline = time.monotonic() + 5
         b.sendall(info._replace(slots=0, ring_addr=0, ring_rkey=0, slot_bytes=0).pack())
-        with pytest.raises(TransportError, match="both ends must be eager"):
+        with pytest.raises(TransportError, match="both ends must use the same protocol"):
             exchange(0, {1: a}, {1: info}, deadline)
         assert QpInfo.unpack(b.recv(INFO.size), 1, 0) == info  # ours went out before theirs was read
+        b.sendall(info._replace(protocol=3).pack())  # the grant protocol against an eager end
+        with pytest.raises(TransportError, match="data protocol 3 .* this rank 0"):
+            exchange(0, {1: a}, {1: info}, deadline)
+        b.recv(INFO.size)
         b.sendall(info.pack())
         assert exchange(0, {1: a}, {1: info}, deadline) == {1: info}
         assert b.recv(INFO.size) == info.pack()

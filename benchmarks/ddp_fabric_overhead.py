@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""What does the emulated fabric cost a real program? (a benchmark, not a test; needs root, builds fabrics)
+
+    sudo .venv/bin/python benchmarks/ddp_fabric_overhead.py [--rate-mbps 20] [--steps 15] [--repeats 12] [--json]
+
+The same DDP job (examples/programs/ddp_train.py: 4 ranks over gloo, one per host, started as ``lab.launch`` and
+``testbed run program`` start it: torchrun's environment, the project's interpreter) runs on two networks built in
+this process and torn down after each run:
+
+* fabric: a 2x2 leaf-spine (topologies.uniform_leaf_spine, 2 hosts per leaf, h1..h4), every link shaped by HTB to
+  --rate-mbps (host links and leaf-spine links alike: 1:1, no oversubscription), ECMP over the two spines;
+* bare:   the same 4 hosts on ONE router (a star: h1..h4 -- leaf1), every host link shaped to --rate-mbps.
+
+Both have the same queues as `testbed run program`'s defaults (each host NIC: HTB + a 1.5 MB drop-tail bfifo, a
+Linux interface's 1000 packets; each switch port: HTB + a 256 KB drop-tail bfifo), the same addresses scheme, hosts,
+ranks, rank placement and program. "Bare" is the simplest network that still gives every host its own shaped link
+at the same rate R: a star is what the ranks would see on one top-of-rack switch. Each host's link at R is the
+bottleneck on both (the fabric's leaf-spine links also run at R, two uplinks for a leaf's two hosts: 1:1), so an
+emulation that cost nothing would give the same step on both; what the fabric adds is the spine tier: two more
+routing hops and two more shaped egress ports on every cross-leaf path, three more namespaces (leaf2, two spines)
+and their veths for the machine to run, and ECMP hashing (two hosts' cross-leaf traffic may meet on one uplink).
+The fabric/bare ratio of step times is that cost as a real program sees it.
+
+Runs alternate between the sides (fabric first in even repeats, bare first in odd ones: the machine may be shared,
+and drift then hits both sides alike); repeat i uses ECMP seed i+1 on the fabric. Each run reports its step-time p50
+and p99 over its measured steps (ops.csv, the first step left out as the program scenario does), its p99 without
+the last step too (the last step overlaps the program's closing broadcast and exit: ranks leave the loop at
+different times, and one still in its last all-reduce shares the CPUs and links with the others' broadcast), and its
+fidelity verdict (analysis.fidelity via the lab's judge, and the program scenario's CPU check). Over the repeats:
+per side the median of the runs' p50s and of their p99s (both kinds) with 95% intervals (analysis.stats.estimate;
+below 6 runs the interval is the range, with its real coverage), and fabric/bare as the ratio of medians with its
+bootstrap interval, a rank test and the verdict (analysis.stats.compare). Measured numbers are in docs/programs.md
+("What the fabric costs a program"). Exit status 1 when a run failed (the others are still reported), 2 on bad
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mininet.topo import Topo  # noqa: E402
+
+from analysis import fidelity  # noqa: E402
+from analysis.stats import compare, estimate  # noqa: E402
+from analysis.summary import collective_metrics, load_quietly, tcp_metrics  # noqa: E402
+from testbed.errors import RunFailed, UsageError, require_root  # noqa: E402
+from testbed.lab import Lab  # noqa: E402
+from testbed.rundir import check_out_dir  # noqa: E402
+from topologies import QueueSpec, uniform_leaf_spine  # noqa: E402
+from topologies.mininet_topo import SpecTopo  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTS = ("h1", "h2", "h3", "h4")
+SIDES = ("fabric", "bare")
+#: `testbed run program`'s defaults (scenarios/program.py): a host NIC keeps Linux's 1000 packets, a switch port 256 KB
+NIC_QUEUE = QueueSpec("droptail", buffer_bytes=1_500_000)
+SWITCH_QUEUE = QueueSpec("droptail", buffer_bytes=256 * 1024)
+WARMUP_STEPS = 1  # the program scenario's default: connection set-up and DDP's first bucket build left out
+SAMPLE_EVERY_MS = 10.0  # the program scenario's queue sampling interval
+#: per run: step p50 and p99 over the measured steps (as `testbed run program` reports them), and p99 without the
+#: last step, which overlaps the program's closing broadcast and exit
+KEYS = ("step_ms_p50", "step_ms_p99", "steady_step_ms_p99")
+
+
+class OneSwitch(Topo):
+    """The bare side: hosts h1..h4 on one router (``leaf1``), each host link shaped to ``rate_mbps`` with the
+    fabric's host NIC queue on the host's end and its switch port queue on the router's end."""
+
+    def build(self, rate_mbps: float = 20.0):  # type: ignore[override]
+        sw = self.addSwitch("leaf1")
+        for h in HOSTS:
+            self.addLink(self.addHost(h), sw, intfName1="eth0", intfName2=h, rate_mbps=rate_mbps,
+                         queue1=NIC_QUEUE, queue2=SWITCH_QUEUE)
+
+
+def topology(side: str, rate_mbps: float, seed: int) -> Topo:
+    """The Mininet Topo of one side (see the module docstring)."""
+    if side == "bare":
+        return OneSwitch(rate_mbps=rate_mbps)
+    return SpecTopo(uniform_leaf_spine(2, 2, 2, rate_mbps, rate_mbps, host_queue=NIC_QUEUE,
+                                       switch_queue=SWITCH_QUEUE, seed=seed % 256))
+
+
+def one_run(side: str, rate_mbps: float, steps: int, seed: int, out: Path, timeout_s: float) -> dict:
+    """One launch of the DDP job on one side: its step p50/p99 (ms) over the measured steps, TCP retransmissions,
+    switch drops and the fidelity verdict. RunFailed (one line, the rank named) when the program fails."""
+    cmd = f"python3 {ROOT}/examples/programs/ddp_train.py --steps {steps}"
+    params = {"side": side, "rate_mbps": rate_mbps, "steps": steps, "cmd": cmd}
+    t0 = time.monotonic()
+    with Lab(topology(side, rate_mbps, seed), out=out, seed=seed, name=f"ddp-{side}", params=params,
+             quiet=True) as lab:
+        sampler = lab.sample_queues(every_ms=SAMPLE_EVERY_MS)
+        lab.tcp_counters()
+        ports = lab.port_deltas()
+        prog = lab.launch(cmd, hosts=list(HOSTS), ranks_per_host=1, timeout_s=timeout_s,
+                          warmup_steps=WARMUP_STEPS, cwd=str(ROOT))
+        res = prog.wait()
+        delta = ports.stop()
+        sampler.stop(lab.rundir)
+        busy = sampler.stats().get("cpu_busy_fraction")
+        # the program scenario's own check, before the lab's judge adds the port-rate and timer checks at teardown
+        cpu = fidelity.reasons(fidelity.cpu_busy(busy))
+        lab.summary.update(fidelity_ok=not cpu, fidelity_reasons="; ".join(cpu), cpu_busy_fraction=busy)
+    run = load_quietly(out)
+    m = collective_metrics(run.ops)
+    # the last step overlaps the program's closing broadcast and exit (ranks leave the loop at different times)
+    steady = collective_metrics(run.ops[run.ops["iteration"] < run.ops["iteration"].max()])
+    hosts = set(HOSTS)
+    drops = sum(v["drops"] for (n, _), v in delta.items() if n not in hosts)
+    return {"side": side, "seed": seed, "step_ms_p50": m.get("step_ms_p50"), "step_ms_p99": m.get("step_ms_p99"),
+            "steady_step_ms_p99": steady.get("step_ms_p99"),
+            "steps_measured": m.get("step_n", 0), "program_s": round(res.wall_s, 3),
+            "run_s": round(time.monotonic() - t0, 1), "switch_drops": int(drops),
+            "tcp_retrans_segs": int(tcp_metrics(run.tcp).get("tcp_retrans_segs") or 0),
+            "cpu_busy_fraction": busy, "fidelity_ok": bool(lab.summary.get("fidelity_ok")),
+            "fidelity_reasons": lab.summary.get("fidelity_reasons", "")}
+
+
+def side_summary(rows: list[dict]) -> dict:
+    """One side's runs: the median of their step p50s and p99s with intervals, and how many runs were faithful."""
+    est = {k: estimate(r[k] for r in rows) for k in KEYS}
+    return {"runs": len(rows), **{k: est[k].as_dict() for k in KEYS},
+            **{f"{k}_text": est[k].text("{:.1f}") for k in KEYS},
+            "fidelity_ok_runs": sum(r["fidelity_ok"] for r in rows),
+            "fidelity_reasons": sorted({r["fidelity_reasons"] for r in rows if r["fidelity_reasons"]}),
+            "tcp_retrans_segs": [r["tcp_retrans_segs"] for r in rows],
+            "switch_drops": [r["switch_drops"] for r in rows]}
+
+
+def ratio_text(d) -> str:
+    more = f"; about {d.runs_needed} runs a side would tell a difference this size" if d.runs_needed else ""
+    verdict = d.verdict.replace("A ", "fabric ").replace(" B", " bare")
+    if math.isnan(d.ratio_low):  # one run on a side: no interval, no test
+        return f"{d.ratio:.3f} (no interval below 2 runs a side): {verdict}"
+    return (f"{d.ratio:.3f} [{d.ratio_low:.3f}, {d.ratio_high:.3f}] (bootstrap 95%), Mann-Whitney p {d.p_value:.2g}: "
+            f"{verdict}{more}")
+
+
+def report(rows: list[dict], a: argparse.Namespace) -> dict:
+    """Per side and fabric/bare, as a dict (--json) and printed as text otherwise."""
+    ok = {s: [r for r in rows if r["side"] == s and "error" not in r] for s in SIDES}
+    out = {"rate_mbps": a.rate_mbps, "steps": a.steps, "steps_measured_per_run": a.steps - WARMUP_STEPS,
+           "repeats": a.repeats, "runs": rows, "sides": {s: side_summary(ok[s]) for s in SIDES}}
+    for key in KEYS:
+        d = compare([r[key] for r in ok["fabric"]], [r[key] for r in ok["bare"]])
+        out[f"fabric_over_bare_{key}"] = {**d.as_dict(), "text": ratio_text(d)}
+    if a.json:
+        print(json.dumps(out, indent=1))
+        return out
+    print(f"DDP job, 4 ranks (gloo), {a.steps} steps ({a.steps - WARMUP_STEPS} measured a run), every host link "
+          f"{a.rate_mbps:g} Mbit/s: 2x2 leaf-spine (fabric) vs the same hosts on one router (bare); "
+          f"median over runs [95% interval]")
+    for s in SIDES:
+        x = out["sides"][s]
+        why = ": " + " | ".join(x["fidelity_reasons"]) if x["fidelity_reasons"] else ""
+        print(f"  {s:6s}  step p50 (ms) {x['step_ms_p50_text']};  step p99 (ms) {x['step_ms_p99_text']};  "
+              f"without the last step {x['steady_step_ms_p99_text']};  "
+              f"fidelity ok in {x['fidelity_ok_runs']} of {x['runs']} runs{why}")
+        print(f"          TCP retransmitted segments per run {x['tcp_retrans_segs']}, switch drops {x['switch_drops']}")
+    print(f"  fabric/bare step p50: {out['fabric_over_bare_step_ms_p50']['text']}")
+    print(f"  fabric/bare step p99: {out['fabric_over_bare_step_ms_p99']['text']}")
+    print(f"  fabric/bare step p99 without the last step: {out['fabric_over_bare_steady_step_ms_p99']['text']}")
+    for r in rows:
+        if "error" in r:
+            print(f"  failed run ({r['side']}, seed {r['seed']}, left out): {r['error']}")
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate-mbps", type=float, default=20.0, help="every host link's rate R (and the fabric's "
+                    "leaf-spine links'), Mbit/s (default 20: `testbed run program`'s)")
+    ap.add_argument("--steps", type=int, default=15, help="training steps a run (the first is left out)")
+    ap.add_argument("--repeats", type=int, default=12, help="runs a side, alternating (default 12: the runs' step "
+                    "p50 varies by a CV of about 2%%, and a 4%% difference took 12 a side to tell; 6 is the fewest "
+                    "whose median interval reaches 95%%)")
+    ap.add_argument("--timeout-s", type=float, default=300.0, help="a run's program must end within this")
+    ap.add_argument("--out", default=None, help="keep the run directories here (default: a temporary directory, "
+                    "removed)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object (every run, both sides, the ratios)")
+    a = ap.parse_args(argv)
+    if not 0.1 <= a.rate_mbps <= 10_000:
+        ap.error(f"--rate-mbps must be in [0.1, 10000] (got {a.rate_mbps:g})")
+    if a.steps < WARMUP_STEPS + 2:
+        ap.error(f"--steps must be >= {WARMUP_STEPS + 2} (the first is left out; a p99 needs steps) (got {a.steps})")
+    if a.repeats < 1:
+        ap.error(f"--repeats must be >= 1 (got {a.repeats})")
+    if a.timeout_s <= 0:
+        ap.error(f"--timeout-s must be > 0 (got {a.timeout_s:g})")
+    return a
+
+
+def run_all(a: argparse.Namespace, base: Path) -> list[dict]:
+    """Every run, alternating sides; a failed run is recorded with its line and the next one goes on."""
+    rows = []
+    for i in range(a.repeats):
+        for side in (SIDES if i % 2 == 0 else SIDES[::-1]):
+            try:
+                row = one_run(side, a.rate_mbps, a.steps, i + 1, base / f"{side}-{i:02d}", a.timeout_s)
+            except RunFailed as e:
+                row = {"side": side, "seed": i + 1, "error": str(e)}
+            rows.append(row)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = parse_args(argv)
+    try:
+        out = check_out_dir(a.out) if a.out else None
+        require_root("benchmarks/ddp_fabric_overhead.py (it builds fabrics)")
+    except UsageError as e:
+        print(f"ddp_fabric_overhead: {e}", file=sys.stderr)
+        return 2
+
+    def on_sigterm(signum, frame):  # between runs too: unwind, so the temporary directory goes
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ddp-overhead-") as tmp:
+            rows = run_all(a, out or Path(tmp))
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the lab in progress has torn itself down
+        print("ddp_fabric_overhead: interrupted; the fabric in use was torn down", file=sys.stderr)
+        return 130
+    report(rows, a)
+    return 1 if any("error" in r for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
