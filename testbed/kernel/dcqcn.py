@@ -137,8 +137,8 @@ def _fq_leaves(ipr, idx: int) -> None:
     if not leaves:
         ipr.tc("replace", "fq", index=idx, handle="1:", root=True, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
         return
-    for handle, parent in leaves:
-        ipr.tc("replace", "fq", index=idx, handle=handle, parent=parent, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
+    for _, parent in leaves:  # a new handle: the kernel refuses to change a qdisc's kind under its handle
+        ipr.tc("replace", "fq", index=idx, parent=parent, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
 
 
 class Dcqcn:

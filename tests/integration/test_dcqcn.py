@@ -1,0 +1,120 @@
+"""DCQCN for SoftRoCE (testbed/kernel/dcqcn.py, docs/dcqcn.md) on real rxe traffic, in the lab VM.
+
+h1 -> leaf1 -> h2, host links at 20 Mbit/s, leaf1's port to h2 at 5 Mbit/s with RED + ECN marking from 3 KB
+(the congestion point). ib_write_bw (perftest, RC RDMA WRITE) from h1 to h2 for a few seconds with the programs
+loaded on both hosts and their QP map filled from the RDMA netlink tables while the QPs come up. Asserted on
+counters, never on one run's timing: the switch port CE-marked packets (only ECT packets can be marked: the
+reaction point's ECT(0)); h2's notification point saw CE and sent CNPs; the CNPs were on the wire at h1 (tcpdump:
+UDP 4791, BTH opcode 0x81) as many as h2 counts sent and h1 counts received; h1 cut the QP's rate at least once and
+its current rate fell below the line rate (without DCQCN nothing paces rxe: it sends at whatever the path takes).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from testbed.kernel import netns
+
+HOST_MBPS, BOTTLENECK_MBPS = 20.0, 5.0
+RUN_S = 6
+
+
+@pytest.fixture
+def fabric():
+    from testbed.network.fabric import Fabric
+    from topologies import LeafSpineSpec, LinkSpec, PortOverride, QueueSpec
+
+    red = QueueSpec("red", buffer_bytes=150_000, min_bytes=3000, max_bytes=30_000, probability=0.2, ecn=True)
+    spec = LeafSpineSpec(spines=1, leaves=1, hosts_per_leaf=2, host_link=LinkSpec(HOST_MBPS),
+                         fabric_link=LinkSpec(HOST_MBPS),
+                         ports=(PortOverride("leaf1:h2", rate_mbps=BOTTLENECK_MBPS, queue=red),))
+    fab = Fabric(spec, f"q{os.getpid() % 100000}", rxe=True)
+    try:
+        fab.build(None, None)
+        yield fab
+    finally:
+        fab.teardown()
+
+
+class QpMapper(threading.Thread):
+    """Every 50 ms: the hosts' QP tables (RDMA netlink) paired into each host's QP map (the sender's first, so a
+    CNP never reaches a sender that cannot map it), and the sender's rates sampled."""
+
+    def __init__(self, devices: dict[str, str], dcqcn: dict[str, object], sender_ip: str):
+        super().__init__(daemon=True)
+        self.devices, self.dcqcn, self.sender_ip = devices, dcqcn, sender_ip
+        self.stop_event = threading.Event()
+        self.min_rc_kbps: int | None = None
+        self.errors: list[str] = []
+
+    def run(self):
+        from testbed.kernel import rdma_qps
+
+        while not self.stop_event.is_set():
+            try:
+                pairs = rdma_qps.pair_qps({ip: rdma_qps.qps(dev) for ip, dev in self.devices.items()})
+                for ip in sorted(pairs, key=lambda i: i != self.sender_ip):
+                    self.dcqcn[ip].sync(pairs[ip])
+                for r in self.dcqcn[self.sender_ip].rates():
+                    self.min_rc_kbps = r.rc_kbps if self.min_rc_kbps is None else min(self.min_rc_kbps, r.rc_kbps)
+            except Exception as e:  # noqa: BLE001 - reported by the test
+                self.errors.append(repr(e))
+            self.stop_event.wait(0.05)
+
+
+def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
+    from testbed.kernel import dcqcn, qdisc
+    from traffic.dcqcn import scaled
+    from traffic.rxe import find_device
+
+    hosts = ("h1", "h2")
+    ip = {h: fabric.host_ip(h) for h in hosts}
+    dev = {h: find_device(ip[h]) for h in hosts}
+    params = scaled(HOST_MBPS)
+    loaded = {h: dcqcn.install(fabric.ns(h), "eth0", params) for h in hosts}
+    cap = tmp_path / "cnp.txt"
+    tcpdump = netns.popen(fabric.ns("h1"), ["tcpdump", "-i", "eth0", "-nn", "-l", "-Q", "in",
+                                            "udp dst port 4791 and udp[8] = 0x81"],
+                          stdout=open(cap, "w"), stderr=open(tmp_path / "tcpdump.err", "w"))
+    mapper = QpMapper({ip[h]: dev[h][0] for h in hosts}, {ip[h]: loaded[h] for h in hosts}, ip["h1"])
+    common = ["-s", "65536", "-D", str(RUN_S), "-F", "-p", "18515"]
+    srv = netns.popen(fabric.ns("h2"), ["ib_write_bw", "-d", dev["h2"][0], "-x", str(dev["h2"][1]), *common],
+                      stdout=open(tmp_path / "srv.txt", "w"), stderr=open(tmp_path / "srv.err", "w"))
+    try:
+        time.sleep(1.0)  # tcpdump and the server listening
+        mapper.start()
+        out = netns.run(fabric.ns("h1"), ["ib_write_bw", "-d", dev["h1"][0], "-x", str(dev["h1"][1]), *common,
+                                          ip["h2"]], timeout=120)
+        assert out.returncode == 0, out.stdout[-500:] + out.stderr[-500:]
+        time.sleep(0.5)  # the last CNPs land
+    finally:
+        mapper.stop_event.set()
+        mapper.join(timeout=5)
+        for p in (srv, tcpdump):
+            p.terminate()
+            try:
+                p.wait(timeout=10)
+            except Exception:  # noqa: BLE001
+                p.kill()
+                p.wait()
+        stats = {h: loaded[h].stats() for h in hosts}
+        rates = loaded["h1"].rates()
+        for d in loaded.values():
+            d.close()
+    print("stats", stats, "rates", rates, "min rc", mapper.min_rc_kbps, "errors", mapper.errors[:3])
+    on_wire = sum(1 for line in cap.read_text().splitlines() if "UDP" in line)
+    port = qdisc.port_stats(fabric.ns("leaf1"), "h2")
+    print("cnps on the wire", on_wire, "leaf1:h2", port)
+    assert not mapper.errors, mapper.errors[:3]
+    assert sum(q.marks for q in port) > 0  # the congestion point marked ECT(0) packets
+    h1, h2 = stats["h1"], stats["h2"]
+    assert h2["ce_seen"] > 0 and h2["cnp_sent"] > 0 and h2["cnp_failed"] == 0
+    assert h2["cnp_sent"] == h1["cnp_received"] == on_wire
+    assert h1["unknown_qp"] == 0 and h1["paced_packets"] > 0
+    assert h1["rate_cuts"] >= 1 and h1["rate_cuts"] + h1["cnp_ignored"] == h1["cnp_received"]
+    assert len(rates) == 1 and rates[0].rate_cuts == h1["rate_cuts"] and rates[0].dropped_events == 0
+    assert mapper.min_rc_kbps is not None and mapper.min_rc_kbps < params.line_rate_kbps
