@@ -299,15 +299,26 @@ static __always_inline __u32 bth_qpn(const struct bth *b)
 	return ((__u32)b->dqpn[0] << 16) | ((__u32)b->dqpn[1] << 8) | b->dqpn[2];
 }
 
-/* The BTH of a RoCEv2 packet over IPv4 without options, or NULL. */
+/* The BTH of a RoCEv2 packet over IPv4 without options, or NULL. Headers outside the skb's linear part are
+ * pulled in first (a paged skb's linear part may end before the BTH). */
 static __always_inline struct bth *roce_bth(struct __sk_buff *skb, struct iphdr **ipp)
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
-	struct iphdr *ip = (void *)(eth + 1);
-	struct udphdr *udp = (void *)(ip + 1);
-	struct bth *b = (void *)(udp + 1);
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	struct bth *b;
 
+	if (data + sizeof(*eth) + sizeof(*ip) + sizeof(*udp) + sizeof(*b) > end && skb->len >= 54) {
+		if (bpf_skb_pull_data(skb, 54))
+			return NULL;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	eth = data;
+	ip = (void *)(eth + 1);
+	udp = (void *)(ip + 1);
+	b = (void *)(udp + 1);
 	if ((void *)(b + 1) > end || eth->h_proto != bpf_htons(ETH_P_IP) || ip->ihl != 5 ||
 	    ip->protocol != IPPROTO_UDP || udp->dest != bpf_htons(ROCE_V2_PORT))
 		return NULL;

@@ -145,7 +145,9 @@ def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
     assert not mapper.errors, mapper.errors[:3]
     assert sum(q.marks for q in port) > 0  # the congestion point marked ECT(0) packets
     h1, h2 = stats["h1"], stats["h2"]
-    assert h2["ce_seen"] > 0 and h2["cnp_sent"] > 0 and h2["cnp_failed"] == 0
+    # h2's notification point saw the port's CE marks (equal in 4 of 5 runs; once 523 of 548: not explained yet)
+    assert 0.9 * sum(q.marks for q in port) <= h2["ce_seen"] <= sum(q.marks for q in port)
+    assert h2["cnp_sent"] > 0 and h2["cnp_failed"] == 0
     assert h2["cnp_sent"] == h1["cnp_received"] == on_wire
     assert h1["unknown_qp"] == 0 and h1["paced_packets"] > 0
     assert h1["rate_cuts"] >= 1 and h1["rate_cuts"] + h1["cnp_ignored"] == h1["cnp_received"]
