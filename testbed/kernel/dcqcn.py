@@ -36,8 +36,8 @@ STATS = ("ce_seen", "cnp_sent", "cnp_suppressed", "cnp_received", "cnp_ignored",
 #: well under 1000 packets), so fq holds a paced QP's packets instead of dropping them
 FQ_FLOW_LIMIT = 1000
 FQ_LIMIT = 10000
-#: DSCP of the CNPs the notification point sends (as mlx5's np_cnp_dscp default: 48; 26 is the RoCE data class
-#: in many fabrics; the lab has one class, so any value is forwarded alike)
+#: DSCP of the CNPs the notification point sends (np_cnp_dscp): 48 (CS6), apart from the data's, so a port with
+#: classes can give CNPs their own; on a classless port any value is forwarded alike
 CNP_DSCP = 48
 BPF_F_LOCK = 4
 #: alpha = 1 in the programs' Q20 fixed point (traffic.dcqcn.ALPHA_ONE; the kernel room imports no traffic module)
