@@ -83,7 +83,11 @@ def write_bw(fabric, tmp_path, loaded: dict | None, wait: bool = True) -> tuple[
     mapper = None
     if loaded is not None:
         mapper = QpMapper({ip[h]: dev[h][0] for h in HOSTS}, {ip[h]: loaded[h] for h in HOSTS}, ip["h1"])
-    common = ["-s", "65536", "-D", str(RUN_S), "-F", "-p", "18515"]
+    # -u 20: the QP's ack timeout at 4.096 us * 2^20 = 4.3 s (perftest's default 14 is 67 ms). rxe's retransmit
+    # timer runs while a paced packet waits in fq (a NIC's rate limiter sits before its transport timer): at the
+    # 200 kbit/s floor a 64 KiB write alone takes 2.6 s, and with the default one run in eight ended in a
+    # completion error (status 9, 3 of 131 writes completed) after retransmission storms.
+    common = ["-s", "65536", "-D", str(RUN_S), "-F", "-p", "18515", "-u", "20"]
     srv = netns.popen(fabric.ns("h2"), ["ib_write_bw", "-d", dev["h2"][0], "-x", str(dev["h2"][1]), *common],
                       stdout=open(tmp_path / "srv.txt", "w"), stderr=open(tmp_path / "srv.err", "w"))
     try:
@@ -114,11 +118,23 @@ def write_bw(fabric, tmp_path, loaded: dict | None, wait: bool = True) -> tuple[
     return cap.read_text(), mapper
 
 
-def fq_throttled(fabric, host: str) -> int:
-    """How often fq on the host's interface held a packet until its departure time (its `throttled` count)."""
+def qdisc_counters(fabric, host: str) -> dict[str, int]:
+    """From `tc -s qdisc` on the host's interface: how often fq held a packet until its departure time
+    (fq_throttled), the packets fq dropped (fq_dropped), and the packets the clsact hooks' programs dropped
+    (clsact_dropped: at ingress, the CNPs the reaction point consumed)."""
     text = netns.run(fabric.ns(host), ["tc", "-s", "qdisc", "show", "dev", "eth0"]).stdout
-    text = re.sub(r"\([^)]*\)", "", text)  # "flows N (inactive N throttled N)": flows throttled right now
-    return sum(int(n) for n in re.findall(r"\bthrottled (\d+)", text))
+    out = {"fq_throttled": 0, "fq_dropped": 0, "clsact_dropped": 0}
+    for block in re.split(r"\n(?=qdisc )", text):
+        kind = block.split()[1] if block.startswith("qdisc ") else ""
+        dropped = sum(int(n) for n in re.findall(r"\(dropped (\d+)", block))
+        if kind == "fq":
+            out["fq_dropped"] += dropped
+            # "flows N (inactive N throttled N)" is the flows throttled right now: not the count
+            out["fq_throttled"] += sum(int(n) for n in re.findall(r"\bthrottled (\d+)",
+                                                                    re.sub(r"\([^)]*\)", "", block)))
+        elif kind == "clsact":
+            out["clsact_dropped"] += dropped
+    return out
 
 
 def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
@@ -132,7 +148,7 @@ def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
     loaded = {h: dcqcn.install(fabric.ns(h), "eth0", params) for h in HOSTS}
     try:
         text, mapper = write_bw(fabric, tmp_path, loaded)
-        throttled = fq_throttled(fabric, "h1")
+        tc = qdisc_counters(fabric, "h1")
     finally:
         stats = {h: loaded[h].stats() for h in HOSTS}
         rates = loaded["h1"].rates()
@@ -140,8 +156,8 @@ def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
             d.close()
     on_wire = sum(1 for line in text.splitlines() if "UDP" in line)
     port = qdisc.port_stats(fabric.ns("leaf1"), "h2")
-    print("stats", stats, "rates", rates, "min rc", mapper.min_rc_kbps, "on the wire", on_wire, "fq throttled",
-          throttled, "leaf1:h2", port)
+    print("stats", stats, "rates", rates, "min rc", mapper.min_rc_kbps, "on the wire", on_wire, "h1", tc,
+          "leaf1:h2", port)
     assert not mapper.errors, mapper.errors[:3]
     assert sum(q.marks for q in port) > 0  # the congestion point marked ECT(0) packets
     h1, h2 = stats["h1"], stats["h2"]
@@ -153,7 +169,9 @@ def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
     assert h1["rate_cuts"] >= 1 and h1["rate_cuts"] + h1["cnp_ignored"] == h1["cnp_received"]
     assert len(rates) == 1 and rates[0].rate_cuts == h1["rate_cuts"] and rates[0].dropped_events == 0
     assert mapper.min_rc_kbps is not None and mapper.min_rc_kbps < params.line_rate_kbps
-    assert throttled > 0  # fq held packets to the departure times: the QP was paced below what rxe offered
+    assert tc["fq_throttled"] > 0  # fq held packets to their departure times: the QP was paced
+    assert tc["fq_dropped"] == 0  # and held them all: flow_limit is above what rxe keeps in flight
+    assert tc["clsact_dropped"] == h1["cnp_received"]  # the CNPs stopped at h1's ingress, rxe never saw one
 
 
 def test_without_dcqcn_rxe_is_not_ecn_capable_so_red_drops_instead_of_marking(fabric, tmp_path):
