@@ -1,0 +1,221 @@
+"""DCQCN beside SoftRoCE on one host (the design: docs/dcqcn.md; the programs: dcqcn.bpf.c beside this file; the
+oracle: traffic/dcqcn.py). What it stands for: the congestion control a RoCEv2 NIC runs in firmware, its
+notification point (CE-marked packet in, CNP out) and its reaction point (CNP in, the QP's rate cut and recovered,
+the QP's packets paced), here on the host's own interface, the one rxe sends through.
+
+On that interface: clsact with ``dcqcn_ingress`` and ``dcqcn_egress`` (cls_bpf, direct action), and the ``fq``
+qdisc, which releases each packet at the departure time the egress program wrote into skb->tstamp (Earliest
+Departure Time). Under the port's HTB shaper fq replaces every leaf queue; on an unshaped interface it is the root.
+fq's ``flow_limit`` (packets per flow) is raised above what rxe keeps in flight per QP, so a slowed QP waits in fq
+instead of being dropped there. The maps stay open in this process: :meth:`Dcqcn.sync` writes the QP map from the
+hosts' RDMA netlink tables (testbed.kernel.rdma_qps), :meth:`Dcqcn.stats` and :meth:`Dcqcn.rates` read them."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import socket
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyroute2.netlink import nla
+from pyroute2.netlink.rtnl import TC_H_ROOT
+from pyroute2.netlink.rtnl.tcmsg import plugins
+
+from . import netns
+from .ebpf import BpfObject, compile_object, lib
+from .spray import CLSACT_EGRESS, ETH_P_ALL
+
+SOURCE = Path(__file__).with_name("dcqcn.bpf.c")
+CLSACT_INGRESS = 0xFFFFFFF2  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS)
+#: the programs' stats map, in index order
+STATS = ("ce_seen", "cnp_sent", "cnp_suppressed", "cnp_received", "cnp_ignored", "rate_cuts", "paced_packets",
+         "unknown_qp", "cnp_failed")
+#: fq's per-flow packet limit: above rxe's in-flight limit per QP (its max_dest_rd_atomic/outstanding WQEs stay
+#: well under 1000 packets), so fq holds a paced QP's packets instead of dropping them
+FQ_FLOW_LIMIT = 1000
+FQ_LIMIT = 10000
+#: DSCP of the CNPs the notification point sends (np_cnp_dscp): 48 (CS6), apart from the data's, so a port with
+#: classes can give CNPs their own; on a classless port any value is forwarded alike
+CNP_DSCP = 48
+BPF_F_LOCK = 4
+#: alpha = 1 in the programs' Q20 fixed point (traffic.dcqcn.ALPHA_ONE; the kernel room imports no traffic module)
+ALPHA_ONE = 1 << 20
+
+
+class Config(ctypes.Structure):
+    """struct dcqcn_config (pinned against the object's BTF by tests/unit/test_dcqcn_loader.py)."""
+
+    _fields_ = [("line_rate_kbps", ctypes.c_uint32), ("min_rate_kbps", ctypes.c_uint32),
+                ("ai_rate_kbps", ctypes.c_uint32), ("hai_rate_kbps", ctypes.c_uint32), ("g", ctypes.c_uint32),
+                ("threshold", ctypes.c_uint32), ("alpha_timer_ns", ctypes.c_uint64),
+                ("increase_timer_ns", ctypes.c_uint64), ("byte_reset", ctypes.c_uint64),
+                ("cnp_interval_ns", ctypes.c_uint64), ("cut_interval_ns", ctypes.c_uint64),
+                ("cnp_dscp", ctypes.c_uint32), ("ifindex", ctypes.c_uint32)]
+
+
+class QpPeer(ctypes.Structure):
+    """struct qp_peer: the value of the QP map (local QPN -> remote QPN, peer IPv4 in network order)."""
+
+    _fields_ = [("rqpn", ctypes.c_uint32), ("peer_ip", ctypes.c_uint32)]
+
+
+class RpKey(ctypes.Structure):
+    """struct rp_key: a reaction point's QP as its packets name it (peer IPv4, the peer's QPN)."""
+
+    _fields_ = [("peer_ip", ctypes.c_uint32), ("rqpn", ctypes.c_uint32)]
+
+
+class RpState(ctypes.Structure):
+    """struct rp_state: one QP's rate state (its first 4 bytes are the kernel's bpf_spin_lock)."""
+
+    _fields_ = [("lock", ctypes.c_uint32), ("started", ctypes.c_uint32), ("rc_kbps", ctypes.c_uint32),
+                ("rt_kbps", ctypes.c_uint32), ("alpha", ctypes.c_uint32), ("t_count", ctypes.c_uint32),
+                ("bc_count", ctypes.c_uint32), ("has_cut", ctypes.c_uint32), ("now_ns", ctypes.c_uint64),
+                ("alpha_t0_ns", ctypes.c_uint64), ("inc_t0_ns", ctypes.c_uint64), ("last_cut_ns", ctypes.c_uint64),
+                ("next_tx_ns", ctypes.c_uint64), ("bytes_since", ctypes.c_uint64), ("cnp_received", ctypes.c_uint64),
+                ("cnp_ignored", ctypes.c_uint64), ("rate_cuts", ctypes.c_uint64),
+                ("dropped_events", ctypes.c_uint64)]
+
+
+def config(p, ifindex: int, cnp_dscp: int = CNP_DSCP) -> Config:
+    """The programs' configuration from `p`, a traffic.dcqcn.Params (duck-typed: the kernel room imports no traffic
+    module; the callers above it pass the model's parameters)."""
+    return Config(p.line_rate_kbps, p.min_rate_kbps, p.ai_rate_kbps, p.hai_rate_kbps, p.g, p.threshold,
+                  p.alpha_timer_ns, p.increase_timer_ns, p.byte_reset, p.cnp_interval_ns, p.cut_interval_ns,
+                  cnp_dscp, ifindex)
+
+
+
+def ip_key(ip: str) -> int:
+    """An IPv4 address as the programs see ip->saddr: network byte order in memory."""
+    return ctypes.c_uint32.from_buffer_copy(socket.inet_aton(ip)).value
+
+
+def ip_text(key: int) -> str:
+    return socket.inet_ntoa(bytes(ctypes.c_uint32(key)))
+
+
+class _fq:
+    """sch_fq (include/uapi/linux/pkt_sched.h TCA_FQ_*), as much as DCQCN needs: the packet limits."""
+
+    parent = TC_H_ROOT
+
+    @staticmethod
+    def get_parameters(kw):
+        return {"attrs": [["TCA_FQ_PLIMIT", int(kw.get("limit", FQ_LIMIT))],
+                          ["TCA_FQ_FLOW_PLIMIT", int(kw.get("flow_limit", FQ_FLOW_LIMIT))]]}
+
+    class options(nla):
+        nla_map = (("TCA_FQ_UNSPEC", "none"), ("TCA_FQ_PLIMIT", "uint32"), ("TCA_FQ_FLOW_PLIMIT", "uint32"))
+
+
+plugins.setdefault("fq", types.SimpleNamespace(parent=_fq.parent, get_parameters=_fq.get_parameters,
+                                             options=_fq.options))
+
+
+@dataclass(frozen=True)
+class RateSample:
+    """One QP's rate state as read (under its lock): what the rate-over-time CSV records."""
+
+    peer_ip: str
+    rqpn: int
+    rc_kbps: int
+    rt_kbps: int
+    alpha: float
+    rate_cuts: int
+    cnp_received: int
+    cnp_ignored: int
+    dropped_events: int
+
+
+def _fq_leaves(ipr, idx: int) -> None:
+    """fq under every class of the port's HTB (the leaf queues' handles and parents kept), or as the root."""
+    leaves = [(m["handle"], m["parent"]) for m in ipr.get_qdiscs(index=idx)
+              if m["parent"] != 0xFFFFFFFF and (m["parent"] >> 16) == 1]
+    if not leaves:
+        ipr.tc("replace", "fq", index=idx, handle="1:", root=True, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
+        return
+    for _, parent in leaves:  # a new handle: the kernel refuses to change a qdisc's kind under its handle
+        ipr.tc("replace", "fq", index=idx, parent=parent, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
+
+
+class Dcqcn:
+    """The programs loaded for one host and attached to its interface."""
+
+    def __init__(self, ns: str, ifname: str, ifindex: int, params, obj: BpfObject):
+        self.ns, self.ifname, self.ifindex, self.params, self.obj = ns, ifname, ifindex, params, obj
+        self.qps: dict[int, tuple[int, str]] = {}
+
+    def add_qp(self, lqpn: int, rqpn: int, peer_ip: str) -> bool:
+        """Map local QP `lqpn` to `rqpn` at `peer_ip` and give it a rate state at the line rate (kept if it has
+        one). True when the QP was new."""
+        if self.qps.get(lqpn) == (rqpn, peer_ip):
+            return False
+        self.obj.update("qpmap", ctypes.c_uint32(lqpn), QpPeer(rqpn, ip_key(peer_ip)))
+        key = RpKey(ip_key(peer_ip), rqpn)
+        if not self.obj.lookup("rp", key, RpState()):
+            line = self.params.line_rate_kbps
+            self.obj.update("rp", key, RpState(rc_kbps=line, rt_kbps=line,
+                                               alpha=self.params.initial_alpha * ALPHA_ONE // 1024))
+        self.qps[lqpn] = (rqpn, peer_ip)
+        return True
+
+    def sync(self, pairs: list[tuple[int, int, str]]) -> int:
+        """The QP map from testbed.kernel.rdma_qps.pair_qps's entries for this host; how many QPs were new."""
+        return sum(self.add_qp(lqpn, rqpn, peer) for lqpn, rqpn, peer in pairs)
+
+    def stats(self) -> dict[str, int]:
+        out = {}
+        for i, name in enumerate(STATS):
+            v = ctypes.c_uint64()
+            out[name] = int(v.value) if self.obj.lookup("stats", ctypes.c_uint32(i), v) else 0
+        return out
+
+    def rates(self) -> list[RateSample]:
+        """Every QP's rate state, each read under its spin lock (BPF_F_LOCK: never a half-updated state)."""
+        L = lib()
+        nxt, lookup = L.bpf_map_get_next_key, L.bpf_map_lookup_elem_flags
+        nxt.restype, nxt.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+        lookup.restype = ctypes.c_int
+        lookup.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+        fd = self.obj.map_fd("rp")
+        out, key, prev = [], RpKey(), None
+        while nxt(fd, ctypes.byref(prev) if prev is not None else None, ctypes.byref(key)) == 0:
+            s = RpState()
+            if lookup(fd, ctypes.byref(key), ctypes.byref(s), BPF_F_LOCK) == 0:
+                out.append(RateSample(ip_text(key.peer_ip), key.rqpn, s.rc_kbps, s.rt_kbps, s.alpha / ALPHA_ONE,
+                                      s.rate_cuts, s.cnp_received, s.cnp_ignored, s.dropped_events))
+            prev = RpKey(key.peer_ip, key.rqpn)
+        return out
+
+    def close(self) -> None:
+        """Detach (the clsact qdisc and its filters go; fq stays, harmless without departure times) and unload."""
+        with contextlib.suppress(Exception), netns.ipr_in(self.ns) as ipr:
+            ipr.tc("del", "clsact", index=self.ifindex)
+        self.obj.close()
+
+
+def install(ns: str, ifname: str, params, cnp_dscp: int = CNP_DSCP) -> Dcqcn:
+    """Load the programs for the host in namespace `ns` and attach them, with fq, to its interface `ifname`."""
+    obj = BpfObject(compile_object(SOURCE))
+    try:
+        with netns.ipr_in(ns) as ipr:
+            idx = ipr.link_lookup(ifname=ifname)
+            if not idx:
+                raise OSError(f"no interface {ifname} in {ns}")
+            idx = idx[0]
+            obj.update("config", ctypes.c_uint32(0), config(params, idx, cnp_dscp))
+            _fq_leaves(ipr, idx)
+            ipr.tc("add", "clsact", index=idx)
+            for parent, prog in ((CLSACT_INGRESS, "dcqcn_ingress"), (CLSACT_EGRESS, "dcqcn_egress")):
+                ipr.tc("add-filter", "bpf", index=idx, parent=parent, prio=1, protocol=ETH_P_ALL,
+                       fd=obj.program_fd(prog), name=prog, direct_action=True)
+    except BaseException:
+        obj.close()
+        raise
+    return Dcqcn(ns, ifname, idx, params, obj)
+
+
+__all__ = ["CLSACT_INGRESS", "Config", "Dcqcn", "QpPeer", "RateSample", "RpKey", "RpState", "STATS", "install"]
