@@ -9,16 +9,12 @@
 * QP attributes are explicit parameters: ``timeout`` (4.096 us x 2^timeout), ``retry_cnt``, ``rnr_retry`` (7 =
   forever), ``min_rnr_timer`` (IB encoding; 12 = 0.64 ms), GRH ``traffic_class`` (default ``dscp << 2``; rxe
   copies it into the IPv4 TOS byte and sets no ECN-capable codepoint by itself).
-* Data movement, ``protocol``: ``eager`` (traffic.rdma_eager; the default, ``credits`` > 0): pieces written at
-  once into a receive ring the peer registered for us, while we hold credits (traffic.rdma_credits); the receiver
-  copies them into the posted receive; a send whose pieces fit in free registered send buffers is copied and done
-  at once (``drain`` writes what is left before the agent reports). ``rendezvous`` (traffic.rdma_rendezvous,
-  ``credits=0``): a clear-to-send per message, then one write straight into the destination. ``grant``
-  (traffic.rdma_grant): the receiver grants the destinations of its posted receives ahead, several in one
-  message, and the sender writes each message into its destination as one chain of writes of ``piece_bytes``,
-  the last with an immediate: one completion per message at the receiver, nothing copied; ``lookahead`` K > 0:
-  the receives of the agent's next K ops are granted ahead into staging buffers (``post_ahead``,
-  traffic.rdma_staging) and sends are done from copies, so several messages per peer are in flight.
+* Data movement, ``protocol``: ``eager`` (the default; traffic.rdma_eager, traffic.rdma_credits): pieces written
+  at once into a receive ring the peer registered for us while we hold credits, copied out by the receiver.
+  ``rendezvous`` (``credits=0``, traffic.rdma_rendezvous): a clear-to-send per message, one write into the
+  destination. ``grant`` (traffic.rdma_grant): destinations granted ahead, each message one chain of writes, the
+  last with an immediate, nothing copied; ``lookahead`` K > 0 grants the agent's next K ops' receives into staging
+  buffers (``post_ahead``, traffic.rdma_staging) so several messages per peer are in flight.
 * Completions: one CQ (traffic.rdma_cq: polled in batches; with nothing to do, select() on its completion channel,
   so agents sharing a CPU with the rxe kernel threads do not spin it away; ``spin_us``: poll that long first).
   Only the requests that need one ask for a completion (traffic.rdma_sendq: a message's last write, control
