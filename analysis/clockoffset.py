@@ -142,6 +142,15 @@ class ClockModel:
         return (self.end.offset_s - self.start.offset_s) / (self.end.at_s - self.start.at_s) * 1e6
 
     @property
+    def drift_bound_ppm(self) -> float:
+        """The largest drift the two estimates allow (their offsets' change plus both bounds, over the time between
+        them): a drift_ppm below this is not resolved, only bounded."""
+        if self.end is None or self.end.at_s == self.start.at_s:
+            return math.inf if self.end is None else 0.0
+        change = abs(self.end.offset_s - self.start.offset_s) + self.start.uncertainty_s + self.end.uncertainty_s
+        return change / abs(self.end.at_s - self.start.at_s) * 1e6
+
+    @property
     def uncertainty_s(self) -> float:
         """A bound on the model's error between the two estimates (a linear interpolation of two bounded values is
         bounded by the larger bound; outside them the drift is extrapolated and the bound is only nominal)."""
@@ -157,7 +166,8 @@ class ClockModel:
 
     def as_dict(self) -> dict:
         return {"start": self.start.as_dict(), "end": self.end.as_dict() if self.end else None,
-                "drift_ppm": self.drift_ppm, "uncertainty_s": self.uncertainty_s}
+                "drift_ppm": self.drift_ppm, "drift_bound_ppm": self.drift_bound_ppm,
+                "uncertainty_s": self.uncertainty_s}
 
     @classmethod
     def from_dict(cls, d: dict) -> "ClockModel":

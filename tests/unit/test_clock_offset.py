@@ -97,6 +97,8 @@ def test_drift_between_start_and_end_is_interpolated():
     end = estimate([exchange(1100.0 + 0.01 * i, 40e-6, 10e-6, 40e-6, drift_ppm=80) for i in range(20)])
     model = between(start, end)
     assert model.drift_ppm == pytest.approx(80, rel=1e-3)
+    # both bounds are ~40 us over 100 s: the drift is known to within ~0.8 ppm of what it is
+    assert 80 < model.drift_bound_ppm < 81 and ClockModel(start).drift_bound_ppm == float("inf")
     t_ref = 1050.0
     t_server = t_ref + TRUE_OFFSET_S + 80e-6 * t_ref
     assert model.to_reference(t_server) == pytest.approx(t_ref, abs=1e-6)
