@@ -286,6 +286,12 @@ def _vng_command(vng: str, release: str, image, options: VmOptions, pyimage, rw_
         cmd.append(f"--qemu-opts=-cpu {os.environ.get('TESTBED_VM_CPU') or SOFTWARE_CPU}")
     if pyimage:
         cmd.append("--qemu-opts=" + " ".join(vmimage.qemu_args(pyimage[0])))
+    tap = os.environ.get("TESTBED_VM_TAP")
+    if tap:
+        # A second machine on a wire (docs/servers.md): QEMU makes a tap of this name in the network namespace it
+        # runs in (start `testbed vm` under nsenter into a tb-* namespace), the guest's first NIC at its far end.
+        cmd.append(f"--qemu-opts=-netdev tap,id=tbnet,ifname={tap},script=no,downscript=no "
+                   "-device virtio-net-pci,netdev=tbnet")
     for d in rw_final:
         cmd += ["--rwdir", d]
     # The guest kernel's console always goes to vng.log: in full with --verbose, otherwise its warnings and worse
