@@ -150,7 +150,7 @@ def run(args) -> dict:
         argv = [sys.executable, "-m", "testbed.cli", "vm", "--timeout", "400", "--", "sh", "-c",
                 guest_script(args.port)]
         vm = subprocess.Popen(netns.in_namespace(wire, argv), env=env, start_new_session=True)
-        out = measure(wire, node, vm, launched, args)
+        out = {"namespaces": [wire, node], **measure(wire, node, vm, launched, args)}
         out["vm_status"] = vm.wait(timeout=120)
         return out
     finally:
