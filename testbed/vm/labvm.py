@@ -223,7 +223,12 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
     cmd = _vng_command(vng, release, image, options, pyimage, rw_final, script)
     env = dict(os.environ)
     env["PATH"] = f"{Path(vng).parent}:{env.get('PATH', '')}"
-    return _boot_and_collect(cmd, env, results, options)
+    try:
+        return _boot_and_collect(cmd, env, results, options)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: _boot ended QEMU; its results folder goes too
+        if not os.environ.get("TESTBED_VM_KEEP"):
+            shutil.rmtree(results, ignore_errors=True)
+        raise
 
 
 def _rw_dirs(results: Path, argv: list[str], options: VmOptions) -> list[str]:

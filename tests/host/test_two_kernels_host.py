@@ -34,8 +34,26 @@ def qemu_with_our_tap() -> list[str]:
     return found
 
 
+def qemu_gone(within_s: float = 10.0) -> bool:
+    """No QEMU of the benchmark's within a few seconds: the VM's QEMU is signalled through its process group and may
+    still be exiting (closing its tap and drives) when the process that signalled it returns; one alive after
+    ``within_s`` is a leak."""
+    deadline = time.monotonic() + within_s
+    while qemu_with_our_tap():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def vm_folders_with_our_tap() -> list[Path]:
+    """testbed vm's results folders (/tmp/testbed-vm-*) of a VM given the benchmark's tap."""
+    return [p.parent for p in Path("/tmp").glob("testbed-vm-*/guest.sh") if "TESTBED_VM_TAP" in p.read_text()]
+
+
 def test_two_kernels_ping_tunnel_and_share_one_clock(tmp_path):
     out = tmp_path / "two.json"
+    folders_before = set(vm_folders_with_our_tap())
     r = subprocess.run([*BENCH, "--exchanges", "100", "--gap-s", "5", "--out", str(out)], capture_output=True,
                        text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -52,11 +70,14 @@ def test_two_kernels_ping_tunnel_and_share_one_clock(tmp_path):
     a, b = d["clock_start"], d["clock_end"]
     slack_s = a["uncertainty_s"] + b["uncertainty_s"] + 1e-4 * (b["at_s"] - a["at_s"])
     assert abs(a["offset_s"] - b["offset_s"]) <= slack_s, (a, b)
-    assert not set(d["namespaces"]) & set(netns.list_ours()) and not qemu_with_our_tap()
+    assert not set(d["namespaces"]) & set(netns.list_ours()), netns.list_ours()
+    assert qemu_gone(), qemu_with_our_tap()
+    assert set(vm_folders_with_our_tap()) <= folders_before
 
 
 def test_sigterm_mid_boot_leaves_nothing():
     before = set(netns.list_ours())
+    folders_before = set(vm_folders_with_our_tap())
     p = subprocess.Popen(BENCH, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         deadline = time.monotonic() + 120
@@ -72,4 +93,6 @@ def test_sigterm_mid_boot_leaves_nothing():
             p.kill()
             p.wait()
     assert p.returncode != 0
-    assert not ours & set(netns.list_ours()) and not qemu_with_our_tap()
+    assert not ours & set(netns.list_ours()), netns.list_ours()
+    assert qemu_gone(), qemu_with_our_tap()
+    assert set(vm_folders_with_our_tap()) <= folders_before
