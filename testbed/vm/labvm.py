@@ -223,7 +223,12 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
     cmd = _vng_command(vng, release, image, options, pyimage, rw_final, script)
     env = dict(os.environ)
     env["PATH"] = f"{Path(vng).parent}:{env.get('PATH', '')}"
-    return _boot_and_collect(cmd, env, results, options)
+    try:
+        return _boot_and_collect(cmd, env, results, options)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: _boot ended QEMU; its results folder goes too
+        if not os.environ.get("TESTBED_VM_KEEP"):
+            shutil.rmtree(results, ignore_errors=True)
+        raise
 
 
 def _rw_dirs(results: Path, argv: list[str], options: VmOptions) -> list[str]:
@@ -290,6 +295,12 @@ def _vng_command(vng: str, release: str, image, options: VmOptions, pyimage, rw_
         cmd.append(f"--qemu-opts=-cpu {os.environ.get('TESTBED_VM_CPU') or SOFTWARE_CPU}")
     if pyimage:
         cmd.append("--qemu-opts=" + " ".join(vmimage.qemu_args(pyimage[0])))
+    tap = os.environ.get("TESTBED_VM_TAP")
+    if tap:
+        # A second machine on a wire (docs/servers.md): QEMU makes a tap of this name in the network namespace it
+        # runs in (start `testbed vm` under nsenter into a tb-* namespace), the guest's first NIC at its far end.
+        cmd.append(f"--qemu-opts=-netdev tap,id=tbnet,ifname={tap},script=no,downscript=no "
+                   "-device virtio-net-pci,netdev=tbnet")
     for d in rw_final:
         cmd += ["--rwdir", d]
     # The guest kernel's console always goes to vng.log: in full with --verbose, otherwise its warnings and worse

@@ -1,0 +1,60 @@
+"""The servers file (testbed.network.serversfile): servers as Mininet's cluster edition and MaxiNet name them, the
+first the reference, and every mistake one line naming its line before anything is contacted. Pure logic."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.errors import UsageError
+from testbed.network.serversfile import crossing_mtu, load, parse
+
+GOOD = """
+# the lab VM as server-2 (docs/servers.md)
+server-1  localhost                      # the reference: this machine
+server-2  root@198.19.0.2   key=/var/cache/testbed/servers/id_ed25519  mtu=1500
+rack3     ops@emu3.example:2222  address=10.0.3.7  mtu=9000
+"""
+
+
+def test_a_servers_file_in_order_with_the_reference_first():
+    s = parse(GOOD)
+    assert [x.name for x in s] == ["server-1", "server-2", "rack3"]
+    assert s[0].local and not s[1].local and s[0].address is None
+    assert (s[1].user, s[1].host, s[1].port, s[1].address, s[1].mtu) == ("root", "198.19.0.2", 22, "198.19.0.2", 1500)
+    assert (s[2].user, s[2].host, s[2].port, s[2].address, s[2].mtu) == ("ops", "emu3.example", 2222, "10.0.3.7", 9000)
+    assert s[1].ssh_destination() == ["-p", "22", "-i", "/var/cache/testbed/servers/id_ed25519", "root@198.19.0.2"]
+    assert s[2].ssh_destination() == ["-p", "2222", "ops@emu3.example"]
+    assert crossing_mtu(s) == 1450
+    with pytest.raises(UsageError, match="this machine"):
+        s[0].ssh_destination()
+
+
+@pytest.mark.parametrize("text, says", [
+    ("", "no servers"),
+    ("# only a comment\n", "no servers"),
+    ("server-1\n", ":1: expected NAME TARGET"),
+    ("a localhost\nb root@h:99999\n", ":2: ssh target 'root@h:99999'"),
+    ("a localhost\nb root@@h\n", ":2: ssh target"),
+    ("-a localhost\n", ":1: server name '-a'"),
+    ("a localhost\nb h2 colour=blue\n", ":2: 'colour=blue': options are key=..., address=..., mtu=..."),
+    ("a localhost\nb h2 mtu=1500 mtu=9000\n", ":2: mtu= given twice"),
+    ("a localhost\nb h2 address=10.0.0.300\n", ":2: address='10.0.0.300' is not an IPv4 address"),
+    ("a localhost\nb h2 mtu=1000\n", ":2: mtu='1000': an integer 1330..65535"),
+    ("a localhost\na h2\n", "servers a and a have the same name"),
+    ("a localhost\nb root@h2\nc ops@h2\n", "servers b and c have the same ssh target"),
+    ("a localhost\nb 10.0.0.1\nc h3 address=10.0.0.1\n", "servers b and c have the same address"),
+    ("".join(f"s{i} h{i}\n" for i in range(17)), "17 servers, at most 16"),
+])
+def test_every_mistake_is_one_line_naming_where(text, says):
+    with pytest.raises(UsageError) as e:
+        parse(text, "srv.txt")
+    msg = str(e.value)
+    assert says in msg and "\n" not in msg and msg.startswith("srv.txt"), msg
+
+
+def test_load_reads_a_file_and_names_a_missing_one(tmp_path):
+    f = tmp_path / "servers.txt"
+    f.write_text(GOOD)
+    assert [x.name for x in load(f)] == ["server-1", "server-2", "rack3"]
+    with pytest.raises(UsageError, match="servers file .*nope.txt: No such file"):
+        load(tmp_path / "nope.txt")
