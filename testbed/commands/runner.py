@@ -176,7 +176,7 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
         else:
             why = "--vm always" if opts.vm == "always" else f"this kernel lacks what {scenario.name} needs"
             print(f"testbed: {why}; running it in the lab VM", file=sys.stderr)
-        if opts.cli:  # the CLI inside the VM reads the lines typed here (testbed.vm.labvm.relay)
+        if opts.cli:  # the CLI inside the VM reads the lines typed here (testbed.vm.relay)
             argv.append("--cli")
         if opts.live:
             argv.append("--live")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.vm import image as vmimage
+from testbed.vm import relay
 from testbed.errors import UsageError
 
 CACHE_DIR = Path(os.environ.get("TESTBED_CACHE", "/var/cache/testbed"))
@@ -152,51 +153,6 @@ def _compile_project() -> None:
                 pass
 
 
-def _appended(path: Path | str, pos: int) -> bytes:
-    """What was written to ``path`` past offset ``pos`` (b"" when nothing, or no file yet). Files on the 9p share
-    are polled: 9p has no inotify."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(pos)
-            return f.read()
-    except FileNotFoundError:
-        return b""
-
-
-def relay(src: str, dst: str) -> None:
-    """Runs in the guest (``testbed cli`` in the VM): copies what the host appends to ``src`` into the command's
-    stdin ``dst`` (a FIFO); a line holding only EOT (the host's end of input) closes it, so the command sees EOF."""
-    out = open(dst, "wb", buffering=0)
-    pos = 0
-    while True:
-        data = _appended(src, pos)
-        if data:
-            pos += len(data)
-            eot = data.endswith(b"\x04\n")
-            try:
-                out.write(data[:-2] if eot else data)
-            except BrokenPipeError:
-                return
-            if eot:
-                return
-        time.sleep(0.1)
-
-
-def _stream(path: Path, sink, stop: threading.Event) -> None:
-    """Copy what the guest appends to `path` onto `sink` until `stop` is set and the file is drained."""
-    pos = 0
-    while True:
-        done = stop.is_set()
-        data = _appended(path, pos)
-        if data:
-            pos += len(data)
-            sink.buffer.write(data)
-            sink.flush()
-        if done:
-            return
-        time.sleep(0.2)
-
-
 def run(argv: list[str], options: VmOptions | None = None) -> int:
     """Run argv inside the lab VM; return its exit status. UsageError before booting when something is missing."""
     options = options or VmOptions()
@@ -271,7 +227,7 @@ def _guest_script(results: Path, argv: list[str], options: VmOptions, pyimage) -
         + f"PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} {shlex.quote(sys.executable)} -m testbed.kernel.keyhold "
         "</dev/null >/dev/null 2>&1 &\n" +
         f"cd {shlex.quote(str(Path.cwd()))} || exit 97\n"
-        + (_relay_lines(results, argv) if options.interactive else
+        + (relay.guest_lines(results, argv) if options.interactive else
            f"{shlex.join(argv)} >{shlex.quote(str(results / 'stdout'))} 2>{shlex.quote(str(results / 'stderr'))} "
            "</dev/null\n"
            f"echo $? > {shlex.quote(str(results / 'rc'))}\n")
@@ -343,37 +299,18 @@ def _boot_and_collect(cmd: list[str], env: dict, results: Path, options: VmOptio
     return rc
 
 
-def _relay_lines(results: Path, argv: list[str]) -> str:
-    """Guest script lines for an interactive command: its stdin is a FIFO the relay fills from results/stdin."""
-    q = lambda name: shlex.quote(str(results / name))  # noqa: E731
-    code = shlex.quote("import sys; from testbed.vm.labvm import relay; relay(sys.argv[1], sys.argv[2])")
-    return (f"mkfifo /tmp/testbed-stdin\n{sys.executable} -c {code} {q('stdin')} /tmp/testbed-stdin &\n"
-            f"{shlex.join(argv)} >{q('stdout')} 2>{q('stderr')} </tmp/testbed-stdin\n"
-            f"echo $? > {q('rc')}\nkill $! 2>/dev/null\n")
-
-
-def _feed_stdin(path: Path, stop: threading.Event) -> None:
-    """Append this terminal's input lines to ``path`` for the guest's relay; an EOT line at end of input."""
-    with open(path, "ab", buffering=0) as f:
-        for line in iter(sys.stdin.readline, ""):
-            f.write(line.encode())
-            if stop.is_set():
-                return
-        f.write(b"\x04\n")
-
-
 def _boot(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
     """One vng run of the guest script; vng's own output goes to results/vng.log, the command's stdout/stderr
     stream to ours while it runs. Returns vng's exit status (-15 after a timeout)."""
     vng_log = open(results / "vng.log", "wb")
     stop = threading.Event()
-    streams = [threading.Thread(target=_stream, args=(results / name, sink, stop), daemon=True)
+    streams = [threading.Thread(target=relay.stream, args=(results / name, sink, stop), daemon=True)
                for name, sink in (("stdout", sys.stdout), ("stderr", sys.stderr))]
     for t in streams:
         t.start()
     if options.interactive:
         (results / "stdin").touch()
-        threading.Thread(target=_feed_stdin, args=(results / "stdin", stop), daemon=True).start()
+        threading.Thread(target=relay.feed_stdin, args=(results / "stdin", stop), daemon=True).start()
     proc = subprocess.Popen(cmd, env=env, stdout=vng_log if not options.verbose else None,
                             stderr=subprocess.STDOUT if not options.verbose else None,
                             stdin=subprocess.DEVNULL, start_new_session=True)

@@ -5,7 +5,7 @@ import os
 import threading
 import time
 
-from testbed.vm.labvm import _appended, relay
+from testbed.vm.relay import appended, relay
 
 
 def test_relay_passes_lines_in_order_and_eot_becomes_eof(tmp_path):
@@ -25,6 +25,6 @@ def test_relay_passes_lines_in_order_and_eot_becomes_eof(tmp_path):
 
 def test_appended_reads_past_an_offset(tmp_path):
     p = tmp_path / "out"
-    assert _appended(p, 0) == b""  # no file yet
+    assert appended(p, 0) == b""  # no file yet
     p.write_bytes(b"abcdef")
-    assert _appended(p, 2) == b"cdef" and _appended(p, 6) == b""
+    assert appended(p, 2) == b"cdef" and appended(p, 6) == b""
