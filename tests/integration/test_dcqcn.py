@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 import time
 
+import pandas as pd
 import pytest
 
 from testbed.kernel import netns
+from testbed.measure.dcqcn_rates import DcqcnRates
+from testbed.rundir import RunDir
 
 HOST_MBPS, BOTTLENECK_MBPS = 20.0, 5.0
 RUN_S = 6
@@ -42,33 +44,7 @@ def fabric():
         fab.teardown()
 
 
-class QpMapper(threading.Thread):
-    """Every 50 ms: the hosts' QP tables (RDMA netlink) paired into each host's QP map (the sender's first, so a
-    CNP never reaches a sender that cannot map it), and the sender's rates sampled."""
-
-    def __init__(self, devices: dict[str, str], dcqcn: dict[str, object], sender_ip: str):
-        super().__init__(daemon=True)
-        self.devices, self.dcqcn, self.sender_ip = devices, dcqcn, sender_ip
-        self.stop_event = threading.Event()
-        self.min_rc_kbps: int | None = None
-        self.errors: list[str] = []
-
-    def run(self):
-        from testbed.kernel import rdma_qps
-
-        while not self.stop_event.is_set():
-            try:
-                pairs = rdma_qps.pair_qps({ip: rdma_qps.qps(dev) for ip, dev in self.devices.items()})
-                for ip in sorted(pairs, key=lambda i: i != self.sender_ip):
-                    self.dcqcn[ip].sync(pairs[ip])
-                for r in self.dcqcn[self.sender_ip].rates():
-                    self.min_rc_kbps = r.rc_kbps if self.min_rc_kbps is None else min(self.min_rc_kbps, r.rc_kbps)
-            except Exception as e:  # noqa: BLE001 - reported by the test
-                self.errors.append(repr(e))
-            self.stop_event.wait(0.05)
-
-
-def write_bw(fabric, tmp_path, loaded: dict | None, wait: bool = True) -> tuple[str, QpMapper | None]:
+def write_bw(fabric, tmp_path, loaded: dict | None, wait: bool = True) -> tuple[str, DcqcnRates | None]:
     """ib_write_bw h1 -> h2, 64 KiB messages for RUN_S seconds (perftest's -D), with the QP mapper running when
     DCQCN is `loaded`; `wait=False`: the client is stopped after RUN_S + 1 s instead of waiting for perftest's end.
     Returns the CNPs tcpdump saw arriving at h1 (UDP 4791, BTH opcode 0x81: the byte after the UDP header)."""
@@ -82,7 +58,8 @@ def write_bw(fabric, tmp_path, loaded: dict | None, wait: bool = True) -> tuple[
                           stdout=open(cap, "w"), stderr=open(tmp_path / "tcpdump.err", "w"))
     mapper = None
     if loaded is not None:
-        mapper = QpMapper({ip[h]: dev[h][0] for h in HOSTS}, {ip[h]: loaded[h] for h in HOSTS}, ip["h1"])
+        # every 50 ms: the hosts' QP tables paired into their QP maps (the sender's first), the rates recorded
+        mapper = DcqcnRates({h: (loaded[h], dev[h][0], ip[h]) for h in HOSTS}, interval_s=0.05, first=("h1",))
     # -u 20: the QP's ack timeout at 4.096 us * 2^20 = 4.3 s (perftest's default 14 is 67 ms). rxe's retransmit
     # timer runs while a paced packet waits in fq (a NIC's rate limiter sits before its transport timer): at the
     # 200 kbit/s floor a 64 KiB write alone takes 2.6 s, and with the default one run in eight ended in a
@@ -106,8 +83,7 @@ def write_bw(fabric, tmp_path, loaded: dict | None, wait: bool = True) -> tuple[
         time.sleep(0.5)  # the last CNPs land
     finally:
         if mapper is not None:
-            mapper.stop_event.set()
-            mapper.join(timeout=5)
+            mapper.stop()
         for p in (srv, tcpdump):
             p.terminate()
             try:
@@ -156,7 +132,7 @@ def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
             d.close()
     on_wire = sum(1 for line in text.splitlines() if "UDP" in line)
     port = qdisc.port_stats(fabric.ns("leaf1"), "h2")
-    print("stats", stats, "rates", rates, "min rc", mapper.min_rc_kbps, "on the wire", on_wire, "h1", tc,
+    print("stats", stats, "rates", rates, "on the wire", on_wire, "h1", tc,
           "leaf1:h2", port)
     assert not mapper.errors, mapper.errors[:3]
     assert sum(q.marks for q in port) > 0  # the congestion point marked ECT(0) packets
@@ -168,7 +144,13 @@ def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
     assert h1["unknown_qp"] == 0 and h1["paced_packets"] > 0
     assert h1["rate_cuts"] >= 1 and h1["rate_cuts"] + h1["cnp_ignored"] == h1["cnp_received"]
     assert len(rates) == 1 and rates[0].rate_cuts == h1["rate_cuts"] and rates[0].dropped_events == 0
-    assert mapper.min_rc_kbps is not None and mapper.min_rc_kbps < params.line_rate_kbps
+    # dcqcn_rates.csv: the sender's QP's rate over time, cut below the line rate, its cuts counted up to the end
+    mapper.write(RunDir(tmp_path / "run", "dcqcn-test", {}, 0))
+    csv = pd.read_csv(tmp_path / "run" / "dcqcn_rates.csv")
+    sender = csv[(csv["host"] == "h1") & (csv["peer"] == "h2")]
+    assert len(sender) >= 20, csv.tail()  # 6 s at 50 ms: ~120 rounds (fewer under emulation)
+    assert sender["rc_kbps"].min() < params.line_rate_kbps
+    assert sender["rate_cuts"].is_monotonic_increasing and sender["rate_cuts"].iloc[-1] == h1["rate_cuts"]
     assert tc["fq_throttled"] > 0  # fq held packets to their departure times: the QP was paced
     assert tc["fq_dropped"] == 0  # and held them all: flow_limit is above what rxe keeps in flight
     assert tc["clsact_dropped"] == h1["cnp_received"]  # the CNPs stopped at h1's ingress, rxe never saw one
