@@ -146,7 +146,7 @@ class ClockModel:
         """The largest drift the two estimates allow (their offsets' change plus both bounds, over the time between
         them): a drift_ppm below this is not resolved, only bounded."""
         if self.end is None or self.end.at_s == self.start.at_s:
-            return math.inf if self.end is None else 0.0
+            return math.inf  # one estimate, or two at the same instant: drift is not bounded at all
         change = abs(self.end.offset_s - self.start.offset_s) + self.start.uncertainty_s + self.end.uncertainty_s
         return change / abs(self.end.at_s - self.start.at_s) * 1e6
 

@@ -21,15 +21,23 @@ def jain_index(rates: Iterable[float]) -> float:
     return total * total / (len(xs) * squares)
 
 
-def jain_over_time(rates: pd.DataFrame, bin_s: float = 0.5) -> pd.DataFrame:
+def jain_over_time(rates: pd.DataFrame, bin_s: float = 0.5, senders: Iterable[str] | None = None) -> pd.DataFrame:
     """Jain's index of the flows' rates per time bin, from dcqcn_rates.csv's rows (t_s, host, peer, rqpn,
-    rc_kbps): each flow's mean Rc in the bin, over the flows seen in it. Columns: t_s (the bin's start, from the
-    first sample), flows, jain."""
+    rc_kbps, cnp_received): each flow's mean Rc in the bin, over the flows seen in it. Columns: t_s (the bin's start,
+    from the first sample), flows, jain.
+
+    Which rows are flows: every mapped QP has a rate state, the receiving end's too (it sits at the line rate,
+    sending nothing), so by default a flow is a QP that received at least one CNP in the run: one that sent into a
+    congested queue. `senders` (host names) counts every QP of those hosts instead."""
     if rates.empty:
         return pd.DataFrame(columns=["t_s", "flows", "jain"])
     df = rates.assign(flow=rates["host"].astype(str) + ">" + rates["peer"].astype(str) + "/" +
                       rates["rqpn"].astype(str),
                       bin=((rates["t_s"] - rates["t_s"].min()) // bin_s).astype(int))
+    if senders is not None:
+        df = df[df["host"].isin(list(senders))]
+    else:
+        df = df[df.groupby("flow")["cnp_received"].transform("max") > 0]
     per_flow = df.groupby(["bin", "flow"])["rc_kbps"].mean().reset_index()
     out = per_flow.groupby("bin")["rc_kbps"].agg(flows="count", jain=jain_index).reset_index()
     out["t_s"] = out["bin"] * bin_s

@@ -23,6 +23,7 @@ failure, Ctrl-C and SIGTERM. A benchmark, not a test: the numbers depend on the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -154,6 +155,9 @@ def run(args) -> dict:
         out["vm_status"] = vm.wait(timeout=120)
         return out
     finally:
+        # a second Ctrl-C or SIGTERM must not cut the clean-up short
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         if vm is not None and vm.poll() is None:
             vm.send_signal(signal.SIGTERM)   # testbed vm ends its QEMU on SIGTERM
             try:
@@ -161,6 +165,10 @@ def run(args) -> dict:
             except subprocess.TimeoutExpired:
                 os.killpg(vm.pid, signal.SIGKILL)
                 vm.wait()
+        # QEMU runs in a session of its own (testbed vm starts it so): whatever still runs in the wire namespace goes
+        for pid in netns.pids_in(wire):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for ns in (node, wire):
             netns.remove(ns)
         state.drop()

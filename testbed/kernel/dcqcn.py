@@ -191,7 +191,9 @@ class Dcqcn:
         return out
 
     def close(self) -> None:
-        """Detach (the clsact qdisc and its filters go; fq stays, harmless without departure times) and unload."""
+        """Detach (the clsact qdisc and its filters go) and unload. fq stays under the host NIC's HTB classes until
+        the fabric is torn down: without departure times it sends in order, but its packet limits replace the
+        leaf's byte limit (putting the fabric's own leaf queue back is part of wiring DCQCN into runs)."""
         with contextlib.suppress(Exception), netns.ipr_in(self.ns) as ipr:
             ipr.tc("del", "clsact", index=self.ifindex)
         self.obj.close()
@@ -200,6 +202,7 @@ class Dcqcn:
 def install(ns: str, ifname: str, params, cnp_dscp: int = CNP_DSCP) -> Dcqcn:
     """Load the programs for the host in namespace `ns` and attach them, with fq, to its interface `ifname`."""
     obj = BpfObject(compile_object(SOURCE))
+    attached = None
     try:
         with netns.ipr_in(ns) as ipr:
             idx = ipr.link_lookup(ifname=ifname)
@@ -209,10 +212,14 @@ def install(ns: str, ifname: str, params, cnp_dscp: int = CNP_DSCP) -> Dcqcn:
             obj.update("config", ctypes.c_uint32(0), config(params, idx, cnp_dscp))
             _fq_leaves(ipr, idx)
             ipr.tc("add", "clsact", index=idx)
+            attached = idx
             for parent, prog in ((CLSACT_INGRESS, "dcqcn_ingress"), (CLSACT_EGRESS, "dcqcn_egress")):
                 ipr.tc("add-filter", "bpf", index=idx, parent=parent, prio=1, protocol=ETH_P_ALL,
                        fd=obj.program_fd(prog), name=prog, direct_action=True)
     except BaseException:
+        if attached is not None:  # the clsact we added goes, with whichever filter made it in
+            with contextlib.suppress(Exception), netns.ipr_in(ns) as ipr:
+                ipr.tc("del", "clsact", index=attached)
         obj.close()
         raise
     return Dcqcn(ns, ifname, idx, params, obj)

@@ -18,8 +18,9 @@ enable and disable a reference count only, so no code is patched mid-run:
 - ingress_needed_key, egress_needed_key, tcf_sw_enabled_key: a clsact qdisc on the guest's own loopback with one
   match-all filter (no action: the packet goes on unchanged) on each of its hooks.
 
-Run only inside the lab VM (`python -m testbed.kernel.keyhold`, started by the guest script); it refuses anywhere
-else, since on a real machine it would change the host's own network configuration.
+Run only inside the lab VM (`python -m testbed.kernel.keyhold`, started by the guest script, which waits for its
+READY_FILE before running the command); it refuses anywhere else, since on a real machine it would change the
+host's own network configuration.
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ import os
 import signal
 import socket
 import sys
+from pathlib import Path
 
 from testbed.kernel import netns
 
 SO_TIMESTAMP = 29  # asm-generic and x86 (Python's socket module does not name it)
 CLSACT_HOOKS = (0xFFFFFFF2, 0xFFFFFFF3)  # TC_H_MAKE(TC_H_CLSACT, TC_H_MIN_INGRESS / TC_H_MIN_EGRESS)
 ETH_P_ALL = 0x0003
+READY_FILE = "/tmp/testbed-keyhold.ready"  # the guest's own tmpfs /tmp
 # u32 matching every frame, with no action: a match returns TC_ACT_OK and the frame goes on unchanged (the classid
 # only sets skb->tc_index, which nothing on loopback reads). u32 because the host kernel has it and not cls_basic.
 PASS_EVERYTHING = {"keys": ["0x0/0x0+0"], "target": 0x10001}
@@ -65,6 +68,8 @@ def main() -> int:
             hold_tc_hooks(ipr)
     except netns.NetlinkError as e:  # the timestamp key is still held; the VM test names what is missing
         print(f"testbed.kernel.keyhold: no clsact hold on lo: {e}", file=sys.stderr)
+    finally:
+        Path(READY_FILE).touch()  # the guest script waits for this before it runs the command
     signal.pause()  # until the VM powers off
     held.close()
     return 0

@@ -70,6 +70,8 @@ def _dump(cmd: int, attrs: bytes = b"") -> list[list[tuple[int, bytes]]]:
             off = 0
             while off + 16 <= len(data):
                 length, kind, _, _, _ = struct.unpack_from("=IHHII", data, off)
+                if length < 16:  # a malformed header would never advance
+                    raise OSError(f"RDMA netlink: message of {length} bytes at offset {off}")
                 if kind == NLMSG_DONE:
                     return out
                 if kind == NLMSG_ERROR:

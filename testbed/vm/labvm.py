@@ -17,6 +17,7 @@ inside one VM.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -39,6 +40,8 @@ KVM_VERDICT_FILE = CACHE_DIR / "kvm-verdict"
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: QEMU's CPU model under software emulation: x86-64-v2 (SSE4.2, POPCNT: numpy's baseline), no AVX
 SOFTWARE_CPU = "Nehalem"
+#: written by testbed.kernel.keyhold in the guest once the static keys are held (the guest's own tmpfs /tmp)
+KEYHOLD_READY = "/tmp/testbed-keyhold.ready"
 # Variables passed into the guest as they are on the host.
 PASSED_ENV_PREFIXES = ("TESTBED_", "PYTHON", "VIRTUAL_ENV", "PYTEST", "HYPOTHESIS", "CI", "LANG", "LC_", "TERM",
                        "OPENBLAS_")
@@ -170,21 +173,27 @@ def run(argv: list[str], options: VmOptions | None = None) -> int:
         raise UsageError(f"--kvm must be auto, on or off (got {options.kvm!r})")
 
     results = Path(tempfile.mkdtemp(prefix="testbed-vm-", dir="/tmp"))
-    os.chmod(results, 0o755)
-    rw_final = _rw_dirs(results, argv, options)
-    _compile_project()
-    pyimage = None if os.environ.get("TESTBED_VM_PYIMAGE") == "0" else \
-        vmimage.ensure_image(CACHE_DIR, say=lambda m: print(f"testbed vm: {m}", file=sys.stderr))
-    script = _guest_script(results, argv, options, pyimage)
-    cmd = _vng_command(vng, release, image, options, pyimage, rw_final, script)
-    env = dict(os.environ)
-    env["PATH"] = f"{Path(vng).parent}:{env.get('PATH', '')}"
+    # SIGTERM from here on ends as Ctrl-C does (the Python image can take minutes to build): the folder goes too
+    old_term = signal.signal(signal.SIGTERM, _interrupt) if threading.current_thread() is threading.main_thread() \
+        else None
     try:
+        os.chmod(results, 0o755)
+        rw_final = _rw_dirs(results, argv, options)
+        _compile_project()
+        pyimage = None if os.environ.get("TESTBED_VM_PYIMAGE") == "0" else \
+            vmimage.ensure_image(CACHE_DIR, say=lambda m: print(f"testbed vm: {m}", file=sys.stderr))
+        script = _guest_script(results, argv, options, pyimage)
+        cmd = _vng_command(vng, release, image, options, pyimage, rw_final, script)
+        env = dict(os.environ)
+        env["PATH"] = f"{Path(vng).parent}:{env.get('PATH', '')}"
         return _boot_and_collect(cmd, env, results, options)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: _boot ended QEMU; its results folder goes too
         if not os.environ.get("TESTBED_VM_KEEP"):
             shutil.rmtree(results, ignore_errors=True)
         raise
+    finally:
+        if old_term is not None:
+            signal.signal(signal.SIGTERM, old_term)
 
 
 def _rw_dirs(results: Path, argv: list[str], options: VmOptions) -> list[str]:
@@ -225,7 +234,9 @@ def _guest_script(results: Path, argv: list[str], options: VmOptions, pyimage) -
         # Hold the kernel's packet-path static keys on until power-off (testbed/kernel/keyhold.py says why: a code
         # patch under QEMU's software CPU was caught killing the guest).
         + f"PYTHONPATH={shlex.quote(str(PROJECT_ROOT))} {shlex.quote(sys.executable)} -m testbed.kernel.keyhold "
-        "</dev/null >/dev/null 2>&1 &\n" +
+        "</dev/null >/dev/null 2>&1 &\n"
+        # ... and wait until they are held (at most 30 s: a holder that cannot start must not stop the command)
+        f"i=0; while [ ! -e {KEYHOLD_READY} ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done\n" +
         f"cd {shlex.quote(str(Path.cwd()))} || exit 97\n"
         + (relay.guest_lines(results, argv) if options.interactive else
            f"{shlex.join(argv)} >{shlex.quote(str(results / 'stdout'))} 2>{shlex.quote(str(results / 'stderr'))} "
@@ -320,13 +331,11 @@ def _boot(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
     try:
         proc.wait(timeout=options.timeout_s)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 15)
-        proc.wait()
+        _end(proc)
         print(f"testbed vm: timed out after {options.timeout_s:.0f} s", file=sys.stderr)
         return -15
     except KeyboardInterrupt:
-        os.killpg(proc.pid, 15)
-        proc.wait()
+        _end(proc)
         raise
     finally:
         if old_term is not None:
@@ -336,6 +345,19 @@ def _boot(cmd: list[str], env: dict, results: Path, options: VmOptions) -> int:
             t.join()
         vng_log.close()
     return proc.returncode
+
+
+def _end(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """End vng and its QEMU (their own session): SIGTERM, then SIGKILL if they are still there after grace_s;
+    a second Ctrl-C meanwhile does not leave them running."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _interrupt(signum, frame) -> None:

@@ -53,9 +53,6 @@ def write_bw(fabric, tmp_path, loaded: dict | None, wait: bool = True) -> tuple[
     ip = {h: fabric.host_ip(h) for h in HOSTS}
     dev = {h: find_device(ip[h]) for h in HOSTS}
     cap = tmp_path / "cnp.txt"
-    tcpdump = netns.popen(fabric.ns("h1"), ["tcpdump", "-i", "eth0", "-nn", "-l", "-Q", "in",
-                                            "udp dst port 4791 and udp[8] = 0x81"],
-                          stdout=open(cap, "w"), stderr=open(tmp_path / "tcpdump.err", "w"))
     mapper = None
     if loaded is not None:
         # every 50 ms: the hosts' QP tables paired into their QP maps (the sender's first), the rates recorded
@@ -65,9 +62,14 @@ def write_bw(fabric, tmp_path, loaded: dict | None, wait: bool = True) -> tuple[
     # 200 kbit/s floor a 64 KiB write alone takes 2.6 s, and with the default one run in eight ended in a
     # completion error (status 9, 3 of 131 writes completed) after retransmission storms.
     common = ["-s", "65536", "-D", str(RUN_S), "-F", "-p", "18515", "-u", "20"]
-    srv = netns.popen(fabric.ns("h2"), ["ib_write_bw", "-d", dev["h2"][0], "-x", str(dev["h2"][1]), *common],
-                      stdout=open(tmp_path / "srv.txt", "w"), stderr=open(tmp_path / "srv.err", "w"))
+    procs = []  # every process started here ends in the finally, whatever fails
     try:
+        procs.append(netns.popen(fabric.ns("h1"), ["tcpdump", "-i", "eth0", "-nn", "-l", "-Q", "in",
+                                                   "udp dst port 4791 and udp[8] = 0x81"],
+                                 stdout=open(cap, "w"), stderr=open(tmp_path / "tcpdump.err", "w")))
+        procs.append(netns.popen(fabric.ns("h2"), ["ib_write_bw", "-d", dev["h2"][0], "-x", str(dev["h2"][1]),
+                                                   *common],
+                                 stdout=open(tmp_path / "srv.txt", "w"), stderr=open(tmp_path / "srv.err", "w")))
         time.sleep(1.0)  # tcpdump and the server listening
         if mapper is not None:
             mapper.start()
@@ -76,21 +78,22 @@ def write_bw(fabric, tmp_path, loaded: dict | None, wait: bool = True) -> tuple[
             out = netns.run(fabric.ns("h1"), argv, timeout=120)
             assert out.returncode == 0, out.stdout[-500:] + out.stderr[-500:]
         else:
-            cli = netns.popen(fabric.ns("h1"), argv, stdout=open(os.devnull, "w"), stderr=open(os.devnull, "w"))
+            procs.append(netns.popen(fabric.ns("h1"), argv, stdout=open(os.devnull, "w"),
+                                     stderr=open(os.devnull, "w")))
             time.sleep(RUN_S + 1)
-            cli.kill()
-            cli.wait(timeout=30)
         time.sleep(0.5)  # the last CNPs land
     finally:
         if mapper is not None:
             mapper.stop()
-        for p in (srv, tcpdump):
+        for p in reversed(procs):
             p.terminate()
             try:
                 p.wait(timeout=10)
             except Exception:  # noqa: BLE001
                 p.kill()
                 p.wait()
+    # tcpdump really listened (so "no CNP seen" means none arrived, not that nothing was watching)
+    assert "listening on eth0" in (tmp_path / "tcpdump.err").read_text()
     return cap.read_text(), mapper
 
 
@@ -125,9 +128,9 @@ def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
     try:
         text, mapper = write_bw(fabric, tmp_path, loaded)
         tc = qdisc_counters(fabric, "h1")
-    finally:
         stats = {h: loaded[h].stats() for h in HOSTS}
         rates = loaded["h1"].rates()
+    finally:
         for d in loaded.values():
             d.close()
     on_wire = sum(1 for line in text.splitlines() if "UDP" in line)

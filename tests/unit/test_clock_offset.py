@@ -137,8 +137,20 @@ def test_align_dir_moves_time_points_only_and_refuses_twice(tmp_path):
     assert float(read_csv(tmp_path / "queues.csv")[0]["t_s"]) == pytest.approx(20.5, abs=2e-6)
 
 
-def test_align_dir_names_the_cell_that_does_not_parse(tmp_path):
+def test_align_dir_names_the_cell_that_does_not_parse_and_shifts_nothing(tmp_path):
+    """A bad cell in a later file must not leave the earlier ones shifted without a clock.json (a second attempt
+    would shift them twice)."""
+    write_csv(tmp_path / "events.csv", ["t_s", "kind"], [["5.0", "netem_set"]])
     write_csv(tmp_path / "pfc.csv", ["t_s", "node"], [["1.0", "leaf1"], ["soon", "leaf2"]])
+    before = (tmp_path / "events.csv").read_text()
     with pytest.raises(ClockError, match=r"pfc.csv:3: t_s is not a number \('soon'\)"):
         align_dir(tmp_path, ClockModel(estimate([(0.0, 1.0, 1.0, 0.001)])))
     assert applied(tmp_path) is None
+    assert (tmp_path / "events.csv").read_text() == before
+
+
+def test_every_time_point_file_of_a_run_directory_is_known():
+    """flows.csv, program.csv and dcqcn_rates.csv carry time points too (docs/rundir.md)."""
+    from analysis.clockalign import TIME_POINT_COLUMNS
+    assert TIME_POINT_COLUMNS["flows"] == ("start_s", "end_s") and TIME_POINT_COLUMNS["program"] == ("end_s",)
+    assert TIME_POINT_COLUMNS["dcqcn_rates"] == ("t_s",)
