@@ -4,6 +4,7 @@ output; nothing is created by a refused command."""
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -103,6 +104,10 @@ def test_a_vm_that_dies_mid_command_says_so_with_its_console_and_status_125():
     assert "working" in r.stdout, r.stdout
     assert "the VM stopped" in r.stderr and "after the command started" in r.stderr, r.stderr
     assert "console log:" in r.stderr, r.stderr
+    # The folder is kept for the user to read; the test read it, so it goes (no /tmp/testbed-vm-* per run)
+    log = Path(r.stderr.split("console log: ", 1)[1].split()[0])
+    assert log.name == "vng.log" and log.parent.name.startswith("testbed-vm-") and log.exists(), log
+    shutil.rmtree(log.parent)
 
 
 def test_sigterm_to_testbed_vm_ends_its_qemu(tmp_path):
