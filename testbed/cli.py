@@ -34,6 +34,7 @@ from testbed.commands import canary as canaries
 from testbed.commands import draw as drawing
 from testbed.commands import trace as tracing
 from testbed.commands import place as placing
+from testbed.commands import servers as serverchecks
 from testbed.commands import labs as classlabs
 from testbed.commands.argparsing import OneLineErrorParser
 from testbed.errors import RunFailed, UsageError
@@ -305,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     drawing.add_parser(sub)
     tracing.add_parser(sub)
     placing.add_parser(sub)
+    serverchecks.add_parser(sub)
     return p
 
 

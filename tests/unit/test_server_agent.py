@@ -1,0 +1,104 @@
+"""The server agent's JSON-lines protocol, its local link, ssh's command line, the run's sshd material and
+`testbed servers check`'s bad input (docs/servers.md). The agent over ssh into the lab VM is
+tests/host/test_two_kernels_host.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+
+import pytest
+
+from testbed import cli
+from testbed.commands import serveragent
+from testbed.commands.serverlink import AgentError, AgentLink, ssh_argv
+from testbed.network.serversfile import parse
+from testbed.vm import sshd
+
+
+def test_handle_answers_errors_as_one_line_replies():
+    agent = serveragent.Agent()
+    assert serveragent.handle(agent, "{not json")["ok"] is False
+    r = serveragent.handle(agent, json.dumps({"id": 7, "op": "format_disk"}))
+    assert r["id"] == 7 and not r["ok"] and "unknown op 'format_disk'" in r["error"]
+    r = serveragent.handle(agent, json.dumps({"id": 8, "op": "run", "args": {"argv": ["true"], "ns": "netns0"}}))
+    assert not r["ok"] and "not the project's" in r["error"]
+    r = serveragent.handle(agent, json.dumps({"id": 9, "op": "ping", "args": {"bogus": 1}}))
+    assert not r["ok"] and r["error"].startswith("TypeError")
+    req = {"id": 10, "op": "run", "args": {"argv": ["sh", "-c", "echo hi; exit 3"]}}
+    r = serveragent.handle(agent, json.dumps(req))
+    assert r["ok"] and r["result"]["rc"] == 3 and r["result"]["stdout"] == "hi\n"
+
+
+def test_serve_replies_line_by_line_and_stops_at_quit():
+    lines = [{"id": 1, "op": "ping"}, {"id": 2, "op": "version"}, {"id": 3, "op": "quit"}, {"id": 4, "op": "ping"}]
+    out = io.StringIO()
+    assert serveragent.serve(io.StringIO("".join(json.dumps(x) + "\n" for x in lines)), out) == 0
+    replies = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [r["id"] for r in replies] == [1, 2, 3]            # nothing answered after quit
+    assert replies[0]["result"]["pid"] == os.getpid()
+    assert replies[1]["result"]["kernel"] == os.uname().release and replies[1]["result"]["package"]
+    assert replies[2]["result"] == "bye"
+
+
+def test_local_link_is_a_subprocess_speaking_the_same_protocol():
+    server = parse("s1 localhost")[0]
+    with AgentLink.start(server) as link:
+        pid = link.call("ping")["pid"]
+        assert pid == link.proc.pid != os.getpid()
+        assert link.call("run", argv=["echo", "x"])["stdout"] == "x\n"
+        assert link.call("nic", address="127.0.0.1")["ifname"] == "lo"
+        with pytest.raises(AgentError, match="nic: KeyError"):
+            link.call("nic", address="192.0.2.77")
+    assert link.proc.returncode == 0                          # quit answered, the agent ended by itself
+    with pytest.raises(AgentError, match="gone"):
+        link.call("ping")
+
+
+def test_agent_ends_and_tears_down_at_end_of_input():
+    server = parse("s1 localhost")[0]
+    link = AgentLink.start(server)
+    link.call("ping")
+    link.proc.stdin.close()                                   # the ssh session closing
+    assert link.proc.wait(timeout=20) == 0
+    link.close()
+
+
+def test_ssh_argv_is_batch_mode_with_the_servers_key_and_known_hosts_beside_it():
+    s = parse("s1 localhost\ns2 root@198.19.0.2:2222 key=/run/x/client_ed25519")[1]
+    argv = ssh_argv(s, 7)
+    assert argv[:4] == ["ssh", "-F", "/dev/null", "-T"]
+    for opt in ("-oBatchMode=yes", "-oConnectTimeout=7", "-oIdentitiesOnly=yes",
+                "-oUserKnownHostsFile=/run/x/known_hosts", "-oStrictHostKeyChecking=accept-new"):
+        assert opt in argv
+    assert argv[-5:] == ["-p", "2222", "-i", "/run/x/client_ed25519", "root@198.19.0.2"]
+
+
+def test_run_keys_pin_the_host_key_and_the_config_allows_only_them(tmp_path):
+    keys = sshd.make_keys(tmp_path / "ssh", "198.19.0.2")
+    assert (tmp_path / "ssh").stat().st_mode & 0o777 == 0o700
+    host_pub = keys.host.with_suffix(".pub").read_text().split()
+    assert keys.known_hosts.read_text().split() == ["198.19.0.2", host_pub[0], host_pub[1]]
+    conf = sshd.config(keys, "198.19.0.2")
+    assert "ListenAddress 198.19.0.2:22" in conf and f"AuthorizedKeysFile {keys.client}.pub" in conf
+    assert "PasswordAuthentication no" in conf and "PermitRootLogin prohibit-password" in conf
+    assert "ListenAddress 0.0.0.0" not in conf
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a localhost\nb localhost\n", "same ssh target"),
+    ("a localhost mtu=9\n", "mtu="),
+    ("", "no servers"),
+])
+def test_servers_check_bad_file_is_one_line_and_status_2(tmp_path, capsys, text, message):
+    f = tmp_path / "servers.txt"
+    f.write_text(text)
+    assert cli.main(["servers", "check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_servers_check_missing_file_is_status_2(tmp_path, capsys):
+    assert cli.main(["servers", "check", str(tmp_path / "none.txt")]) == 2
+    assert "No such file" in capsys.readouterr().err
