@@ -6,7 +6,7 @@ and a known_hosts line pinning that host key to the server's address, so the cli
 nothing of it outlives the folder. Server side (``python -m testbed.vm.sshd serve``, run as root in the guest, which
 sees the host's filesystem): the NIC gets the wire address, the privilege-separation directory is made, and
 ``/usr/sbin/sshd -D -e`` runs with a config written for this run: it listens only on that address, accepts only the
-run's client key, for root, without PAM or passwords. It runs until the run's folder holds a ``stop`` file (the 9p
+run's client key, for root, never a password. It runs until the run's folder holds a ``stop`` file (the 9p
 share has no inotify: polled), its lifetime ends, or it is sent SIGTERM; then sshd and its sessions are ended.
 openssh-server must be installed on the host (scripts/install.sh does it without starting a host sshd).
 """
@@ -67,14 +67,17 @@ def make_keys(folder: Path, address: str, port: int = 22) -> Keys:
     return keys
 
 
-def config(keys: Keys, address: str, port: int = 22) -> str:
+def config(keys: Keys, address: str, port: int = 22, log_level: str = "ERROR") -> str:
     """The run's sshd_config: one address, one host key, one authorized key, root by key only, nothing forwarded.
-    StrictModes is off because the keys sit on the 9p share, whose ownership the guest may see differently."""
+    StrictModes is off because the keys sit on the 9p share, whose ownership the guest may see differently. PAM stays
+    on (passwords and keyboard-interactive off): without it sshd refuses a root whose password field is locked
+    ("User root not allowed because account is locked", seen in the lab VM), and the way around that, editing
+    /etc/shadow, is not for a test to do."""
     return "\n".join([
         f"ListenAddress {address}:{port}", f"HostKey {keys.host}", f"AuthorizedKeysFile {keys.client}.pub",
         "PermitRootLogin prohibit-password", "PubkeyAuthentication yes", "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "UseDNS no", "PrintMotd no",
-        "AllowTcpForwarding no", "X11Forwarding no", "PermitTunnel no", "PidFile none", "LogLevel ERROR", "",
+        "KbdInteractiveAuthentication no", "UsePAM yes", "StrictModes no", "UseDNS no", "PrintMotd no",
+        "AllowTcpForwarding no", "X11Forwarding no", "PermitTunnel no", "PidFile none", f"LogLevel {log_level}", "",
     ])
 
 
@@ -90,12 +93,12 @@ def _nic_up(cidr: str) -> str:
     return nics[0]
 
 
-def serve(keys: Keys, cidr: str, port: int, lifetime_s: float) -> int:
+def serve(keys: Keys, cidr: str, port: int, lifetime_s: float, log_level: str = "ERROR") -> int:
     """Bring the NIC up, run sshd in the foreground until the stop file, the lifetime or SIGTERM; end it."""
     address = cidr.split("/")[0]
     nic = _nic_up(cidr)
     PRIVSEP_DIR.mkdir(mode=0o755, exist_ok=True)
-    GUEST_CONF.write_text(config(keys, address, port))
+    GUEST_CONF.write_text(config(keys, address, port, log_level))
     proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(GUEST_CONF)], stdin=subprocess.DEVNULL)
     print(f"sshd on {address}:{port} ({nic}), kernel {os.uname().release}", flush=True)
     stopped = []
@@ -122,11 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--address", required=True, help="ADDR/PREFIXLEN for the guest's NIC; sshd listens on ADDR")
     s.add_argument("--port", type=int, default=22)
     s.add_argument("--lifetime-s", type=float, default=600.0, help="end after this long whatever happens")
+    s.add_argument("--log-level", default="ERROR", help="sshd's LogLevel (its log goes to the command's stderr)")
     args = ap.parse_args(argv)
     if not Path(SSHD).exists():
         print("sshd: /usr/sbin/sshd missing: run scripts/install.sh (openssh-server)", file=sys.stderr)
         return 2
-    return serve(Keys(Path(args.folder)), args.address, args.port, args.lifetime_s)
+    return serve(Keys(Path(args.folder)), args.address, args.port, args.lifetime_s, args.log_level)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ lies between the VM's launch and its echo answering) holds whatever the load."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -96,3 +97,147 @@ def test_sigterm_mid_boot_leaves_nothing():
     assert not ours & set(netns.list_ours()), netns.list_ours()
     assert qemu_gone(), qemu_with_our_tap()
     assert set(vm_folders_with_our_tap()) <= folders_before
+
+
+# ---- the lab VM as a server reached over ssh: `testbed servers check` (docs/servers.md) ------------------------
+
+WIRE_HOST, WIRE_GUEST = "198.19.0.1", "198.19.0.2"
+
+
+def _ssh_port_open(wire: str, within_s: float, vm: subprocess.Popen) -> float:
+    """Seconds until the guest's sshd accepts a TCP connection on the wire (from inside the wire namespace)."""
+    import socket
+
+    start = time.monotonic()
+    while time.monotonic() - start < within_s:
+        assert vm.poll() is None, f"the VM ended (status {vm.returncode}) before its sshd listened"
+        with netns.entered(wire):
+            s = socket.socket()
+        s.settimeout(1)
+        try:
+            s.connect((WIRE_GUEST, 22))
+            return time.monotonic() - start
+        except OSError:
+            time.sleep(0.3)
+        finally:
+            s.close()
+    raise TimeoutError(f"no sshd on {WIRE_GUEST}:22 within {within_s:.0f} s")
+
+
+def _agents_running() -> list[str]:
+    """This machine's server agents and ssh clients to the guest (the check must leave neither)."""
+    found = []
+    for p in Path("/proc").iterdir():
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "testbed.commands.serveragent" in cmd or (cmd.startswith("ssh ") and WIRE_GUEST in cmd):
+            found.append(f"{p.name}: {cmd[:120]}")
+    return found
+
+
+def test_servers_check_over_ssh_into_the_vm(tmp_path):
+    """One VM boot (sshd on the wire, started by testbed.vm.sshd), then `testbed servers check` over {localhost, the
+    VM} run inside the wire namespace: every check passes and the offset's bound is reported; a second check sent
+    SIGTERM while it works on the VM leaves no agent, ssh client or namespace on either side; the VM powers off
+    when told (the run's stop file) and nothing is left: namespaces, QEMU, agents, the keys' folder."""
+    from testbed.commands.serverlink import AgentLink
+    from testbed.kernel import links
+    from testbed.kernel.state import RunState
+    from testbed.network.serversfile import load
+    from testbed.vm import sshd
+
+    state = RunState()
+    wire = f"tb-{state.run_id}-wire"
+    folder = tmp_path / f"servers-{state.run_id}"   # shared with the guest (--rwdir)
+    keys = sshd.make_keys(folder, WIRE_GUEST)
+    servers = folder / "servers.txt"
+    servers.write_text(f"server-1 localhost address={WIRE_HOST}\n"
+                       f"server-2 root@{WIRE_GUEST} key={keys.client}\n")
+    cli = [sys.executable, "-m", "testbed.cli"]
+    env = dict(os.environ, TESTBED_VM_TAP="tbvm0", PYTHONPATH=str(ROOT))
+    vm = None
+    try:
+        state.add("namespaces", wire)
+        netns.create(wire)
+        launched = time.monotonic()
+        vm = subprocess.Popen(netns.in_namespace(wire, [*cli, "vm", "--rwdir", str(folder), "--timeout", "300", "--",
+                              sys.executable, "-m", "testbed.vm.sshd", "serve", "--folder", str(folder),
+                              "--address", f"{WIRE_GUEST}/24", "--lifetime-s", "280"]),
+                              env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        deadline = time.monotonic() + 120
+        while "tbvm0" not in [n for n in _links_in(wire)]:
+            assert vm.poll() is None and time.monotonic() < deadline, "no tap"
+            time.sleep(0.2)
+        links.add_address(wire, "tbvm0", WIRE_HOST, 24)
+        with netns.ipr_in(wire) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="tbvm0")[0], state="up")
+        _ssh_port_open(wire, 240, vm)
+        sshd_after_s = time.monotonic() - launched
+
+        r = subprocess.run(netns.in_namespace(wire, [*cli, "servers", "check", str(servers),
+                                                     "--max-offset-uncertainty-ms", "2"]),
+                           capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+        print(f"sshd listening {sshd_after_s:.1f} s after launch\n{r.stdout}{r.stderr}")
+        assert r.returncode == 0, r.stdout + r.stderr
+        lines = r.stdout.splitlines()
+        for name, checks in (("server-1", ("reach", "version", "kernel", "nic")),
+                             ("server-2", ("reach", "version", "kernel", "nic", "mtu", "vxlan", "clock"))):
+            for c in checks:
+                assert any(x.split()[:3] == [name, c, "ok"] for x in lines), (name, c, r.stdout)
+        clock = next(x for x in lines if x.split()[:2] == ["server-2", "clock"])
+        assert " +- " in clock and "ssh root@198.19.0.2" in r.stdout
+        kernels = [x.split()[3] for x in lines if x.split()[1:2] == ["kernel"]]
+        assert len(kernels) == 2 and kernels[0] != kernels[1], kernels   # two kernels
+        assert not _agents_running(), _agents_running()
+
+        # SIGTERM while the check works on the VM's tunnel: nothing stays on either side
+        before = set(netns.list_ours())
+        p = subprocess.Popen(netns.in_namespace(wire, [*cli, "servers", "check", str(servers)]), cwd=ROOT, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        seen = []
+        for line in p.stdout:
+            seen.append(line)
+            if line.split()[:2] == ["server-2", "mtu"]:
+                p.terminate()
+                break
+        rest = p.communicate(timeout=60)[0]
+        assert p.returncode != 0 and any("server-2     mtu" in x for x in seen), "".join(seen) + rest
+        assert "clock" not in rest, rest                 # it stopped before the clock check
+        time.sleep(1)
+        assert not _agents_running(), _agents_running()
+        assert set(netns.list_ours()) <= before, set(netns.list_ours()) - before
+        with netns.entered(wire):
+            guest = AgentLink.start(load(servers)[1])
+        with guest:
+            left = guest.call("run", argv=["ip", "netns", "list"])
+            assert left["rc"] == 0 and "tb-" not in left["stdout"], left
+            agents = guest.call("run", argv=["pgrep", "-f", "testbed.commands.serveragent"])
+            assert agents["stdout"].split() == [str(guest.call("ping")["pid"])], agents  # only this agent
+    finally:
+        keys.stop_file.touch()
+        if vm is not None:
+            try:
+                out = vm.communicate(timeout=120)[0]
+                print(out[-2000:])
+            except subprocess.TimeoutExpired:
+                vm.terminate()
+                vm.wait(timeout=90)
+        for pid in netns.pids_in(wire):
+            os.kill(pid, 9)
+        netns.remove(wire)
+        state.drop()
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+    assert vm.returncode == 0
+    assert wire not in netns.list_ours()
+    assert qemu_gone(), qemu_with_our_tap()
+    assert not folder.exists() and not _agents_running()
+
+
+def _links_in(ns: str) -> list[str]:
+    with netns.ipr_in(ns) as ipr:
+        return [lk.get_attr("IFLA_IFNAME") for lk in ipr.get_links()]
