@@ -1,6 +1,7 @@
 """`testbed servers check FILE`: can these machines carry one fabric together? (docs/servers.md, issue 29)
 
-    testbed servers check servers.txt [--max-offset-uncertainty-ms 1] [--exchanges 100]
+    testbed servers check servers.txt [--max-offset-uncertainty-ms 1] [--exchanges 100] [--json FILE]
+    testbed servers clean servers.txt          # testbed clean on every server of the file, through its agent
 
 Mininet's cluster edition runs ``ssh -n user@server sudo true`` against every server before it builds anything
 (``precheck``); this goes further and asks each server's agent (testbed.commands.serveragent, over one ssh session
@@ -21,10 +22,12 @@ SIGTERM (the agent tears down when its input closes).
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from testbed.errors import UsageError, require_root
 from testbed.network import serversfile
@@ -34,6 +37,8 @@ from testbed.network.serversfile import Server
 CHECK_VNI = 16777215
 CHECK_INNER = ("198.18.255.1", "198.18.255.2", 30)
 CLOCK_PORT = 9319
+#: agent round trips timed per server
+RTT_PINGS = 20
 #: the doctor's probes the check reports; the first ones every fabric needs (the others say which scenarios fit)
 NEEDED_PROBES = ("qdisc:htb", "qdisc:bfifo")
 REPORTED_PROBES = NEEDED_PROBES + ("qdisc:tbf", "qdisc:red+ecn", "qdisc:netem", "qdisc:prio", "tcp:dctcp",
@@ -127,11 +132,25 @@ def _pair(rep: Report, ref: Server, s: Server, links: dict, args) -> None:
     c = ref_link.call("clock_probe", timeout_s=args.exchanges * 0.6 + 30, addr=s.address, port=CLOCK_PORT,
                       count=args.exchanges)
     bound_us, limit_us = c["uncertainty_s"] * 1e6, args.max_offset_uncertainty_ms * 1e3
-    rep.numbers[s.name] = {"clock": c}
+    rep.numbers[s.name]["clock"] = c
     rep.add(s.name, "clock", bound_us <= limit_us and c["n"] >= 3,
             f"offset {c['offset_s']:+.6f} s +- {bound_us:.0f} us (limit {limit_us:.0f} us; {c['n']}/{c['sent']} "
             f"exchanges, fastest round trip {c['delay_min_s'] * 1e6:.0f} us, "
             f"median {c['delay_median_s'] * 1e6:.0f} us)")
+
+
+def _round_trips(link, n: int = RTT_PINGS) -> list[float]:
+    """Seconds per ping request and reply through the agent's pipe (ssh's included for a remote server)."""
+    out = []
+    for _ in range(n):
+        t0 = time.monotonic()
+        link.call("ping")
+        out.append(time.monotonic() - t0)
+    return out
+
+
+def _median(xs: list[float]) -> float:
+    return sorted(xs)[len(xs) // 2]
 
 
 def check(servers: list[Server], args) -> Report:
@@ -152,9 +171,11 @@ def check(servers: list[Server], args) -> Report:
                 rep.add(s.name, "reach", False, str(e))
                 continue
             reach_s = time.monotonic() - t0
-            rep.numbers.setdefault("reach_s", {})[s.name] = reach_s
+            rtt_s = _round_trips(link)
+            rep.numbers[s.name] = {"reach_s": reach_s, "agent_rtt_s": rtt_s}
             rep.add(s.name, "reach", True, f"agent answered {reach_s:.2f} s after start "
-                    + ("(local process)" if s.local else f"(ssh {s.target})"))
+                    + ("(local process)" if s.local else f"(ssh {s.target})")
+                    + f"; round trip {_median(rtt_s) * 1e3:.2f} ms (median of {len(rtt_s)})")
             try:
                 ver = _per_server(rep, s, link, ref_version)
                 ref_version = ref_version or ver
@@ -178,16 +199,36 @@ def check(servers: list[Server], args) -> Report:
     return rep
 
 
+def clean(servers: list[Server], args) -> Report:
+    """`testbed clean` on every server of the file, each by its agent (the project's tb- objects only; a server
+    that cannot be reached is one failed line, the others are still cleaned)."""
+    from testbed.commands.serverlink import AgentError, AgentLink
+
+    rep = Report()
+    for s in servers:
+        link = AgentLink.start(s, connect_timeout_s=args.connect_timeout_s)
+        try:
+            p = link.call("clean", timeout_s=args.connect_timeout_s + 120)
+            done = [f"{len(v)} {k.replace('_', ' ')}" for k, v in p.items() if v]
+            rep.add(s.name, "clean", True, "removed " + ", ".join(done) if done else "nothing to clean")
+        except AgentError as e:
+            rep.add(s.name, "clean", False, str(e))
+        finally:
+            link.close()
+    return rep
+
+
 def main(args: argparse.Namespace) -> int:
-    if args.action != "check":
-        raise UsageError(f"testbed servers: unknown action {args.action!r} (known: check)")
     if args.exchanges < 3 or args.max_offset_uncertainty_ms <= 0 or args.connect_timeout_s <= 0:
         raise UsageError("--exchanges must be >= 3, --max-offset-uncertainty-ms and --connect-timeout-s > 0")
     servers = serversfile.load(args.file)
-    require_root("testbed servers check")
+    require_root(f"testbed servers {args.action}")
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    rep = check(servers, args)
+    rep = check(servers, args) if args.action == "check" else clean(servers, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"results": [asdict(r) for r in rep.results], "numbers": rep.numbers},
+                                              indent=1) + "\n")
     failed = [r for r in rep.results if not r.ok]
     print(f"{len(rep.results) - len(failed)} of {len(rep.results)} checks passed"
           + (f"; failed: {', '.join(f'{r.server} {r.check}' for r in failed)}" if failed else ""))
@@ -197,11 +238,14 @@ def main(args: argparse.Namespace) -> int:
 def add_parser(sub) -> None:
     p = sub.add_parser("servers", help="check the machines a fabric is split over (ssh, version, kernel, MTU, "
                        "VXLAN, clock)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("action", choices=("check",), help="check: every check for every server of FILE")
+    p.add_argument("action", choices=("check", "clean"), help="check: every check for every server of FILE; clean: "
+                   "testbed clean on every server of FILE, through its agent")
     p.add_argument("file", help="the servers file (docs/servers.md)")
     p.add_argument("--max-offset-uncertainty-ms", type=float, default=1.0, metavar="MS",
                    help="the clock check fails when the offset's bound is wider (default 1 ms: half the host's "
                    "queue-sampling interval of 1 ms would be 0.5; the lab VM measures 0.27-0.32)")
     p.add_argument("--exchanges", type=int, default=100, help="clock ping-pongs per server, 10 ms apart")
+    p.add_argument("--json", metavar="FILE", help="also write every check's result and the numbers (set-up time, "
+                   "agent round trips, clock pass) to FILE")
     p.add_argument("--connect-timeout-s", type=float, default=10.0, help="ssh's connect timeout")
     p.set_defaults(func=main)

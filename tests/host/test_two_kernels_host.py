@@ -152,7 +152,7 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
     wire = f"tb-{state.run_id}-wire"
     folder = tmp_path / f"servers-{state.run_id}"   # shared with the guest (--rwdir)
     keys = sshd.make_keys(folder, WIRE_GUEST)
-    servers = folder / "servers.txt"
+    servers, numbers = folder / "servers.txt", tmp_path / "numbers.json"
     servers.write_text(f"server-1 localhost address={WIRE_HOST}\n"
                        f"server-2 root@{WIRE_GUEST} key={keys.client}\n")
     cli = [sys.executable, "-m", "testbed.cli"]
@@ -178,7 +178,7 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
         sshd_after_s = time.monotonic() - launched
 
         r = subprocess.run(netns.in_namespace(wire, [*cli, "servers", "check", str(servers),
-                                                     "--max-offset-uncertainty-ms", "2"]),
+                                                     "--max-offset-uncertainty-ms", "2", "--json", str(numbers)]),
                            capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
         print(f"sshd listening {sshd_after_s:.1f} s after launch\n{r.stdout}{r.stderr}")
         assert r.returncode == 0, r.stdout + r.stderr
@@ -191,7 +191,19 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
         assert " +- " in clock and "ssh root@198.19.0.2" in r.stdout
         kernels = [x.split()[3] for x in lines if x.split()[1:2] == ["kernel"]]
         assert len(kernels) == 2 and kernels[0] != kernels[1], kernels   # two kernels
+        n = json.loads(numbers.read_text())["numbers"]["server-2"]
+        assert 0 < n["clock"]["uncertainty_s"] < 2e-3 and n["clock"]["n"] >= 95 and len(n["agent_rtt_s"]) == 20, n
+        print(json.dumps({"sshd_after_s": sshd_after_s, "reach_s": n["reach_s"], "agent_rtt_s": n["agent_rtt_s"],
+                          "clock": n["clock"]}))
         assert not _agents_running(), _agents_running()
+
+        # a server that does not answer (nothing at .9 on the wire): one failed line for it, status 1
+        bad = folder / "bad.txt"
+        bad.write_text(f"server-1 localhost address={WIRE_HOST}\nserver-3 root@198.19.0.9 key={keys.client}\n")
+        r = subprocess.run(netns.in_namespace(wire, [*cli, "servers", "check", str(bad), "--connect-timeout-s", "2"]),
+                           capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+        assert r.returncode == 1 and "server-3     reach    FAIL" in r.stdout, r.stdout + r.stderr
+        assert "server-1     nic      ok" in r.stdout, r.stdout
 
         # SIGTERM while the check works on the VM's tunnel: nothing stays on either side
         before = set(netns.list_ours())
@@ -216,6 +228,21 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
             assert left["rc"] == 0 and "tb-" not in left["stdout"], left
             agents = guest.call("run", argv=["pgrep", "-f", "testbed.commands.serveragent"])
             assert agents["stdout"].split() == [str(guest.call("ping")["pid"])], agents  # only this agent
+            # what a killed run would leave in the guest: a namespace with a process in it
+            guest.call("run", argv=["sh", "-c", "ip netns add tb-zz99-left && (ip netns exec tb-zz99-left "
+                                    "sleep 291 >/dev/null 2>&1 </dev/null &)"])
+        # testbed servers clean with a file naming only the VM (the host's other tb- namespaces are not its business)
+        only_vm = folder / "vm.txt"
+        only_vm.write_text(f"server-2 root@{WIRE_GUEST} key={keys.client}\n")
+        r = subprocess.run(netns.in_namespace(wire, [*cli, "servers", "clean", str(only_vm)]), capture_output=True,
+                           text=True, timeout=120, cwd=ROOT, env=env)
+        assert r.returncode == 0 and "server-2     clean    ok    removed 1 processes, 1 namespaces" in r.stdout, \
+            r.stdout + r.stderr
+        with netns.entered(wire):
+            guest = AgentLink.start(load(servers)[1])
+        with guest:
+            left = guest.call("run", argv=["sh", "-c", "ip netns list; pgrep -x sleep || true"])
+            assert left["stdout"].strip() == "", left
     finally:
         keys.stop_file.touch()
         if vm is not None:
