@@ -10,6 +10,7 @@
 # obeyed). Where systemd runs, the units are then disabled so that a reboot does not start them either, but only
 # when this script installed the package (an sshd the machine had before is the administrator's).
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/as-root.sh" && as_root "${BASH_SOURCE[0]}" "$@"
 say() { printf 'install: %s\n' "$*"; }
 
 if dpkg-query -W -f='${Status}' openssh-server 2>/dev/null | grep -q "install ok installed"; then
