@@ -18,6 +18,7 @@
     testbed place --set ranks=N [--health F]   admission control: place, hold or refuse a job (builds nothing)
     testbed jobs FILE.toml [--solo]     several jobs on one fabric at once; each job's slowdown from its neighbours
     testbed canary --change K=V [--canary leaf1]   a tuning change tried on a canary slice, rolled out or back
+    testbed servers check|clean FILE   the machines of a servers file: ssh, version, kernel, MTU, VXLAN, clock
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
 A run that starts and then fails (an agent error, a data mismatch) ends with one line and exit status 1.
