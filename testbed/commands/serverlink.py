@@ -56,9 +56,10 @@ class AgentLink:
         self._next_id = 0
         t0 = time.monotonic()
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, bufsize=1, start_new_session=True)
+                                     start_new_session=True)
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
+        self._pending = b""      # what was read past the last complete line (replies are read with os.read)
         self.started_s = time.monotonic() - t0
 
     @classmethod
@@ -74,26 +75,34 @@ class AgentLink:
         self._next_id += 1
         rid = self._next_id
         try:
-            self.proc.stdin.write(json.dumps({"id": rid, "op": op, "args": args}) + "\n")
+            self.proc.stdin.write((json.dumps({"id": rid, "op": op, "args": args}) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
             raise AgentError(f"{self.server.name}: the agent is gone ({self._why()})") from None
         deadline = time.monotonic() + timeout_s
         while True:
+            reply = json.loads(self._line(op, deadline, timeout_s))
+            if reply.get("id") != rid:          # a late reply to a request that timed out
+                continue
+            if not reply.get("ok"):
+                raise AgentError(f"{self.server.name}: {op}: {reply.get('error')}")
+            return reply.get("result")
+
+    def _line(self, op: str, deadline: float, timeout_s: float) -> bytes:
+        """The agent's next reply line (its own buffer, so a second line read with the first is not lost to
+        select)."""
+        while b"\n" not in self._pending:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise AgentError(f"{self.server.name}: no answer to {op} within {timeout_s:.0f} s")
             if not self._sel.select(timeout=left):
                 continue
-            line = self.proc.stdout.readline()
-            if not line:
+            data = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not data:
                 raise AgentError(f"{self.server.name}: the agent is gone ({self._why()})")
-            reply = json.loads(line)
-            if reply.get("id") != rid:
-                continue
-            if not reply.get("ok"):
-                raise AgentError(f"{self.server.name}: {op}: {reply.get('error')}")
-            return reply.get("result")
+            self._pending += data
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line
 
     def _why(self) -> str:
         """The agent's (or ssh's) last stderr line and exit status, once it has ended."""
@@ -102,7 +111,8 @@ class AgentLink:
         err = ""
         if self.proc.poll() is not None and self.proc.stderr:
             with contextlib.suppress(OSError, ValueError):   # ValueError: read after close()
-                lines = [x for x in self.proc.stderr.read().strip().splitlines() if x.strip()]
+                lines = [x for x in self.proc.stderr.read().decode(errors="replace").strip().splitlines()
+                         if x.strip()]
                 err = lines[-1] if lines else ""
         return f"status {self.proc.returncode}" + (f": {err}" if err else "")
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 
 import pytest
 
 from testbed import cli
-from testbed.commands import serveragent
+from testbed.commands import serveragent, servers
 from testbed.commands.serverlink import AgentError, AgentLink, ssh_argv
 from testbed.network.serversfile import parse
 from testbed.vm import sshd
@@ -102,3 +103,42 @@ def test_servers_check_bad_file_is_one_line_and_status_2(tmp_path, capsys, text,
 def test_servers_check_missing_file_is_status_2(tmp_path, capsys):
     assert cli.main(["servers", "check", str(tmp_path / "none.txt")]) == 2
     assert "No such file" in capsys.readouterr().err
+
+
+def test_a_late_reply_is_skipped_and_the_next_call_gets_its_own():
+    with AgentLink.start(parse("s1 localhost")[0]) as link:
+        with pytest.raises(AgentError, match="no answer to run within 0 s"):
+            link.call("run", timeout_s=0.2, argv=["sleep", "0.6"])
+        time.sleep(0.8)                                        # the late reply and the next one arrive together
+        assert link.call("run", argv=["echo", "next"])["stdout"] == "next\n"
+
+
+class _Canned:
+    """A link answering version, doctor and nic from fixed replies (the check's verdict logic, no agent)."""
+
+    def __init__(self, commit: str, have: set[str], nic: dict | None):
+        self.replies = {"version": {"commit": commit, "package": "0.1.0", "dirty": False, "kernel": "7.3.4"},
+                        "doctor": {"checks": [{"name": p, "ok": p in have} for p in servers.REPORTED_PROBES]},
+                        "nic": nic}
+
+    def call(self, op, **_):
+        if self.replies[op] is None:
+            raise AgentError(f"s2: {op}: KeyError: no interface here holds 198.19.0.2")
+        return self.replies[op]
+
+
+def test_check_lines_fail_on_another_commit_a_missing_needed_capability_and_an_absent_address(capsys):
+    s2 = parse("s1 localhost\ns2 root@198.19.0.2 mtu=9000")[1]
+    ref = {"commit": "a" * 40, "package": "0.1.0"}
+    rep = servers.Report()
+    servers._per_server(rep, s2, _Canned("b" * 40, {"qdisc:bfifo", "tcp:dctcp"}, None), ref)
+    got = {r.check: r for r in rep.results}
+    assert [c for c in got if not got[c].ok] == ["version", "kernel", "nic"]
+    assert "the reference runs aaaaaaaaaaaa" in got["version"].detail
+    assert "a fabric needs qdisc:htb" in got["kernel"].detail and "2/8 capabilities" in got["kernel"].detail
+    rep = servers.Report()
+    servers._per_server(rep, s2, _Canned("a" * 40, set(servers.REPORTED_PROBES), {"ifname": "eth0", "mtu": 1500}),
+                        ref)
+    assert [(r.check, r.ok) for r in rep.results] == [("version", True), ("kernel", True), ("nic", False)]
+    assert "MTU 1500 (file: 9000)" in rep.results[-1].detail
+    assert len(capsys.readouterr().out.splitlines()) == 6       # one line per check, 3 checks twice
