@@ -37,7 +37,8 @@ if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
   systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
 fi
 # what the policy was for: no sshd of this install listening (a listener on port 22 that is not an sshd is not ours)
-if command -v ss >/dev/null 2>&1 && ss -ltnpH 2>/dev/null | grep -q '"sshd"'; then
+listeners=$(ss -ltnpH 2>/dev/null || true)
+if [[ "$listeners" == *'"sshd"'* ]]; then
   say "warning: an sshd listens on this machine after the install; testbed starts its own per run and needs none"
 else
   say "openssh-server installed; no sshd listens"
