@@ -292,8 +292,8 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
     client or namespace on either side; `testbed servers clean` reaches the guest; the VM powers off when told (the
     run's stop file) and nothing is left: namespaces, QEMU, agents, sshd, the keys' folder.
 
-    About 75 s (the VM's boot to sshd listening: 20-24 s). Measured over 3 runs (docs/servers.md): the offset's bound
-    was 307-445 us with the fastest exchange 619-957 us; the 2 ms limit leaves room for a machine 3x busier, as the
+    About 75 s (the VM's boot to sshd listening: 20-24 s). Measured over 6 runs (docs/servers.md): the offset's bound
+    was 274-445 us with the fastest exchange 587-957 us; the 2 ms limit leaves room for a machine 3x busier, as the
     benchmark's test above does."""
     with sshd_vm(tmp_path) as vm:
         _all_checks_pass(vm, tmp_path / "numbers.json")
