@@ -73,6 +73,8 @@ def _cmd_vm(args: argparse.Namespace) -> int:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
+    if args.servers:
+        return serverchecks.clean_main(args.servers, dry_run=args.dry_run)
     from testbed.commands import clean
 
     return clean.main(dry_run=args.dry_run)
@@ -218,6 +220,8 @@ def _add_clean(sub) -> None:
                        "them, its OVS bridges, agent processes, and restore the sysctls it changed. Reports what it "
                        "removed. Touches nothing the project did not create.")
     c.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    c.add_argument("--servers", metavar="FILE", help="clean every server of this servers file instead, each through "
+                   "its agent over ssh (localhost in the file: this machine); as `testbed servers clean FILE`")
     c.set_defaults(func=_cmd_clean)
 
 

@@ -2,6 +2,7 @@
 
     testbed servers check servers.txt [--max-offset-uncertainty-ms 1] [--exchanges 100] [--json FILE]
     testbed servers clean servers.txt          # testbed clean on every server of the file, through its agent
+    testbed clean --servers servers.txt        # the same
 
 Mininet's cluster edition runs ``ssh -n user@server sudo true`` against every server before it builds anything
 (``precheck``); this goes further and asks each server's agent (testbed.commands.serveragent, over one ssh session
@@ -208,9 +209,11 @@ def clean(servers: list[Server], args) -> Report:
     for s in servers:
         link = AgentLink.start(s, connect_timeout_s=args.connect_timeout_s)
         try:
-            p = link.call("clean", timeout_s=args.connect_timeout_s + 120)
+            dry_run = getattr(args, "dry_run", False)
+            p = link.call("clean", timeout_s=args.connect_timeout_s + 120, dry_run=dry_run)
             done = [f"{len(v)} {k.replace('_', ' ')}" for k, v in p.items() if v]
-            rep.add(s.name, "clean", True, "removed " + ", ".join(done) if done else "nothing to clean")
+            verb = "would remove " if dry_run else "removed "
+            rep.add(s.name, "clean", True, verb + ", ".join(done) if done else "nothing to clean")
         except AgentError as e:
             rep.add(s.name, "clean", False, str(e))
         finally:
@@ -235,6 +238,12 @@ def main(args: argparse.Namespace) -> int:
     return 0 if rep.ok else 1
 
 
+def clean_main(path: str, dry_run: bool = False) -> int:
+    """`testbed clean --servers FILE`: as `testbed servers clean FILE`."""
+    return main(argparse.Namespace(action="clean", file=path, dry_run=dry_run, json=None, exchanges=100,
+                                   max_offset_uncertainty_ms=1.0, connect_timeout_s=10.0))
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("servers", help="check the machines a fabric is split over (ssh, version, kernel, MTU, "
                        "VXLAN, clock)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -248,4 +257,5 @@ def add_parser(sub) -> None:
     p.add_argument("--json", metavar="FILE", help="also write every check's result and the numbers (set-up time, "
                    "agent round trips, clock pass) to FILE")
     p.add_argument("--connect-timeout-s", type=float, default=10.0, help="ssh's connect timeout")
+    p.add_argument("--dry-run", action="store_true", help="clean: list what would be removed on each server")
     p.set_defaults(func=main)

@@ -270,14 +270,15 @@ def _sigterm_leaves_nothing(vm: SshdVm) -> None:
 
 
 def _clean_reaches_the_guest(vm: SshdVm) -> None:
-    """`testbed servers clean` with a file naming only the VM (the host's other tb- namespaces are not its
-    business) removes what a killed run would leave in the guest: a namespace with a process in it."""
+    """`testbed clean --servers` (as `testbed servers clean`) with a file naming only the VM (the host's other tb-
+    namespaces are not its business) removes what a killed run would leave in the guest: a namespace with a process
+    in it."""
     with vm.guest() as guest:
         guest.call("run", argv=["sh", "-c", "ip netns add tb-zz99-left && (ip netns exec tb-zz99-left "
                                 "sleep 291 >/dev/null 2>&1 </dev/null &)"])
     only_vm = vm.servers.with_name("vm.txt")
     only_vm.write_text(f"server-2 root@{WIRE_GUEST} key={vm.keys.client}\n")
-    r = vm.cli("servers", "clean", str(only_vm), timeout=120)
+    r = vm.cli("clean", "--servers", str(only_vm), timeout=120)
     assert r.returncode == 0 and "server-2     clean    ok    removed 1 processes, 1 namespaces" in r.stdout, \
         r.stdout + r.stderr
     with vm.guest() as guest:
@@ -289,7 +290,7 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
     """One VM boot (sshd on the wire, started by testbed.vm.sshd), then `testbed servers check` over {localhost, the
     VM} run inside the wire namespace: every check passes and the offset's bound is reported; a server that does not
     answer is one failed line and status 1; a check sent SIGTERM while it works on the VM leaves no agent, ssh
-    client or namespace on either side; `testbed servers clean` reaches the guest; the VM powers off when told (the
+    client or namespace on either side; `testbed clean --servers` reaches the guest; the VM powers off when told (the
     run's stop file) and nothing is left: namespaces, QEMU, agents, sshd, the keys' folder.
 
     About 75 s (the VM's boot to sshd listening: 20-24 s). Measured over 6 runs (docs/servers.md): the offset's bound

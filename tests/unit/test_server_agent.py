@@ -142,3 +142,11 @@ def test_check_lines_fail_on_another_commit_a_missing_needed_capability_and_an_a
     assert [(r.check, r.ok) for r in rep.results] == [("version", True), ("kernel", True), ("nic", False)]
     assert "MTU 1500 (file: 9000)" in rep.results[-1].detail
     assert len(capsys.readouterr().out.splitlines()) == 6       # one line per check, 3 checks twice
+
+
+def test_clean_servers_dry_run_lists_through_the_local_agent(tmp_path, capsys):
+    f = tmp_path / "servers.txt"
+    f.write_text("server-1 localhost\n")
+    assert cli.main(["clean", "--servers", str(f), "--dry-run"]) == 0
+    line = capsys.readouterr().out.splitlines()[0].split()
+    assert line[:3] == ["server-1", "clean", "ok"] and line[3] in ("would", "nothing")
