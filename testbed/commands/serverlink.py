@@ -55,8 +55,11 @@ class AgentLink:
         self.argv = argv
         self._next_id = 0
         t0 = time.monotonic()
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         start_new_session=True)
+        except OSError as e:
+            raise AgentError(f"{server.name}: cannot start {argv[0]}: {e.strerror}") from None
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
         self._pending = b""      # what was read past the last complete line (replies are read with os.read)

@@ -164,9 +164,8 @@ def check(servers: list[Server], args) -> Report:
         ref_version = None
         for s in servers:
             t0 = time.monotonic()
-            link = AgentLink.start(s, connect_timeout_s=args.connect_timeout_s)
-            links[s.name] = link
             try:
+                link = links[s.name] = AgentLink.start(s, connect_timeout_s=args.connect_timeout_s)
                 link.call("ping", timeout_s=args.connect_timeout_s + 60)
             except AgentError as e:
                 rep.add(s.name, "reach", False, str(e))
@@ -207,8 +206,9 @@ def clean(servers: list[Server], args) -> Report:
 
     rep = Report()
     for s in servers:
-        link = AgentLink.start(s, connect_timeout_s=args.connect_timeout_s)
+        link = None
         try:
+            link = AgentLink.start(s, connect_timeout_s=args.connect_timeout_s)
             dry_run = getattr(args, "dry_run", False)
             p = link.call("clean", timeout_s=args.connect_timeout_s + 120, dry_run=dry_run)
             done = [f"{len(v)} {k.replace('_', ' ')}" for k, v in p.items() if v]
@@ -217,7 +217,8 @@ def clean(servers: list[Server], args) -> Report:
         except AgentError as e:
             rep.add(s.name, "clean", False, str(e))
         finally:
-            link.close()
+            if link is not None:
+                link.close()
     return rep
 
 
