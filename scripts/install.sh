@@ -54,6 +54,8 @@ else
   say "Debian packages: all present"
 fi
 # openvswitch-switch's postinst may try to start a service; the testbed starts OVS itself when it needs it.
+# openssh-server for servers over ssh (docs/servers.md): installed with no host sshd started or enabled.
+bash "$here/scripts/install-sshd.sh"
 
 # ---- the lab-VM kernel ------------------------------------------------------------------------------------
 # A Debian kernel whose SoftRoCE works across network namespaces (7.x; 6.1/6.12 do not) from trixie-backports.

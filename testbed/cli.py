@@ -18,6 +18,7 @@
     testbed place --set ranks=N [--health F]   admission control: place, hold or refuse a job (builds nothing)
     testbed jobs FILE.toml [--solo]     several jobs on one fabric at once; each job's slowdown from its neighbours
     testbed canary --change K=V [--canary leaf1]   a tuning change tried on a canary slice, rolled out or back
+    testbed servers check|clean FILE   the machines of a servers file: ssh, version, kernel, MTU, VXLAN, clock
 
 Bad input and missing capabilities end with one line on stderr and exit status 2, before anything is created.
 A run that starts and then fails (an agent error, a data mismatch) ends with one line and exit status 1.
@@ -34,6 +35,7 @@ from testbed.commands import canary as canaries
 from testbed.commands import draw as drawing
 from testbed.commands import trace as tracing
 from testbed.commands import place as placing
+from testbed.commands import servers as serverchecks
 from testbed.commands import labs as classlabs
 from testbed.commands.argparsing import OneLineErrorParser
 from testbed.errors import RunFailed, UsageError
@@ -71,6 +73,8 @@ def _cmd_vm(args: argparse.Namespace) -> int:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
+    if args.servers:
+        return serverchecks.clean_main(args.servers, dry_run=args.dry_run)
     from testbed.commands import clean
 
     return clean.main(dry_run=args.dry_run)
@@ -216,6 +220,8 @@ def _add_clean(sub) -> None:
                        "them, its OVS bridges, agent processes, and restore the sysctls it changed. Reports what it "
                        "removed. Touches nothing the project did not create.")
     c.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    c.add_argument("--servers", metavar="FILE", help="clean every server of this servers file instead, each through "
+                   "its agent over ssh (localhost in the file: this machine); as `testbed servers clean FILE`")
     c.set_defaults(func=_cmd_clean)
 
 
@@ -305,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     drawing.add_parser(sub)
     tracing.add_parser(sub)
     placing.add_parser(sub)
+    serverchecks.add_parser(sub)
     return p
 
 

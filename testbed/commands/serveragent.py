@@ -1,0 +1,233 @@
+"""The server agent: one long-lived process per server, what the reference server's lab talks to (docs/servers.md).
+
+    python -m testbed.commands.serveragent        # started over the server's ssh connection, or locally
+
+It speaks JSON lines on stdin/stdout, one request and one reply per line, as MaxiNet's worker answers RPCs but over
+ssh's own pipe (no port, no password of its own)::
+
+    {"id": 1, "op": "ping"}                       -> {"id": 1, "ok": true, "result": {"t_s": ..., "pid": ...}}
+    {"id": 2, "op": "run", "args": {"argv": ["ip", "-j", "link"], "ns": null}}
+                                                  -> {"id": 2, "ok": false, "error": "one line"}   (on failure)
+
+Operations (``OPS``): ping, version (the testbed commit and package version), doctor (the kernel's capabilities,
+testbed.kernel.doctor), nic (the interface holding an address, and its MTU), run (a command here or in one of the
+project's namespaces), clock_serve / clock_probe (the clock echo and its prober, testbed.measure.clockprobe and
+analysis.clockoffset), vxlan_up / vxlan_down (a scratch VXLAN end in a namespace of the agent's, for the servers
+check), clean (testbed clean on this server: only the project's tb- objects), quit.
+
+**It tears down what it made when its stdin closes**: a lab killed on the reference server (SIGKILL included)
+closes the ssh session, the agent reads EOF, removes its namespaces and ends its echoes; SIGTERM and SIGHUP (sshd's
+when the connection drops) do the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from testbed import __version__
+from testbed.kernel import netns
+from testbed.kernel.state import RunState
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: the agent's scratch VXLAN device before it moves into its namespace
+_VX_TMP = "tbvxck"
+
+
+def version() -> dict:
+    """The testbed this agent runs: the checkout's commit (None outside a git checkout), whether the checkout has
+    uncommitted changes, the package version, and the kernel."""
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"commit": commit, "dirty": bool(status), "package": __version__, "kernel": os.uname().release,
+            "python": sys.version.split()[0], "root": str(PROJECT_ROOT)}
+
+
+def nic(address: str) -> dict:
+    """The interface holding ``address`` in the agent's namespace, with its MTU; KeyError when none does."""
+    with netns.ipr(None) as ipr:
+        for a in ipr.get_addr(family=socket.AF_INET):
+            if a.get_attr("IFA_ADDRESS") == address:
+                link = ipr.get_links(a["index"])[0]
+                return {"ifname": link.get_attr("IFLA_IFNAME"), "mtu": link.get_attr("IFLA_MTU"),
+                        "prefixlen": a["prefixlen"]}
+    raise KeyError(f"no interface here holds {address}")
+
+
+class Agent:
+    """One server's agent: the operations and what they created (its RunState, the echo threads)."""
+
+    def __init__(self) -> None:
+        self.state = RunState()
+        self.echoes: list[tuple[socket.socket, threading.Thread]] = []
+
+    # ---- operations -------------------------------------------------------------------------------------------
+    def ping(self) -> dict:
+        return {"t_s": time.monotonic(), "pid": os.getpid()}
+
+    def version(self) -> dict:
+        return version()
+
+    def doctor(self, only: list[str] | None = None) -> dict:
+        from testbed.kernel import doctor
+
+        return doctor.report(only)
+
+    def nic(self, address: str) -> dict:
+        return nic(address)
+
+    def run(self, argv: list[str], ns: str | None = None, timeout_s: float = 30.0) -> dict:
+        """argv here (ns None) or in the project's namespace ``ns``; its status and output."""
+        if ns is not None and not netns.ours(ns):
+            raise ValueError(f"namespace {ns!r} is not the project's (tb-...)")
+        full = netns.in_namespace(ns, argv) if ns else argv
+        r = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
+        return {"rc": r.returncode, "stdout": r.stdout[-20000:], "stderr": r.stderr[-5000:]}
+
+    def clock_serve(self, bind: str, port: int, idle_s: float = 60.0) -> dict:
+        """Start the clock echo on ``bind``:``port`` (a thread; it ends on STOP, after idle_s, or with the agent)."""
+        from testbed.measure import clockprobe
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind((bind, port))
+        t = threading.Thread(target=clockprobe.serve, args=(sock, idle_s), daemon=True)
+        t.start()
+        self.echoes.append((sock, t))
+        return {"bind": bind, "port": sock.getsockname()[1]}
+
+    def clock_probe(self, addr: str, port: int, count: int = 100, interval_s: float = 0.01) -> dict:
+        """One clock pass against the echo at addr:port: the offset (echo's clock - this one's) and its bound."""
+        from analysis.clockoffset import estimate
+        from testbed.measure import clockprobe
+
+        clockprobe.wait_ready(addr, port, within_s=10)
+        ex = clockprobe.probe(addr, port, count=count, interval_s=interval_s)
+        clockprobe.stop(addr, port)
+        out = estimate(ex).as_dict()
+        out["sent"] = count
+        out["delay_median_s"] = sorted(e.delay_s for e in ex)[len(ex) // 2]
+        return out
+
+    def vxlan_up(self, vni: int, local: str, remote: str, inner_cidr: str, mtu: int) -> dict:
+        """A VXLAN end (``vni``, ``local`` -> ``remote`` on UDP 4789) made in the agent's namespace, where its socket
+        and underlay stay, and moved into a scratch namespace of the agent's with ``inner_cidr``: the crossing-link
+        end a split fabric makes (testbed.kernel.tunnel), for one check."""
+        from testbed.kernel import links, tunnel
+
+        ns = f"tb-{self.state.run_id}-vx"
+        self.state.add("namespaces", ns)
+        netns.create(ns)
+        fd = os.open(netns.NETNS_DIR / ns, os.O_RDONLY)
+        try:
+            with netns.ipr(None) as ipr:
+                ipr.link("add", ifname=_VX_TMP, kind="vxlan", vxlan_id=vni, vxlan_local=local, vxlan_group=remote,
+                         vxlan_port=tunnel.VXLAN_PORT, vxlan_learning=0, mtu=mtu)
+                ipr.link("set", index=ipr.link_lookup(ifname=_VX_TMP)[0], net_ns_fd=fd, ifname="eth0")
+        finally:
+            os.close(fd)
+        addr, prefixlen = inner_cidr.split("/")
+        links.add_address(ns, "eth0", addr, int(prefixlen))
+        with netns.ipr_in(ns) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="eth0")[0], state="up")
+        return {"ns": ns}
+
+    def vxlan_down(self) -> dict:
+        ns = f"tb-{self.state.run_id}-vx"
+        netns.remove(ns)
+        return {"removed": ns}
+
+    def clean(self, dry_run: bool = False) -> dict:
+        """`testbed clean` on this server (the project's tb- objects and saved run states; this agent spared)."""
+        from testbed.commands import clean
+
+        self.teardown()
+        p = clean.clean(dry_run=dry_run)
+        return {k: v for k, v in p.items() if k != "state_files"}
+
+    # ---- lifetime ---------------------------------------------------------------------------------------------
+    def teardown(self) -> None:
+        """Remove what this agent made: its namespaces, its echoes, its run state."""
+        for sock, _ in self.echoes:
+            sock.close()
+        self.echoes.clear()
+        for ns in self.state.data.get("namespaces", []):
+            netns.remove(ns)
+        self.state.data["namespaces"] = []
+        self.state.drop()
+
+
+OPS = ("ping", "version", "doctor", "nic", "run", "clock_serve", "clock_probe", "vxlan_up", "vxlan_down", "clean")
+
+
+def handle(agent: Agent, line: str) -> dict:
+    """One request line -> its reply (never raises: an error is a reply with its one-line message)."""
+    try:
+        req = json.loads(line)
+        rid, op, args = req.get("id"), req.get("op"), req.get("args") or {}
+    except (ValueError, AttributeError):
+        return {"id": None, "ok": False, "error": "not a JSON object"}
+    if op not in OPS:
+        return {"id": rid, "ok": False, "error": f"unknown op {op!r} (known: {', '.join(OPS)}, quit)"}
+    try:
+        return {"id": rid, "ok": True, "result": getattr(agent, op)(**args)}
+    except Exception as e:  # noqa: BLE001 - the caller gets the reason as one line
+        text = str(e).strip().splitlines()
+        return {"id": rid, "ok": False, "error": f"{type(e).__name__}: {text[0] if text else ''}"}
+
+
+def serve(stdin=None, stdout=None) -> int:
+    """Answer requests until ``quit`` or end of input; then tear down what was made."""
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    agent = Agent()
+
+    def _end(signum, frame):
+        raise KeyboardInterrupt
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, _end)
+    try:
+        for line in stdin:
+            if not line.strip():
+                continue
+            if _is_quit(line):
+                stdout.write(json.dumps({"id": _id(line), "ok": True, "result": "bye"}) + "\n")
+                stdout.flush()
+                break
+            stdout.write(json.dumps(handle(agent, line)) + "\n")
+            stdout.flush()
+    except (KeyboardInterrupt, BrokenPipeError):
+        pass
+    finally:
+        agent.teardown()
+    return 0
+
+
+def _is_quit(line: str) -> bool:
+    try:
+        return json.loads(line).get("op") == "quit"
+    except (ValueError, AttributeError):
+        return False
+
+
+def _id(line: str):
+    try:
+        return json.loads(line).get("id")
+    except (ValueError, AttributeError):
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(serve())

@@ -1,0 +1,147 @@
+"""The reference server's end of the control channel: one agent process per server, reached through a pipe
+(docs/servers.md). A remote server's agent is started over one ssh connection (``ssh -o BatchMode=yes ... PYTHON -m
+testbed.commands.serveragent``: the cluster edition's non-interactive ssh, one session per server); the local
+server's (``localhost``) is the same program as a local subprocess, so both paths speak the same JSON lines and are
+tested the same way.
+
+ssh runs in the caller's network namespace: started from inside a project namespace (``nsenter --net=...``, as the
+two-kernel test does), it reaches a lab VM on that namespace's wire and never the host's own network.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.network.serversfile import Server
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+AGENT_MODULE = "testbed.commands.serveragent"
+
+
+class AgentError(RuntimeError):
+    """The agent could not be reached, did not answer in time, or refused a request (one line)."""
+
+
+def ssh_argv(server: Server, connect_timeout_s: float = 10.0) -> list[str]:
+    """ssh's options for ``server``: batch mode (never a prompt), no user or system config, the server's key alone,
+    and known_hosts next to that key (new hosts accepted once, a changed host key refused)."""
+    opts = {"BatchMode": "yes", "ConnectTimeout": str(int(connect_timeout_s)), "ServerAliveInterval": "5",
+            "ServerAliveCountMax": "3", "StrictHostKeyChecking": "accept-new", "LogLevel": "ERROR"}
+    if server.key:
+        opts["IdentitiesOnly"] = "yes"
+        opts["UserKnownHostsFile"] = str(Path(server.key).parent / "known_hosts")
+    return ["ssh", "-F", "/dev/null", "-T", *[f"-o{k}={v}" for k, v in opts.items()], *server.ssh_destination()]
+
+
+def agent_command(python: str = sys.executable, root: Path = PROJECT_ROOT) -> list[str]:
+    """The agent's command line on a server with this checkout and interpreter at the same paths (the lab VM runs
+    this machine's filesystem; other servers are installed by scripts/install.sh at the same path)."""
+    return ["env", f"PYTHONPATH={root}", python, "-m", AGENT_MODULE]
+
+
+class AgentLink:
+    """A running agent and its pipe: :meth:`call` sends one request and waits for its reply."""
+
+    def __init__(self, server: Server, argv: list[str]):
+        self.server = server
+        self.argv = argv
+        self._next_id = 0
+        t0 = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                         start_new_session=True)
+        except OSError as e:
+            raise AgentError(f"{server.name}: cannot start {argv[0]}: {e.strerror}") from None
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self.proc.stdout, selectors.EVENT_READ)
+        self._pending = b""      # what was read past the last complete line (replies are read with os.read)
+        self.started_s = time.monotonic() - t0
+
+    @classmethod
+    def start(cls, server: Server, connect_timeout_s: float = 10.0) -> "AgentLink":
+        """The server's agent: a local subprocess for ``localhost``, else over ssh."""
+        cmd = agent_command()
+        if server.local:
+            return cls(server, cmd)
+        return cls(server, ssh_argv(server, connect_timeout_s) + [shlex.join(cmd)])
+
+    def call(self, op: str, timeout_s: float = 60.0, **args):
+        """The result of ``op`` on the server; AgentError when it failed, timed out or the agent is gone."""
+        self._next_id += 1
+        rid = self._next_id
+        try:
+            self.proc.stdin.write((json.dumps({"id": rid, "op": op, "args": args}) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            raise AgentError(f"{self.server.name}: the agent is gone ({self._why()})") from None
+        deadline = time.monotonic() + timeout_s
+        while True:
+            reply = json.loads(self._line(op, deadline, timeout_s))
+            if reply.get("id") != rid:          # a late reply to a request that timed out
+                continue
+            if not reply.get("ok"):
+                raise AgentError(f"{self.server.name}: {op}: {reply.get('error')}")
+            return reply.get("result")
+
+    def _line(self, op: str, deadline: float, timeout_s: float) -> bytes:
+        """The agent's next reply line (its own buffer, so a second line read with the first is not lost to
+        select)."""
+        while b"\n" not in self._pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AgentError(f"{self.server.name}: no answer to {op} within {timeout_s:.0f} s")
+            if not self._sel.select(timeout=left):
+                continue
+            data = os.read(self.proc.stdout.fileno(), 1 << 16)
+            if not data:
+                raise AgentError(f"{self.server.name}: the agent is gone ({self._why()})")
+            self._pending += data
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line
+
+    def _why(self) -> str:
+        """The agent's (or ssh's) last stderr line and exit status, once it has ended."""
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        err = ""
+        if self.proc.poll() is not None and self.proc.stderr:
+            with contextlib.suppress(OSError, ValueError):   # ValueError: read after close()
+                lines = [x for x in self.proc.stderr.read().decode(errors="replace").strip().splitlines()
+                         if x.strip()]
+                err = lines[-1] if lines else ""
+        return f"status {self.proc.returncode}" + (f": {err}" if err else "")
+
+    def close(self, grace_s: float = 10.0) -> None:
+        """quit, then end of input (the agent tears down on either), then SIGTERM/SIGKILL to its process group."""
+        if self.proc.poll() is None:
+            with contextlib.suppress(AgentError, ValueError, OSError):
+                self.call("quit", timeout_s=grace_s)
+        with contextlib.suppress(OSError, ValueError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            for sig in (15, 9):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, sig)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=5)
+                    break
+        self._sel.close()
+        for f in (self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                f.close()
+
+    def __enter__(self) -> "AgentLink":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

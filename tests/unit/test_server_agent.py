@@ -1,0 +1,152 @@
+"""The server agent's JSON-lines protocol, its local link, ssh's command line, the run's sshd material and
+`testbed servers check`'s bad input (docs/servers.md). The agent over ssh into the lab VM is
+tests/host/test_two_kernels_host.py."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+
+import pytest
+
+from testbed import cli
+from testbed.commands import serveragent, servers
+from testbed.commands.serverlink import AgentError, AgentLink, ssh_argv
+from testbed.network.serversfile import parse
+from testbed.vm import sshd
+
+
+def test_handle_answers_errors_as_one_line_replies():
+    agent = serveragent.Agent()
+    assert serveragent.handle(agent, "{not json")["ok"] is False
+    r = serveragent.handle(agent, json.dumps({"id": 7, "op": "format_disk"}))
+    assert r["id"] == 7 and not r["ok"] and "unknown op 'format_disk'" in r["error"]
+    r = serveragent.handle(agent, json.dumps({"id": 8, "op": "run", "args": {"argv": ["true"], "ns": "netns0"}}))
+    assert not r["ok"] and "not the project's" in r["error"]
+    r = serveragent.handle(agent, json.dumps({"id": 9, "op": "ping", "args": {"bogus": 1}}))
+    assert not r["ok"] and r["error"].startswith("TypeError")
+    req = {"id": 10, "op": "run", "args": {"argv": ["sh", "-c", "echo hi; exit 3"]}}
+    r = serveragent.handle(agent, json.dumps(req))
+    assert r["ok"] and r["result"]["rc"] == 3 and r["result"]["stdout"] == "hi\n"
+
+
+def test_serve_replies_line_by_line_and_stops_at_quit():
+    lines = [{"id": 1, "op": "ping"}, {"id": 2, "op": "version"}, {"id": 3, "op": "quit"}, {"id": 4, "op": "ping"}]
+    out = io.StringIO()
+    assert serveragent.serve(io.StringIO("".join(json.dumps(x) + "\n" for x in lines)), out) == 0
+    replies = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [r["id"] for r in replies] == [1, 2, 3]            # nothing answered after quit
+    assert replies[0]["result"]["pid"] == os.getpid()
+    assert replies[1]["result"]["kernel"] == os.uname().release and replies[1]["result"]["package"]
+    assert replies[2]["result"] == "bye"
+
+
+def test_local_link_is_a_subprocess_speaking_the_same_protocol():
+    server = parse("s1 localhost")[0]
+    with AgentLink.start(server) as link:
+        pid = link.call("ping")["pid"]
+        assert pid == link.proc.pid != os.getpid()
+        assert link.call("run", argv=["echo", "x"])["stdout"] == "x\n"
+        assert link.call("nic", address="127.0.0.1")["ifname"] == "lo"
+        with pytest.raises(AgentError, match="nic: KeyError"):
+            link.call("nic", address="192.0.2.77")
+    assert link.proc.returncode == 0                          # quit answered, the agent ended by itself
+    with pytest.raises(AgentError, match="gone"):
+        link.call("ping")
+
+
+def test_agent_ends_and_tears_down_at_end_of_input():
+    server = parse("s1 localhost")[0]
+    link = AgentLink.start(server)
+    link.call("ping")
+    link.proc.stdin.close()                                   # the ssh session closing
+    assert link.proc.wait(timeout=20) == 0
+    link.close()
+
+
+def test_ssh_argv_is_batch_mode_with_the_servers_key_and_known_hosts_beside_it():
+    s = parse("s1 localhost\ns2 root@198.19.0.2:2222 key=/run/x/client_ed25519")[1]
+    argv = ssh_argv(s, 7)
+    assert argv[:4] == ["ssh", "-F", "/dev/null", "-T"]
+    for opt in ("-oBatchMode=yes", "-oConnectTimeout=7", "-oIdentitiesOnly=yes",
+                "-oUserKnownHostsFile=/run/x/known_hosts", "-oStrictHostKeyChecking=accept-new"):
+        assert opt in argv
+    assert argv[-5:] == ["-p", "2222", "-i", "/run/x/client_ed25519", "root@198.19.0.2"]
+
+
+def test_run_keys_pin_the_host_key_and_the_config_allows_only_them(tmp_path):
+    keys = sshd.make_keys(tmp_path / "ssh", "198.19.0.2")
+    assert (tmp_path / "ssh").stat().st_mode & 0o777 == 0o700
+    host_pub = keys.host.with_suffix(".pub").read_text().split()
+    assert keys.known_hosts.read_text().split() == ["198.19.0.2", host_pub[0], host_pub[1]]
+    conf = sshd.config(keys, "198.19.0.2")
+    assert "ListenAddress 198.19.0.2:22" in conf and f"AuthorizedKeysFile {keys.client}.pub" in conf
+    assert "PasswordAuthentication no" in conf and "PermitRootLogin prohibit-password" in conf
+    assert "ListenAddress 0.0.0.0" not in conf
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a localhost\nb localhost\n", "same ssh target"),
+    ("a localhost mtu=9\n", "mtu="),
+    ("", "no servers"),
+])
+def test_servers_check_bad_file_is_one_line_and_status_2(tmp_path, capsys, text, message):
+    f = tmp_path / "servers.txt"
+    f.write_text(text)
+    assert cli.main(["servers", "check", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_servers_check_missing_file_is_status_2(tmp_path, capsys):
+    assert cli.main(["servers", "check", str(tmp_path / "none.txt")]) == 2
+    assert "No such file" in capsys.readouterr().err
+
+
+def test_a_late_reply_is_skipped_and_the_next_call_gets_its_own():
+    with AgentLink.start(parse("s1 localhost")[0]) as link:
+        with pytest.raises(AgentError, match="no answer to run within 0 s"):
+            link.call("run", timeout_s=0.2, argv=["sleep", "0.6"])
+        time.sleep(0.8)                                        # the late reply and the next one arrive together
+        assert link.call("run", argv=["echo", "next"])["stdout"] == "next\n"
+
+
+class _Canned:
+    """A link answering version, doctor and nic from fixed replies (the check's verdict logic, no agent)."""
+
+    def __init__(self, commit: str, have: set[str], nic: dict | None):
+        self.replies = {"version": {"commit": commit, "package": "0.1.0", "dirty": False, "kernel": "7.3.4"},
+                        "doctor": {"checks": [{"name": p, "ok": p in have} for p in servers.REPORTED_PROBES]},
+                        "nic": nic}
+
+    def call(self, op, **_):
+        if self.replies[op] is None:
+            raise AgentError(f"s2: {op}: KeyError: no interface here holds 198.19.0.2")
+        return self.replies[op]
+
+
+def test_check_lines_fail_on_another_commit_a_missing_needed_capability_and_an_absent_address(capsys):
+    s2 = parse("s1 localhost\ns2 root@198.19.0.2 mtu=9000")[1]
+    ref = {"commit": "a" * 40, "package": "0.1.0"}
+    rep = servers.Report()
+    servers._per_server(rep, s2, _Canned("b" * 40, {"qdisc:bfifo", "tcp:dctcp"}, None), ref)
+    got = {r.check: r for r in rep.results}
+    assert [c for c in got if not got[c].ok] == ["version", "kernel", "nic"]
+    assert "the reference runs aaaaaaaaaaaa" in got["version"].detail
+    assert "a fabric needs qdisc:htb" in got["kernel"].detail and "2/8 capabilities" in got["kernel"].detail
+    rep = servers.Report()
+    servers._per_server(rep, s2, _Canned("a" * 40, set(servers.REPORTED_PROBES), {"ifname": "eth0", "mtu": 1500}),
+                        ref)
+    assert [(r.check, r.ok) for r in rep.results] == [("version", True), ("kernel", True), ("nic", False)]
+    assert "MTU 1500 (file: 9000)" in rep.results[-1].detail
+    assert len(capsys.readouterr().out.splitlines()) == 6       # one line per check, 3 checks twice
+
+
+def test_clean_servers_dry_run_lists_through_the_local_agent(tmp_path, capsys):
+    f = tmp_path / "servers.txt"
+    f.write_text("server-1 localhost\n")
+    assert cli.main(["clean", "--servers", str(f), "--dry-run"]) == 0
+    line = capsys.readouterr().out.splitlines()[0].split()
+    assert line[:3] == ["server-1", "clean", "ok"] and line[3] in ("would", "nothing")
