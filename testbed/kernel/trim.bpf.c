@@ -5,6 +5,8 @@
  * the UET port, header magic 0x55, type DATA, traffic/uet_packet.py) is cut to Ethernet + IPv4 + UDP + its 72-byte
  * header, FLAG_TRIMMED is set in the header and skb->priority is set to the port's high-priority class (HTB takes a
  * priority of the form <its handle>:<minor> as the class), so the trimmed header does not wait behind the data.
+ * The trimmed packet is redirected to the port's own egress (see uet_trim): the qdisc's idea of its length was taken
+ * before this hook and would still be the untrimmed one.
  *
  * The queue. A tc program cannot read the qdisc's backlog (the skb has not been enqueued yet, and no helper exposes
  * a qdisc's qstats), and a user-space sampler polling the backlog over netlink is milliseconds late, when a shallow
@@ -151,10 +153,8 @@ int uet_trim(struct __sk_buff *skb)
 		q->t_ns = now;
 	}
 	backlog = q->bytes;
-	/* a packet to trim adds only its headers; the others their whole length */
-	if (is_data && backlog >= cfg->threshold_bytes && len > TRIMMED_BYTES)
-		q->bytes += TRIMMED_BYTES;
-	else
+	/* a packet to trim is counted when it comes back trimmed (below); the others with their whole length */
+	if (!(is_data && backlog >= cfg->threshold_bytes && len > TRIMMED_BYTES))
 		q->bytes += len;
 	if (q->bytes > q->peak_bytes)
 		q->peak_bytes = q->bytes;
@@ -171,7 +171,10 @@ int uet_trim(struct __sk_buff *skb)
 		skb->priority = cfg->trim_priority;
 	count(2, 1);
 	count(3, len - TRIMMED_BYTES);
-	return TC_ACT_OK;
+	/* The kernel took the packet's length for the qdisc (qdisc_pkt_len_init) before this hook ran: enqueued now,
+	 * the header would be shaped as the whole packet. Sent to the port's egress again, it is measured anew (and
+	 * passes this program untouched: it is flagged trimmed). */
+	return bpf_redirect(skb->ifindex, 0);
 }
 
 char LICENSE[] SEC("license") = "GPL";

@@ -23,6 +23,10 @@ PROGRAM = "uet_trim"
 STATS = ("packets", "uet_data_packets", "trimmed_packets", "trimmed_bytes_cut", "too_short_to_trim")
 UET_UDP_PORT = 4793  # traffic/uet_packet.py: UEC's port for UET over UDP
 HTB_MAJOR = 1  # testbed/kernel/qdisc.py: every port's HTB is handle 1:
+#: the virtual queue drains at this fraction of the port's configured rate. Draining slower than the port only trims
+#: a little early; draining faster lets the real queue grow unseen until it drops, and an HTB port on a busy machine
+#: sends below its configured rate (its watchdog timer fires late)
+DRAIN_FRACTION = 0.9
 
 
 class _Config(ctypes.Structure):
@@ -61,7 +65,7 @@ class Trimmer:
         """(Re)write the port's drain rate, the threshold and the class trimmed headers go to (0: none)."""
         prio = (HTB_MAJOR << 16 | trim_minor) if trim_minor else 0
         self.obj.update("config", ctypes.c_uint32(0),
-                        _Config(ps_per_byte(rate_mbps), int(threshold_bytes), int(port), prio))
+                        _Config(ps_per_byte(rate_mbps * DRAIN_FRACTION), int(threshold_bytes), int(port), prio))
 
     def close(self) -> None:
         self.obj.close()

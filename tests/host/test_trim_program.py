@@ -23,7 +23,7 @@ from traffic import uet_packet as up
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loads eBPF programs: run as root")
 
-TC_ACT_OK, TC_ACT_SHOT = 0, 2
+TC_ACT_OK, TC_ACT_SHOT, TC_ACT_REDIRECT = 0, 2, 7
 SKB_SIZE, SKB_PRIORITY = 192, 32  # struct __sk_buff: size and the offset of priority (uapi linux/bpf.h)
 THRESHOLD = 10_000
 TRIM_MINOR = 0x11
@@ -101,7 +101,8 @@ def test_above_the_threshold_a_uet_data_packet_leaves_as_its_headers_in_the_prio
     while t.stats()["vq_peak_bytes"] < THRESHOLD:
         _run(fd, f)
     rc, out, priority = _run(fd, f)
-    assert rc == TC_ACT_OK and len(out) == 14 + 20 + 8 + up.HEADER_BYTES == 114
+    # redirected to the port's own egress: enqueued anew, the qdisc measures its new length
+    assert rc == TC_ACT_REDIRECT and len(out) == 14 + 20 + 8 + up.HEADER_BYTES == 114
     assert out[:14] == f[:14]
     ip = out[14:34]
     assert struct.unpack("!H", ip[2:4])[0] == 100 and _ip_checksum(ip) == 0 and ip[:2] == f[14:16]
@@ -111,6 +112,10 @@ def test_above_the_threshold_a_uet_data_packet_leaves_as_its_headers_in_the_prio
     assert priority == (1 << 16) | TRIM_MINOR
     st = t.stats()
     assert st["trimmed_packets"] == 1 and st["trimmed_bytes_cut"] == len(f) - 114
+    peak = st["vq_peak_bytes"]
+    rc, again, priority = _run(fd, out)  # its second pass: through untouched, counted with its trimmed length
+    assert rc == TC_ACT_OK and again == out and t.stats()["trimmed_packets"] == 1
+    assert t.stats()["vq_peak_bytes"] == peak + 114
 
 
 @pytest.mark.parametrize("kind", ["ack", "other_port", "tcp", "header_only"])

@@ -83,8 +83,10 @@ def _run(a: UetTransport, b: UetTransport, reqs, timeout_s: float = 20.0) -> Non
 
 
 def _pair(**relay_kw):
-    a = UetTransport(0, "127.0.0.1", port=0, rto_min_ms=20, entropy_values=4)
-    b = UetTransport(1, "127.0.0.1", port=0)
+    """Rank 0 sends through the relay to rank 1. The delay target is far above what one thread driving both ranks
+    and a relay thread add to the RTT (milliseconds): these tests are about delivery, not about the window."""
+    a = UetTransport(0, "127.0.0.1", port=0, rto_min_ms=20, entropy_values=4, target_delay_us=50_000)
+    b = UetTransport(1, "127.0.0.1", port=0, target_delay_us=50_000)
     addr_a, addr_b = a.listen(), b.listen()
     relay = Relay((addr_b["ip"], addr_b["port"]), **relay_kw)
     a.connect({1: relay.addr})
@@ -135,6 +137,7 @@ def test_without_impairment_nothing_is_retransmitted_and_the_window_grows():
         _run(a, b, reqs)
         assert np.array_equal(got, data)
         ta = a.totals()
+        print(ta)
         assert ta.get("retransmitted_packets", 0) == 0 and ta.get("rto_events", 0) == 0, ta
         assert a.conn_info()[1]["cwnd_bytes"] > 16 * 1500
     finally:
