@@ -32,6 +32,7 @@ message-level rendezvous. One thread, non-blocking sockets and a selector.
 
 from __future__ import annotations
 
+import errno
 import os
 import selectors
 import socket
@@ -115,7 +116,7 @@ class UetTransport(Transport):
     def __init__(self, rank: int, ip: str = "0.0.0.0", cc: str | None = None, dscp: int = 0, sndbuf: int = 0,
                  rcvbuf: int = 0, mtu: int = 1500, entropy_values: int = 8, port: int = up.UET_UDP_PORT,
                  rto_min_ms: float = 20.0, rto_init_ms: float = 100.0, reorder_min_ms: float = 1.0,
-                 target_delay_us: float = 2000.0, init_cwnd_packets: int = 16, max_cwnd_packets: int = 256,
+                 target_delay_us: float = 10_000.0, init_cwnd_packets: int = 16, max_cwnd_packets: int = 256,
                  linger_s: float = 0.3):
         super().__init__(rank)
         if not 0 <= int(dscp) <= 63:
@@ -163,10 +164,21 @@ class UetTransport(Transport):
             except OSError:
                 s.setsockopt(socket.SOL_SOCKET, plain, self.sock_bytes)
 
+    def _bind(self, s: socket.socket) -> None:
+        """The UET port, or (several ranks on one host) the next free one of PORT_SPAN ports above it, which the
+        trimming program recognises too."""
+        for k in range(up.PORT_SPAN if self.port else 1):
+            try:
+                s.bind((self.ip, self.port + k))
+                return
+            except OSError as e:
+                if e.errno != errno.EADDRINUSE or k == up.PORT_SPAN - 1:
+                    raise
+
     def listen(self) -> dict:
         s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         try:
-            s.bind((self.ip, self.port))
+            self._bind(s)
             s.setsockopt(socket.IPPROTO_IP, socket.IP_RECVTOS, 1)
             self._bufsize(s)
             s.setblocking(False)
@@ -536,6 +548,9 @@ class UetTransport(Transport):
             d = {k: float(v) for k, v in p.stats.items()}
             d.update(cwnd_bytes=round(p.cc.cwnd_bytes), srtt_us=round(p.srtt_s * 1e6), rto_ms=self._rto_s(p) * 1e3,
                      inflight_bytes=p.inflight_bytes)
+            # under TCP_INFO's names too, so the run's retransmission/RTT/RTO summary covers this transport
+            d.update(total_retrans=d.get("retransmitted_packets", 0.0), rtt_us=d["srtt_us"],
+                     rto_us=round(d["rto_ms"] * 1e3))
             out[r] = d
         return out
 

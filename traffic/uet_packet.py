@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 MAGIC = 0x55
 UET_UDP_PORT = 4793  # IANA's port for UET over UDP
+PORT_SPAN = 16  # several ranks on one host listen on 4793, 4794, ... (the trimming program matches all of them)
 TYPE_DATA, TYPE_ACK, TYPE_NACK = 1, 2, 3
 FLAG_TRIMMED = 0x01  # set by a switch that cut the payload off (packet trimming)
 FLAG_ECN_ECHO = 0x02  # ACK/NACK: the data packet answered arrived with ECN-CE

@@ -2,9 +2,10 @@
 /* Packet trimming at a switch port (UEC 1.0: a switch that would drop a packet for lack of buffer forwards its
  * headers instead, so the receiver learns of the loss at once and NACKs it). Runs on the clsact egress hook of one
  * port, before the port's HTB and leaf queue: when the port's queue is above a threshold, a UET data packet (UDP to
- * the UET port, header magic 0x55, type DATA, traffic/uet_packet.py) is cut to Ethernet + IPv4 + UDP + its 72-byte
- * header, FLAG_TRIMMED is set in the header and skb->priority is set to the port's high-priority class (HTB takes a
- * priority of the form <its handle>:<minor> as the class), so the trimmed header does not wait behind the data.
+ * the UET port or one of the 15 above it, header magic 0x55, type DATA, traffic/uet_packet.py) is cut to Ethernet +
+ * IPv4 + UDP + its 72-byte header, FLAG_TRIMMED is set in the header and skb->priority is set to the port's
+ * high-priority class (HTB takes a priority of the form <its handle>:<minor> as the class), so the trimmed header
+ * does not wait behind the data.
  * The trimmed packet is redirected to the port's own egress (see uet_trim): the qdisc's idea of its length was taken
  * before this hook and would still be the untrimmed one.
  *
@@ -41,6 +42,7 @@
 #define UDP_OFF (IP_OFF + sizeof(struct iphdr))
 #define UET_OFF (UDP_OFF + sizeof(struct udphdr))
 #define NSTATS 5
+#define UET_PORT_SPAN 16 /* traffic/uet_packet.py PORT_SPAN: ranks sharing a host listen on the next ports */
 
 struct config {
 	__u64 ps_per_byte;
@@ -101,7 +103,7 @@ static __always_inline int uet_data(struct __sk_buff *skb, const struct config *
 		return 0;
 	if (ip->frag_off & bpf_htons(0x3FFF))
 		return 0;
-	if (udp->dest != bpf_htons(cfg->uet_port))
+	if (bpf_ntohs(udp->dest) - cfg->uet_port >= UET_PORT_SPAN) /* unsigned: below the port wraps */
 		return 0;
 	if (uet[0] != UET_MAGIC || uet[1] != UET_TYPE_DATA || (uet[2] & UET_FLAG_TRIMMED))
 		return 0;

@@ -118,19 +118,29 @@ def test_above_the_threshold_a_uet_data_packet_leaves_as_its_headers_in_the_prio
     assert t.stats()["vq_peak_bytes"] == peak + 114
 
 
-@pytest.mark.parametrize("kind", ["ack", "other_port", "tcp", "header_only"])
+@pytest.mark.parametrize("kind", ["ack", "other_port", "past_the_span", "tcp", "header_only"])
 def test_above_the_threshold_what_is_not_a_trimmable_uet_data_packet_passes_whole(prog, kind):
     t, fd = prog
     f, _ = frame()
     while t.stats()["vq_peak_bytes"] < THRESHOLD:
         _run(fd, f)
     other, _ = {"ack": lambda: frame(0, typ=up.TYPE_ACK), "other_port": lambda: frame(dport=4791),
+                "past_the_span": lambda: frame(dport=up.UET_UDP_PORT + up.PORT_SPAN),
                 "tcp": lambda: frame(proto=6), "header_only": lambda: frame(0)}[kind]()
     rc, out, priority = _run(fd, other)
     assert rc == TC_ACT_OK and out == other and priority == 0
     st = t.stats()
     assert st["trimmed_packets"] == 0
     assert st["too_short_to_trim"] == (1 if kind == "header_only" else 0)
+
+
+def test_a_second_rank_on_a_host_listening_on_the_next_port_is_trimmed_too(prog):
+    t, fd = prog
+    f, _ = frame(dport=up.UET_UDP_PORT + up.PORT_SPAN - 1)
+    while t.stats()["vq_peak_bytes"] < THRESHOLD:
+        _run(fd, f)
+    rc, out, _ = _run(fd, f)
+    assert rc == TC_ACT_REDIRECT and len(out) == 114
 
 
 def test_bad_settings_are_refused_before_anything_is_loaded():

@@ -8,6 +8,7 @@ import random
 import pytest
 
 from traffic import uet_packet as up
+from traffic.jobplan import payload_efficiency
 from traffic.uet_cc import Nscc, NsccParams
 from traffic.uet_sack import SACK_BITS, ReceiveWindow, acked, lost
 
@@ -30,6 +31,8 @@ def test_what_is_not_a_uet_packet_is_refused(raw):
 
 def test_payload_fills_the_mtu_after_ipv4_udp_and_the_header():
     assert up.payload_bytes_for(1500) == 1500 - 20 - 8 - 72
+    # the collective's alpha-beta bound counts the same bytes per frame (the shaper sees the Ethernet header too)
+    assert payload_efficiency("uet", 1500) == pytest.approx(up.payload_bytes_for(1500) / 1514)
     with pytest.raises(ValueError):
         up.payload_bytes_for(100)
 
