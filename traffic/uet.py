@@ -28,6 +28,9 @@ Simplified against the specification: one header format for every packet type (u
 packet (no ACK coalescing), no PDC establishment handshake (the PSN spaces start at 0 when the agents connect), no
 receiver-credit (RCCC) or EQDS, no per-EV path-state (EVs are used in turn, none is retired on congestion), no
 message-level rendezvous. One thread, non-blocking sockets and a selector.
+
+This module: sockets, posting, the receiving side and progress; the sending side (window, retransmission, timer,
+ACK/NACK processing) is traffic.uet_tx.
 """
 
 from __future__ import annotations
@@ -37,45 +40,19 @@ import os
 import selectors
 import socket
 import time
-from collections import Counter, deque
+from collections import Counter
 from typing import Any
 
 import numpy as np
 
 from traffic import uet_packet as up
-from traffic import uet_sack
 from traffic.transport import Request, Transport, TransportError
 from traffic.uet_cc import Nscc, NsccParams
+from traffic.uet_tx import PdsSender, PeerState, TxMessage
 
 ECT0, CE = 0x02, 0x03
 _SOCK_BUF_BYTES = 4 << 20
 _RECV_BATCH = 256  # datagrams read per progress round before sending again
-
-
-class _TxMsg:
-    __slots__ = ("req", "buf", "msg_id", "next_off", "unacked", "sent_all")
-
-    def __init__(self, req: Request, msg_id: int):
-        self.req = req
-        self.buf = req.buf
-        self.msg_id = msg_id
-        self.next_off = 0
-        self.unacked = 0
-        self.sent_all = False
-
-
-class _Pkt:
-    __slots__ = ("psn", "msg", "offset", "nbytes", "t_sent_ns", "sends", "in_flight")
-
-    def __init__(self, psn: int, msg: _TxMsg, offset: int, nbytes: int):
-        self.psn, self.msg, self.offset, self.nbytes = psn, msg, offset, nbytes
-        self.t_sent_ns = 0
-        self.sends = 0
-        self.in_flight = False  # counted in the window: sent and neither acknowledged nor known lost
-
-    @property
-    def wire_bytes(self) -> int:
-        return self.nbytes + up.HEADER_BYTES
 
 
 class _RxMsg:
@@ -87,30 +64,7 @@ class _RxMsg:
         self.target = req.buf if req is not None else memoryview(self.held)
 
 
-class _Peer:
-    """Both directions of one peer pair: what this rank sends it (PSNs, window, timers) and receives from it."""
-
-    def __init__(self, rank: int, addr: tuple[str, int], cc: Nscc):
-        self.rank = rank
-        self.addr = addr
-        self.next_psn = 0
-        self.next_msg_id = 0
-        self.sendq: deque[_TxMsg] = deque()
-        self.outstanding: dict[int, _Pkt] = {}
-        self.retxq: deque[int] = deque()
-        self.queued: set[int] = set()
-        self.inflight_bytes = 0
-        self.cc = cc
-        self.srtt_s = 0.0
-        self.rttvar_s = 0.0
-        self.backoff = 1
-        self.next_tx_s = 0.0  # paced (window below one packet): no transmission before this instant
-        self.rx = uet_sack.ReceiveWindow()
-        self.rx_msgs: dict[int, _RxMsg] = {}
-        self.stats: Counter[str] = Counter()
-
-
-class UetTransport(Transport):
+class UetTransport(PdsSender, Transport):
     name = "uet"
 
     def __init__(self, rank: int, ip: str = "0.0.0.0", cc: str | None = None, dscp: int = 0, sndbuf: int = 0,
@@ -143,7 +97,7 @@ class UetTransport(Transport):
         self.sock: socket.socket | None = None
         self.evs: list[socket.socket] = []
         self.ev_next = 0
-        self.peers: dict[int, _Peer] = {}
+        self.peers: dict[int, PeerState] = {}
         self.posted: dict[tuple[int, int], Request] = {}
         self.held: dict[tuple[int, int], np.ndarray] = {}
         self.ready: list[Request] = []
@@ -204,14 +158,14 @@ class UetTransport(Transport):
         if self.sock is None:
             raise TransportError("connect() before listen()")
         for peer, addr in peers.items():
-            self.peers[peer] = _Peer(peer, (addr["ip"], int(addr["port"])), Nscc(self.cc_params))
+            self.peers[peer] = PeerState(peer, (addr["ip"], int(addr["port"])), Nscc(self.cc_params))
 
     def entropy_ports(self) -> list[int]:
         return [e.getsockname()[1] for e in self.evs]
 
     # ---- posting ----
 
-    def _peer(self, peer: int) -> _Peer:
+    def _peer(self, peer: int) -> PeerState:
         p = self.peers.get(peer)
         if p is None:
             raise TransportError(f"rank {self.rank}: no connection to rank {peer}")
@@ -221,7 +175,7 @@ class UetTransport(Transport):
         p = self._peer(peer)
         mv = memoryview(buf).cast("B")
         req = Request("send", peer, tag, len(mv), mv, context=context)
-        p.sendq.append(_TxMsg(req, p.next_msg_id))
+        p.sendq.append(TxMessage(req, p.next_msg_id))
         p.next_msg_id += 1
         self._pump(p)
         return req
@@ -253,124 +207,9 @@ class UetTransport(Transport):
         req.t_done = time.monotonic()
         self.ready.append(req)
 
-    # ---- sending ----
-
-    def _transmit(self, p: _Peer, pkt: _Pkt) -> bool:
-        retx = pkt.sends > 0
-        m = pkt.msg
-        now_ns = time.monotonic_ns()
-        hdr = up.Header(up.TYPE_DATA, up.FLAG_RETX if retx else 0, self.rank, p.rank, pkt.psn, msg_id=m.msg_id,
-                        payload_bytes=pkt.nbytes, tag=m.req.tag, msg_bytes=m.req.nbytes, offset=pkt.offset,
-                        ts_ns=now_ns).pack()
-        ev = self.evs[self.ev_next]
-        try:
-            ev.sendmsg([hdr, m.buf[pkt.offset:pkt.offset + pkt.nbytes]], [], 0, p.addr)
-        except (BlockingIOError, InterruptedError):
-            self.stats["send_blocked"] += 1
-            return False
-        except OSError as e:
-            raise TransportError(f"rank {self.rank}: send to rank {p.rank}: {e}") from None
-        self.ev_next = (self.ev_next + 1) % self.n_ev
-        pkt.t_sent_ns = now_ns
-        pkt.sends += 1
-        if not pkt.in_flight:
-            pkt.in_flight = True
-            p.inflight_bytes += pkt.wire_bytes
-        p.stats["retransmitted_packets" if retx else "data_packets"] += 1
-        if retx:
-            p.stats["retransmitted_bytes"] += pkt.nbytes
-        self.bytes_out += pkt.nbytes
-        return True
-
-    def _pump(self, p: _Peer) -> None:
-        """Send what the window allows: retransmissions first, then new packets of the queued messages in order.
-        Retransmissions take window like new packets (a packet known lost has left it): resent the instant its NACK
-        came, whatever the window, a trimmed packet is trimmed again while the queue stays above the threshold, and
-        the NACK/retransmit loop runs at CPU speed (measured: 170 000 trims in 8 s, the data starved)."""
-        cwnd = p.cc.cwnd_bytes
-        while p.retxq:
-            psn = p.retxq[0]
-            pkt = p.outstanding.get(psn)
-            if pkt is None:  # delivered meanwhile
-                p.retxq.popleft()
-                p.queued.discard(psn)
-                continue
-            if not self._window_allows(p, pkt.wire_bytes, cwnd) or not self._transmit(p, pkt):
-                return
-            p.retxq.popleft()
-            p.queued.discard(psn)
-        while p.sendq:
-            m = p.sendq[0]
-            n = min(self.payload_bytes, m.req.nbytes - m.next_off)
-            pkt = _Pkt(p.next_psn, m, m.next_off, n)
-            if not self._window_allows(p, pkt.wire_bytes, cwnd) or not self._transmit(p, pkt):
-                return
-            p.next_psn += 1
-            p.outstanding[pkt.psn] = pkt
-            m.unacked += 1
-            m.next_off += n
-            if m.next_off >= m.req.nbytes:
-                m.sent_all = True
-                p.sendq.popleft()
-
-    def _window_allows(self, p: _Peer, wire_bytes: int, cwnd: float) -> bool:
-        """Room in the window for a packet of `wire_bytes`. A window below one packet (NSCC's window may shrink below
-        an MTU: N senders sharing a port whose bandwidth-delay product is under N packets) sends one packet at a time,
-        paced to one every srtt * packet / cwnd; otherwise at least one packet may always be in flight."""
-        if cwnd < wire_bytes:
-            now = time.monotonic()
-            if p.inflight_bytes or now < p.next_tx_s:
-                return False
-            p.next_tx_s = now + max(p.srtt_s, self.rto_min_s / 20) * wire_bytes / cwnd
-            return True
-        return not p.inflight_bytes or p.inflight_bytes + wire_bytes <= cwnd
-
-    def _pace_wait_s(self) -> float:
-        now = time.monotonic()
-        waits = [p.next_tx_s - now for p in self.peers.values() if (p.retxq or p.sendq) and p.next_tx_s > now]
-        return min(waits, default=float("inf"))
-
-    def _retransmit(self, p: _Peer, psns, counter: str, front: bool = False) -> None:
-        """Queue `psns` for retransmission: they are known lost, so they leave the window until resent."""
-        for psn in psns:
-            if psn in p.queued:
-                continue
-            pkt = p.outstanding[psn]
-            if pkt.in_flight:
-                pkt.in_flight = False
-                p.inflight_bytes -= pkt.wire_bytes
-            p.queued.add(psn)
-            (p.retxq.appendleft if front else p.retxq.append)(psn)
-            p.stats[counter] += 1
-
-    def _rto_s(self, p: _Peer) -> float:
-        base = self.rto_init_s if p.srtt_s == 0 else max(self.rto_min_s, p.srtt_s + 4 * p.rttvar_s)
-        return base * p.backoff
-
-    def _check_rto(self, now_ns: int) -> float:
-        """Retransmit what the timer says is lost; return the seconds until the next expiry (inf if none)."""
-        nxt = float("inf")
-        for p in self.peers.values():
-            if not p.outstanding:
-                continue
-            rto_ns = int(self._rto_s(p) * 1e9)
-            expired = [psn for psn, k in p.outstanding.items()
-                       if now_ns - k.t_sent_ns >= rto_ns and k.sends and psn not in p.queued]
-            if expired:
-                p.stats["rto_events"] += 1
-                self._retransmit(p, expired, "rto_retransmits")
-                p.cc.on_timeout(now_ns / 1e9)
-                p.backoff = min(p.backoff * 2, 64)
-                self._pump(p)
-                rto_ns = int(self._rto_s(p) * 1e9)
-            oldest = min((k.t_sent_ns for k in p.outstanding.values() if k.sends), default=None)
-            if oldest is not None:
-                nxt = min(nxt, max(0.0, (oldest + rto_ns - now_ns) / 1e9))
-        return nxt
-
     # ---- receiving ----
 
-    def _reply(self, p: _Peer, typ: int, h: up.Header, ce: bool) -> None:
+    def _reply(self, p: PeerState, typ: int, h: up.Header, ce: bool) -> None:
         base, bits = p.rx.sack()
         out = up.Header(typ, up.FLAG_ECN_ECHO if ce else 0, self.rank, p.rank, p.rx.cack_psn, ack_psn=h.psn,
                         msg_id=h.msg_id, sack_psn=base, sack_bitmap=bits, ts_ns=h.ts_ns).pack()
@@ -380,7 +219,7 @@ class UetTransport(Transport):
             p.stats["ack_send_blocked"] += 1  # the sender recovers by its timer or the next ACK's SACK
         p.stats["acks_sent" if typ == up.TYPE_ACK else "nacks_sent"] += 1
 
-    def _on_data(self, p: _Peer, h: up.Header, data: bytes, ce: bool) -> None:
+    def _on_data(self, p: PeerState, h: up.Header, data: bytes, ce: bool) -> None:
         self.t_last_data = time.monotonic()
         if ce:
             p.stats["ce_received"] += 1
@@ -397,7 +236,7 @@ class UetTransport(Transport):
             p.stats["duplicates_received"] += 1
         self._reply(p, up.TYPE_ACK, h, ce)
 
-    def _place(self, p: _Peer, h: up.Header, data: bytes) -> None:
+    def _place(self, p: PeerState, h: up.Header, data: bytes) -> None:
         m = p.rx_msgs.get(h.msg_id)
         if m is None:
             req = self.posted.get((p.rank, h.tag))
@@ -415,7 +254,7 @@ class UetTransport(Transport):
             del p.rx_msgs[h.msg_id]
             self._finish(p, m)
 
-    def _finish(self, p: _Peer, m: _RxMsg) -> None:
+    def _finish(self, p: PeerState, m: _RxMsg) -> None:
         key = (p.rank, m.tag)
         req = m.req
         if req is None:
@@ -432,44 +271,6 @@ class UetTransport(Transport):
         del self.posted[key]
         self.pending_recvs -= 1
         self._done(req)
-
-    def _on_ack(self, p: _Peer, h: up.Header, now_ns: int) -> None:
-        p.stats["acks_received"] += 1
-        ce = bool(h.flags & up.FLAG_ECN_ECHO)
-        if ce:
-            p.stats["ecn_echoes"] += 1
-        done = uet_sack.acked(p.outstanding, h.psn, h.sack_psn, h.sack_bitmap, h.ack_psn)
-        acked_bytes = 0
-        for psn in done:
-            pkt = p.outstanding.pop(psn)
-            if pkt.in_flight:
-                p.inflight_bytes -= pkt.wire_bytes
-            acked_bytes += pkt.wire_bytes
-            m = pkt.msg
-            m.unacked -= 1
-            if m.sent_all and m.unacked == 0:
-                self._done(m.req)
-        rtt_s = (now_ns - h.ts_ns) / 1e9 if 0 < h.ts_ns <= now_ns else None
-        if rtt_s is not None:
-            if p.srtt_s == 0:
-                p.srtt_s, p.rttvar_s = rtt_s, rtt_s / 2
-            else:
-                p.rttvar_s = 0.75 * p.rttvar_s + 0.25 * abs(p.srtt_s - rtt_s)
-                p.srtt_s = 0.875 * p.srtt_s + 0.125 * rtt_s
-        if done:
-            p.backoff = 1
-        p.cc.on_ack(now_ns / 1e9, acked_bytes, rtt_s, ce)
-        reorder_ns = int(max(self.reorder_min_s, p.srtt_s / 4) * 1e9)
-        lost = uet_sack.lost({psn: k.t_sent_ns for psn, k in p.outstanding.items()}, h.ts_ns, reorder_ns)
-        if lost:
-            self._retransmit(p, lost, "fast_retransmits")
-
-    def _on_nack(self, p: _Peer, h: up.Header, now_ns: int) -> None:
-        p.stats["nacks_received"] += 1
-        pkt = p.outstanding.get(h.ack_psn)
-        if pkt is not None and pkt.t_sent_ns == h.ts_ns:  # a NACK of its latest transmission: resend at once
-            self._retransmit(p, [h.ack_psn], "nack_retransmits", front=True)
-        p.cc.on_nack(now_ns / 1e9)
 
     def _recv_all(self) -> None:
         anc = socket.CMSG_SPACE(4)
