@@ -15,7 +15,9 @@ format is traffic.uet_packet; SACK bookkeeping and loss detection are traffic.ue
   with a NACK: the sender retransmits it next, ahead of new data, as soon as its window allows.
 * **Loss recovery.** A packet is retransmitted when NACKed, when a packet sent more than ``reorder`` after it was
   delivered (traffic.uet_sack.lost, RACK's time rule), or on the retransmission timeout (RTO: srtt + 4 rttvar,
-  at least ``rto_min_ms``, doubled on each expiry until an ACK comes; every expiry is counted).
+  at least ``rto_min_ms``, doubled on each expiry until an ACK comes; every expiry is counted). rto_min is 50 ms:
+  with 20 ms, windows ramping in the agents' collectives fired spurious timers (12-22 per rank in a 4-iteration
+  allreduce, each a window cut to the minimum: CCT 2x the bound; 1-6 per rank and 1.3x with 50 ms).
 * **Window.** At most ``cwnd`` bytes (header included) in flight per peer (sent, neither acknowledged nor known
   lost); retransmissions take window too, ahead of new data. cwnd follows traffic.uet_cc.Nscc (ECN-CE echo, delay
   above target, NACK, RTO). No pacing: the window is released as ACKs and NACKs return.
@@ -52,7 +54,7 @@ from traffic.uet_tx import PdsSender, PeerState, TxMessage
 
 ECT0, CE = 0x02, 0x03
 _SOCK_BUF_BYTES = 4 << 20
-_RECV_BATCH = 256  # datagrams read per progress round before sending again
+_RECV_BATCH = 4096  # datagrams read per round: all that is queued, before any timer is judged
 
 
 class _RxMsg:
@@ -69,7 +71,7 @@ class UetTransport(PdsSender, Transport):
 
     def __init__(self, rank: int, ip: str = "0.0.0.0", cc: str | None = None, dscp: int = 0, sndbuf: int = 0,
                  rcvbuf: int = 0, mtu: int = 1500, entropy_values: int = 8, port: int = up.UET_UDP_PORT,
-                 rto_min_ms: float = 20.0, rto_init_ms: float = 100.0, reorder_min_ms: float = 1.0,
+                 rto_min_ms: float = 50.0, rto_init_ms: float = 100.0, reorder_min_ms: float = 1.0,
                  target_delay_us: float = 10_000.0, init_cwnd_packets: int = 16, max_cwnd_packets: int = 256,
                  linger_s: float = 0.3):
         super().__init__(rank)
@@ -209,23 +211,23 @@ class UetTransport(PdsSender, Transport):
 
     # ---- receiving ----
 
-    def _reply(self, p: PeerState, typ: int, h: up.Header, ce: bool) -> None:
+    def _reply(self, p: PeerState, typ: int, h: up.Header, ce: bool, rx_ns: int) -> None:
         base, bits = p.rx.sack()
         out = up.Header(typ, up.FLAG_ECN_ECHO if ce else 0, self.rank, p.rank, p.rx.cack_psn, ack_psn=h.psn,
-                        msg_id=h.msg_id, sack_psn=base, sack_bitmap=bits, ts_ns=h.ts_ns).pack()
+                        msg_id=h.msg_id, offset=rx_ns, sack_psn=base, sack_bitmap=bits, ts_ns=h.ts_ns).pack()
         try:
             self.sock.sendto(out, p.addr)
         except (BlockingIOError, InterruptedError):
             p.stats["ack_send_blocked"] += 1  # the sender recovers by its timer or the next ACK's SACK
         p.stats["acks_sent" if typ == up.TYPE_ACK else "nacks_sent"] += 1
 
-    def _on_data(self, p: PeerState, h: up.Header, data: bytes, ce: bool) -> None:
+    def _on_data(self, p: PeerState, h: up.Header, data: bytes, ce: bool, rx_ns: int) -> None:
         self.t_last_data = time.monotonic()
         if ce:
             p.stats["ce_received"] += 1
         if h.flags & up.FLAG_TRIMMED:
             p.stats["trimmed_received"] += 1
-            self._reply(p, up.TYPE_NACK, h, ce)
+            self._reply(p, up.TYPE_NACK, h, ce, rx_ns)
             return
         if len(data) - up.HEADER_BYTES != h.payload_bytes:
             raise TransportError(f"rank {self.rank}: packet from rank {p.rank} psn {h.psn} has "
@@ -234,7 +236,7 @@ class UetTransport(PdsSender, Transport):
             self._place(p, h, data)
         else:
             p.stats["duplicates_received"] += 1
-        self._reply(p, up.TYPE_ACK, h, ce)
+        self._reply(p, up.TYPE_ACK, h, ce, rx_ns)
 
     def _place(self, p: PeerState, h: up.Header, data: bytes) -> None:
         m = p.rx_msgs.get(h.msg_id)
@@ -296,7 +298,7 @@ class UetTransport(PdsSender, Transport):
                 continue
             now_ns = time.monotonic_ns()
             if h.type == up.TYPE_DATA:
-                self._on_data(p, h, data, tos & 3 == CE)
+                self._on_data(p, h, data, tos & 3 == CE, now_ns)
             elif h.type == up.TYPE_ACK:
                 self._on_ack(p, h, now_ns)
             else:

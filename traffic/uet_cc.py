@@ -4,6 +4,9 @@ Network-Signal-based Congestion Control: a sender-side window driven by ECN mark
 The law here, per ACK of ``acked_bytes`` with a round-trip sample ``rtt_s`` (queueing delay = rtt - base RTT, the
 smallest RTT seen):
 
+(the queueing delay is the one-way delay above its minimum when the ACK carries the arrival time, see
+traffic/uet_packet.py; else the RTT above its minimum)
+
 * unmarked and delay <= target: **proportional increase** + **fair increase**: cwnd grows by
   ``gain * acked * (target - delay) / target`` (fast when queues are empty) plus ``mtu * acked / cwnd`` (one MTU per
   window, as additive increase: what lets competing flows converge);
@@ -52,6 +55,7 @@ class Nscc:
         self.p = p
         self.cwnd_bytes = float(p.init_cwnd_bytes)
         self.base_rtt_s = float("inf")
+        self.base_owd_s = float("inf")
         self.srtt_s = 0.0
         self.last_cut_s = -float("inf")
         self.events: Counter[str] = Counter()
@@ -69,14 +73,21 @@ class Nscc:
         self.events[event] += 1
         return True
 
-    def on_ack(self, now_s: float, acked_bytes: int, rtt_s: float | None, ecn_ce: bool) -> None:
-        """An ACK of `acked_bytes` newly delivered bytes; `rtt_s` the RTT of the packet it answers (None when that
-        was a retransmission: Karn's rule), `ecn_ce` whether that packet arrived marked."""
+    def on_ack(self, now_s: float, acked_bytes: int, rtt_s: float | None, ecn_ce: bool,
+               owd_s: float | None = None) -> None:
+        """An ACK of `acked_bytes` newly delivered bytes; `rtt_s` the RTT of the packet it answers (None if unknown),
+        `ecn_ce` whether that packet arrived marked, `owd_s` its one-way delay when the ACK says it. The queueing
+        delay is the one-way delay above its smallest when given (the forward path's queues only), else the RTT
+        above the smallest RTT."""
         if rtt_s is not None and rtt_s > 0:
             self.base_rtt_s = min(self.base_rtt_s, rtt_s)
             self.srtt_s = rtt_s if self.srtt_s == 0 else 0.875 * self.srtt_s + 0.125 * rtt_s
-        delay = max(0.0, (rtt_s if rtt_s is not None else self.srtt_s) - self.base_rtt_s) \
-            if self.base_rtt_s < float("inf") else 0.0
+        if owd_s is not None and owd_s >= 0:
+            self.base_owd_s = min(self.base_owd_s, owd_s)
+            delay = owd_s - self.base_owd_s
+        else:
+            delay = max(0.0, (rtt_s if rtt_s is not None else self.srtt_s) - self.base_rtt_s) \
+                if self.base_rtt_s < float("inf") else 0.0
         target = self.p.target_delay_s
         if ecn_ce:
             self._cut(now_s, self.p.max_md, "MULTIPLICATIVE_DECREASE")

@@ -17,9 +17,13 @@ Layout (network byte order, HEADER_BYTES = 72):
     8  psn u32 (DATA: its PSN; ACK/NACK: CACK_PSN)
    12  ack_psn u32 (ACK/NACK: the PSN answered)
    16  msg_id u32        20 payload_bytes u32 (DATA: bytes this packet carries, or carried before it was trimmed)
-   24  tag u64           32 msg_bytes u64    40 offset u64
+   24  tag u64           32 msg_bytes u64    40 offset u64 (ACK/NACK: rx_ts_ns, the data packet's arrival time)
    48  sack_psn u32      52 reserved u32     56 sack_bitmap u64
    64  ts_ns u64 (DATA: sender's clock at transmission; ACK/NACK: echoed from the data packet)
+
+Both times are CLOCK_MONOTONIC, one clock for every namespace of the machine (and of the lab VM), so rx_ts_ns -
+ts_ns is the packet's one-way delay: the window reacts to the queues on its own path, not to the queue the ACK met
+on the way back (another flow's data; the spec's NSCC measures RTT, where ACKs have their own traffic class).
 """
 
 from __future__ import annotations

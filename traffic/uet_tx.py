@@ -206,7 +206,8 @@ class PdsSender:
                 p.srtt_s = 0.875 * p.srtt_s + 0.125 * rtt_s
         if done:
             p.backoff = 1
-        p.cc.on_ack(now_ns / 1e9, acked_bytes, rtt_s, ce)
+        owd_s = (h.offset - h.ts_ns) / 1e9 if 0 < h.ts_ns <= h.offset else None
+        p.cc.on_ack(now_ns / 1e9, acked_bytes, rtt_s, ce, owd_s)
         reorder_ns = int(max(self.reorder_min_s, p.srtt_s / 4) * 1e9)
         lost = uet_sack.lost({psn: k.t_sent_ns for psn, k in p.outstanding.items()}, h.ts_ns, reorder_ns)
         if lost:

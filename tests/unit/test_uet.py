@@ -95,6 +95,16 @@ def test_delay_above_target_cuts_by_the_excess_and_only_once_per_rtt():
     assert cc.cwnd_bytes == w and cc.events["NO_CHANGE"] == 1
 
 
+def test_with_one_way_delays_the_queue_on_the_way_back_does_not_cut():
+    cc = Nscc(P)
+    cc.on_ack(0.0, 1000, 0.0001, False, owd_s=0.00005)
+    w = cc.cwnd_bytes
+    cc.on_ack(1.0, 1000, 0.0101, False, owd_s=0.00005)  # RTT +10 ms, all of it on the ACK's way back
+    assert cc.cwnd_bytes > w and cc.events["MULTIPLICATIVE_DECREASE"] == 0
+    cc.on_ack(2.0, 1000, 0.0101, False, owd_s=0.00305)  # 3 ms more on the way there: cut
+    assert cc.events["MULTIPLICATIVE_DECREASE"] == 1
+
+
 def test_ecn_echo_and_nack_cut_by_max_md_and_a_timeout_drops_to_the_minimum():
     cc = Nscc(P)
     cc.on_ack(0.0, 0, 0.0001, True)
