@@ -128,12 +128,13 @@ def _round_ms(rows) -> list[float]:
 
 def test_trimming_answers_the_incast_without_timeouts(star):
     """Measured (host kernel, shared 2-CPU machine with other developers' runs, 6 runs of 20 rounds a side):
-    TCP 42, 44, 47, 53, 55, 60 timeouts (TcpExtTCPTimeouts) with 2383-2568 drops at the port; UET 0 RTOs and 0 drops in all
-    six, 6832-7250 packets trimmed (for 2760 data packets: each packet is trimmed 2.5 times on average, the
-    price of 6 senders whose fair share is below one packet per RTT), every one NACKed and retransmitted. Median
-    round 244-278 ms (TCP, rto_min-bound) vs 133-144 ms (UET); the ratio of medians 1.75-2.01, its 95% interval's
-    low end 1.61-1.78. The counter assertions are exact in every run; the asserted ratio low end (1.3) sits 0.3
-    below the lowest measured, where the intervals are 0.4-0.7 wide: room for a slower, busier machine."""
+    TCP 42, 44, 47, 53, 55, 60 timeouts (TcpExtTCPTimeouts) with 2383-2568 drops at the port; UET 0 RTOs and 0
+    drops in all six, 6832-7250 packets trimmed (for 2760 data packets: each packet is trimmed 2.5 times on
+    average, the price of 6 senders whose fair share is below one packet per RTT), every one NACKed and
+    retransmitted. Median round 244-278 ms (TCP, rto_min-bound) vs 133-144 ms (UET); the ratio of medians
+    1.75-2.01, its 95% interval's low end 1.61-1.78. The counter assertions are exact in every run; the asserted
+    ratio low end (1.3) sits 0.3 below the lowest measured, where the intervals are 0.4-0.7 wide: room for a
+    slower, busier machine."""
     senders = [h for h in star.hosts if h != "r"]
     ends = star.endpoints()
     # kernel TCP, no trimming
