@@ -9,7 +9,8 @@ namespaces and puts no packet on the emulated network), agent <-> controller:
     A: ready {rank, cc}            C: go {t_start}                     (every agent starts at one monotonic instant)
     A: result {rank, ops, tcp_info, verified, mismatches, ...}         C: bye
 
-Data plane: a traffic.transport.Transport (kernel TCP: traffic.tcp). For each iteration of the job plan
+Data plane: a traffic.transport.Transport (kernel TCP: traffic.tcp; RDMA: traffic.rdma; UET over UDP:
+traffic.uet). For each iteration of the job plan
 (traffic.job): sleep the compute time, then walk this rank's DAG of every op: a step starts when its deps are
 complete; its local copy/reduce ops run on real numpy buffers, then its sends and receives are posted at once
 (receives with ``reduce`` land in a staging buffer and are summed in on arrival). After each op the output is
@@ -43,6 +44,7 @@ from traffic.rdma import RdmaTransport
 from traffic.schedule import Schedule, expected_output, random_input
 from traffic.tcp import TcpTransport
 from traffic.transport import Transport, TransportError
+from traffic.uet import UetTransport
 
 EXIT_MISMATCH = 1
 EXIT_ERROR = 3
@@ -204,20 +206,24 @@ def load_job(path: Path, rank: int | None = None) -> tuple[dict, dict[str, Sched
 
 
 def make_transport(kind: str, rank: int, **opts) -> Transport:
-    """'tcp' -> traffic.tcp.TcpTransport(rank, **opts); 'rdma' -> traffic.rdma.RdmaTransport(rank, **opts)."""
+    """'tcp' -> traffic.tcp.TcpTransport(rank, **opts); 'rdma' -> traffic.rdma.RdmaTransport(rank, **opts);
+    'uet' -> traffic.uet.UetTransport(rank, **opts)."""
     if kind == "tcp":
         return TcpTransport(rank, **opts)
     if kind == "rdma":
         return RdmaTransport(rank, **opts)
-    raise ValueError(f"unknown transport {kind!r} (known: tcp, rdma)")
+    if kind == "uet":
+        return UetTransport(rank, **opts)
+    raise ValueError(f"unknown transport {kind!r} (known: tcp, rdma, uet)")
 
 
 def _transport(tr: dict, rank: int, ip: str) -> Transport:
     """The job's transport for this rank, with its congestion control (a host that behaves differently has its own)
-    and the RDMA-only options (traffic.rdma.RdmaTransport)."""
+    and the RDMA-only or UET-only options (traffic.rdma.RdmaTransport, traffic.uet.UetTransport)."""
     cc = tr.get("cc_by_rank", {}).get(str(rank), tr.get("cc"))
     return make_transport(tr.get("kind", "tcp"), rank, ip=ip, cc=cc, dscp=int(tr.get("dscp", 0)),
-                          sndbuf=int(tr.get("sndbuf", 0)), rcvbuf=int(tr.get("rcvbuf", 0)), **tr.get("rdma", {}))
+                          sndbuf=int(tr.get("sndbuf", 0)), rcvbuf=int(tr.get("rcvbuf", 0)), **tr.get("rdma", {}),
+                          **tr.get("uet", {}))
 
 
 def _join(t: Transport, chan: Channel, job: dict, scheds: dict[str, Schedule], rank: int,

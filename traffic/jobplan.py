@@ -237,10 +237,13 @@ def payload_efficiency(transport: str, link_mtu: int, rdma_mtu: int = 0) -> floa
     (seconds per payload byte) must use. HTB counts the Ethernet frame without preamble/FCS.
     TCP: MSS = MTU - 20 (IP) - 20 (TCP) - 12 (timestamps option), frame = MTU + 14 -> 1448/1514 = 0.956 at 1500.
     RoCEv2: payload = the path MTU, frame = payload + 14 (Eth) + 20 (IP) + 8 (UDP) + 12 (BTH) + 4 (ICRC)
-    -> 1024/1082 = 0.946 (rxe's MTU on a 1500-byte link is 1024)."""
+    -> 1024/1082 = 0.946 (rxe's MTU on a 1500-byte link is 1024).
+    UET (traffic.uet): payload = MTU - 20 (IP) - 8 (UDP) - 72 (its header) -> 1400/1514 = 0.925 at 1500."""
     if transport == "rdma":
         pm = rdma_mtu or rxe_mtu_for_netdev(link_mtu)
         return pm / (pm + 58)
+    if transport == "uet":
+        return (link_mtu - 100) / (link_mtu + 14)
     return (link_mtu - 52) / (link_mtu + 14)
 
 

@@ -90,8 +90,9 @@ JOB_PARAMS = [
     P("verify", bool, True, "", "check every rank's result against expected_outputs"),
     P("timeout_s", float, 600.0, "s", "agent start-up, and then the whole job, must each finish within this", min=1,
       max=86_400),
-    P("transport", str, "tcp", "", "data plane of the agents: kernel TCP, or RDMA (RC verbs over an rxe SoftRoCE "
-      "device per host; needs rxe:netns)", choices=("tcp", "rdma")),
+    P("transport", str, "tcp", "", "data plane of the agents: kernel TCP, RDMA (RC verbs over an rxe SoftRoCE "
+      "device per host; needs rxe:netns), or uet (Ultra Ethernet-style reliable unordered delivery over UDP, "
+      "sprayed by entropy value: docs/uet.md)", choices=("tcp", "rdma", "uet")),
     P("rdma_mtu", int, 0, B, "RDMA path MTU (256|512|1024|2048|4096; 0: the rxe port's active MTU, set by the link "
       "MTU)", min=0, max=4096),
     P("rdma_timeout", int, 16, "", "RC local ACK timeout exponent: 4.096 us x 2^value", min=1, max=31),
