@@ -19,14 +19,19 @@ if dpkg-query -W -f='${Status}' openssh-server 2>/dev/null | grep -q "install ok
 fi
 policy=/usr/sbin/policy-rc.d
 ours=0
+cleanup() { [ "$ours" = 1 ] && rm -f "$policy"; return 0; }
+# bash runs an EXIT trap on exit only: a SIGTERM or Ctrl-C must exit first, or the policy (no service may start)
+# would stay on the machine for every later package install. Traps are set before the file is written.
+trap cleanup EXIT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+trap 'exit 130' INT
 if [ ! -e "$policy" ]; then
+  ours=1
   printf '#!/bin/sh\n# written by testbed scripts/install-sshd.sh for one install: start no service\nexit 101\n' \
     > "$policy"
   chmod 755 "$policy"
-  ours=1
 fi
-cleanup() { [ "$ours" = 1 ] && rm -f "$policy"; return 0; }
-trap cleanup EXIT
 say "apt-get install openssh-server (no host sshd is started)"
 export DEBIAN_FRONTEND=noninteractive
 apt-get install -y -qq --no-install-recommends openssh-server >/dev/null 2>&1 || {

@@ -37,8 +37,9 @@ from testbed.kernel import netns
 from testbed.kernel.state import RunState
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-#: the agent's scratch VXLAN device before it moves into its namespace
-_VX_TMP = "tbvxck"
+#: the agent's scratch VXLAN device before it moves into its namespace, named per agent (two checks at once do not
+#: collide) and with the project's link prefix (`testbed clean` removes one a crash left in this namespace)
+_VX_TMP = "tbvx{run_id}"
 
 
 def version() -> dict:
@@ -132,10 +133,15 @@ class Agent:
         netns.create(ns)
         fd = os.open(netns.NETNS_DIR / ns, os.O_RDONLY)
         try:
+            tmp = _VX_TMP.format(run_id=self.state.run_id)
             with netns.ipr(None) as ipr:
-                ipr.link("add", ifname=_VX_TMP, kind="vxlan", vxlan_id=vni, vxlan_local=local, vxlan_group=remote,
+                ipr.link("add", ifname=tmp, kind="vxlan", vxlan_id=vni, vxlan_local=local, vxlan_group=remote,
                          vxlan_port=tunnel.VXLAN_PORT, vxlan_learning=0, mtu=mtu)
-                ipr.link("set", index=ipr.link_lookup(ifname=_VX_TMP)[0], net_ns_fd=fd, ifname="eth0")
+                try:
+                    ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=fd, ifname="eth0")
+                except Exception:  # never leave it in the agent's (a server's own) namespace
+                    ipr.link("del", index=ipr.link_lookup(ifname=tmp)[0])
+                    raise
         finally:
             os.close(fd)
         addr, prefixlen = inner_cidr.split("/")

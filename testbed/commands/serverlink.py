@@ -17,6 +17,7 @@ import selectors
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -55,10 +56,14 @@ class AgentLink:
         self.argv = argv
         self._next_id = 0
         t0 = time.monotonic()
+        # stderr into an unlinked file, not a pipe: nobody reads it while the agent runs, and a pipe that fills
+        # (64 KiB of warnings or a traceback) would block the agent and time out every call
+        self._stderr = tempfile.TemporaryFile()
         try:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
                                          start_new_session=True)
         except OSError as e:
+            self._stderr.close()
             raise AgentError(f"{server.name}: cannot start {argv[0]}: {e.strerror}") from None
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
@@ -112,10 +117,10 @@ class AgentLink:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
         err = ""
-        if self.proc.poll() is not None and self.proc.stderr:
+        if self.proc.poll() is not None:
             with contextlib.suppress(OSError, ValueError):   # ValueError: read after close()
-                lines = [x for x in self.proc.stderr.read().decode(errors="replace").strip().splitlines()
-                         if x.strip()]
+                self._stderr.seek(0)
+                lines = [x for x in self._stderr.read().decode(errors="replace").strip().splitlines() if x.strip()]
                 err = lines[-1] if lines else ""
         return f"status {self.proc.returncode}" + (f": {err}" if err else "")
 
@@ -136,7 +141,7 @@ class AgentLink:
                     self.proc.wait(timeout=5)
                     break
         self._sel.close()
-        for f in (self.proc.stdout, self.proc.stderr):
+        for f in (self.proc.stdout, self._stderr):
             with contextlib.suppress(OSError, ValueError):
                 f.close()
 

@@ -127,6 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--lifetime-s", type=float, default=600.0, help="end after this long whatever happens")
     s.add_argument("--log-level", default="ERROR", help="sshd's LogLevel (its log goes to the command's stderr)")
     args = ap.parse_args(argv)
+    if os.environ.get("TESTBED_IN_VM") != "1":   # set by testbed vm's guest script (testbed.vm.labvm.in_vm)
+        print("sshd: serve runs inside the lab VM only (it puts an address on the first NIC and starts an sshd): "
+              "start it with testbed vm", file=sys.stderr)
+        return 2
     if not Path(SSHD).exists():
         print("sshd: /usr/sbin/sshd missing: run scripts/install.sh (openssh-server)", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import sys
 import time
 
 import pytest
@@ -113,6 +114,21 @@ def test_a_late_reply_is_skipped_and_the_next_call_gets_its_own():
         assert link.call("run", argv=["echo", "next"])["stdout"] == "next\n"
 
 
+def test_an_agent_writing_much_to_stderr_still_answers_and_its_last_line_is_reported():
+    """stderr goes to a file, not a pipe nobody reads: 256 KiB of warnings (four times a pipe's buffer) before the
+    first reply would block the agent with a pipe; when it ends, its last stderr line is in the error."""
+    chatty = ("import sys, json; sys.stderr.write('warning\\n' * 32768); sys.stderr.flush(); "
+              "req = json.loads(sys.stdin.readline()); print(json.dumps({'id': req['id'], 'ok': True, 'result': 1}), "
+              "flush=True); sys.stderr.write('last words\\n'); sys.exit(3)")
+    link = AgentLink(parse("s1 localhost")[0], [sys.executable, "-c", chatty])
+    try:
+        assert link.call("ping", timeout_s=10) == 1
+        with pytest.raises(AgentError, match="status 3: last words"):
+            link.call("ping", timeout_s=10)
+    finally:
+        link.close(grace_s=2)
+
+
 class _Canned:
     """A link answering version, doctor and nic from fixed replies (the check's verdict logic, no agent)."""
 
@@ -150,3 +166,10 @@ def test_clean_servers_dry_run_lists_through_the_local_agent(tmp_path, capsys):
     assert cli.main(["clean", "--servers", str(f), "--dry-run"]) == 0
     line = capsys.readouterr().out.splitlines()[0].split()
     assert line[:3] == ["server-1", "clean", "ok"] and line[3] in ("would", "nothing")
+
+
+def test_sshd_serve_refuses_outside_the_lab_vm(tmp_path, monkeypatch, capsys):
+    """On the host by mistake it would put an address on the first NIC and start an sshd: it refuses, status 2."""
+    monkeypatch.delenv("TESTBED_IN_VM", raising=False)
+    assert sshd.main(["serve", "--folder", str(tmp_path), "--address", "198.19.0.2/24"]) == 2
+    assert "inside the lab VM only" in capsys.readouterr().err
