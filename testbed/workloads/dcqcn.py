@@ -6,12 +6,13 @@ for at the end.
     ... RDMA traffic ...
     summary.update(dc.finish())      # dcqcn_rates.csv, dcqcn.csv, the dcqcn_* numbers (analysis.dcqcn)
 
-What it stands for: the reaction and notification points a RoCE NIC runs in firmware (testbed.kernel.dcqcn: eBPF
-at the host interface's clsact, fq pacing under its shaper), configured with the paper's parameters scaled to the
-emulated line rate (traffic.dcqcn.scaled) unless a parameter is given. Files: ``dcqcn_rates.csv`` (every QP's rate
-state every 50 ms, testbed.measure.dcqcn_rates) and ``dcqcn.csv`` (``host, counter, value``: each host's program
-counters at the end); the summary's numbers are analysis.dcqcn.dcqcn_metrics over those two files. The programs go
-and the hosts' own leaf queues come back at :meth:`DcqcnRun.finish` or at teardown, whichever is first.
+What it stands for: the reaction and notification points a RoCE NIC runs in firmware (testbed.kernel.dcqcn: eBPF at
+the host interface's clsact, fq pacing under its shaper), configured with the paper's parameters scaled to the
+emulated line rate and tuned to the lab VM's feedback loop (:class:`DcqcnSettings`) unless a parameter is given.
+Files: ``dcqcn_rates.csv`` (every QP's rate state every 50 ms, testbed.measure.dcqcn_rates) and ``dcqcn.csv``
+(``host, counter, value``: each host's program counters at the end); the summary's numbers are
+analysis.dcqcn.dcqcn_metrics over those two files. The programs go and the hosts' own leaf queues come back at
+:meth:`DcqcnRun.finish` or at teardown, whichever is first.
 
 Scenarios take :data:`DCQCN_PARAMS` (``--set dcqcn=on`` and the ``dcqcn_*`` knobs); :func:`check_run` refuses what
 cannot work before anything is built.
@@ -35,15 +36,25 @@ from traffic import dcqcn as model
 COUNTER_COLUMNS = ["host", "counter", "value"]
 #: rxe's RC ACK timer must outlast the longest wait a paced packet has in fq (rxe has sent it when fq holds it;
 #: a NIC's rate limiter sits before its transport timer): 4.096 us x 2^19 = 2.1 s
-MIN_RDMA_TIMEOUT = 19
+MIN_RDMA_TIMEOUT = 19  # 128 unacknowledged 1 KiB packets at R_min = 1 Mbit/s: ~1 s
+
+#: the lab's defaults, tuned to the lab VM's feedback loop (docs/dcqcn.md, "Tuning"): the loop a cut closes is not
+#: the ~1 ms RTT but the packets rxe has already handed to fq, stamped at the old rate (up to 128 unacknowledged
+#: packets per QP: ~105 ms at 10 Mbit/s, seconds at a 1 % floor), so the time constants are the paper's x 1000
+#: (N 50 ms, K and T 55 ms), the floor R_min 10 % of the line rate and R_AI 2 % (R_HAI 10 x R_AI, as the paper)
+LAB_TIME_SCALE = 1000
+LAB_MIN_RATE_FRACTION = 0.10
+LAB_AI_RATE_FRACTION = 0.02
+LAB_HAI_RATE_FRACTION = 10 * LAB_AI_RATE_FRACTION
 
 P = Param
 DCQCN_PARAMS = [
     P("dcqcn", str, "off", "", "on: DCQCN (RoCEv2's NIC congestion control, docs/dcqcn.md) on every host's rxe "
       "device: CNPs for CE-marked packets, per-QP rate cuts and recovery, pacing (transport=rdma, switch ports that "
       "mark ECN)", choices=("off", "on")),
-    P("dcqcn_time_scale", int, model.TIME_SCALE, "", "dcqcn: the paper's time constants (microseconds at 40 Gbit/s) "
-      "multiplied by this (the emulated feedback loop is that much slower)", min=1, max=100_000),
+    P("dcqcn_time_scale", int, LAB_TIME_SCALE, "", "dcqcn: the paper's time constants (microseconds at 40 Gbit/s) "
+      "multiplied by this (the emulated feedback loop is that much slower; docs/dcqcn.md, Tuning)", min=1,
+      max=100_000),
     P("dcqcn_cnp_interval_ms", float, 0.0, "ms", "dcqcn: N, np_min_time_between_cnps, also the cut interval "
       "(0: 50 us x time scale)", min=0, max=10_000),
     P("dcqcn_alpha_timer_ms", float, 0.0, "ms", "dcqcn: K, rp_dce_tcp_rtt (0: 55 us x time scale)", min=0,
@@ -52,11 +63,11 @@ DCQCN_PARAMS = [
       max=10_000),
     P("dcqcn_byte_reset_bytes", int, 0, "bytes", "dcqcn: B, rp_byte_reset (0: 2 ms at line rate x time scale)",
       min=0, max=1 << 40),
-    P("dcqcn_ai_rate_mbps", float, 0.0, "Mbit/s", "dcqcn: R_AI, rp_ai_rate (0: 0.1 % of the host line rate)",
+    P("dcqcn_ai_rate_mbps", float, 0.0, "Mbit/s", "dcqcn: R_AI, rp_ai_rate (0: 2 % of the host line rate)",
       min=0, max=100_000),
-    P("dcqcn_hai_rate_mbps", float, 0.0, "Mbit/s", "dcqcn: R_HAI, rp_hai_rate (0: 1 % of the line rate)", min=0,
+    P("dcqcn_hai_rate_mbps", float, 0.0, "Mbit/s", "dcqcn: R_HAI, rp_hai_rate (0: 20 % of the line rate)", min=0,
       max=100_000),
-    P("dcqcn_min_rate_mbps", float, 0.0, "Mbit/s", "dcqcn: R_min, rp_min_rate (0: 1 % of the line rate)", min=0,
+    P("dcqcn_min_rate_mbps", float, 0.0, "Mbit/s", "dcqcn: R_min, rp_min_rate (0: 10 % of the line rate)", min=0,
       max=100_000),
     P("dcqcn_g", int, 4, "1/1024", "dcqcn: g, rp_dce_tcp_g (4 = 1/256)", min=1, max=1023),
     P("dcqcn_threshold", int, 5, "", "dcqcn: F, rp_threshold (fast-recovery events)", min=1, max=31),
@@ -65,9 +76,10 @@ DCQCN_PARAMS = [
 
 @dataclass(frozen=True)
 class DcqcnSettings:
-    """DCQCN's knobs as the run takes them; 0 means "scaled from the paper" (traffic.dcqcn.scaled)."""
+    """DCQCN's knobs as the run takes them: time constants scaled from the paper (traffic.dcqcn.scaled) by
+    ``time_scale``, rates as fractions of the line rate (LAB_*), unless given (0 means "the default")."""
 
-    time_scale: int = model.TIME_SCALE
+    time_scale: int = LAB_TIME_SCALE
     cnp_interval_ms: float = 0.0
     alpha_timer_ms: float = 0.0
     increase_timer_ms: float = 0.0
@@ -92,10 +104,10 @@ class DcqcnSettings:
                               (self.increase_timer_ms, ("increase_timer_ns",))):
                 if ms:
                     over.update({n: round(ms * 1e6) for n in names})
-            for mbps, name in ((self.ai_rate_mbps, "ai_rate_kbps"), (self.hai_rate_mbps, "hai_rate_kbps"),
-                               (self.min_rate_mbps, "min_rate_kbps")):
-                if mbps:
-                    over[name] = max(1, round(mbps * 1000))
+            for mbps, fraction, name in ((self.ai_rate_mbps, LAB_AI_RATE_FRACTION, "ai_rate_kbps"),
+                                         (self.hai_rate_mbps, LAB_HAI_RATE_FRACTION, "hai_rate_kbps"),
+                                         (self.min_rate_mbps, LAB_MIN_RATE_FRACTION, "min_rate_kbps")):
+                over[name] = max(1, round((mbps or line_rate_mbps * fraction) * 1000))
             if self.byte_reset_bytes:
                 over["byte_reset"] = self.byte_reset_bytes
             return dataclasses.replace(base, **over)

@@ -18,7 +18,7 @@ from analysis.load import load_run
 from testbed.errors import UsageError
 from testbed.params import resolve
 from testbed.pfc.run import without_hosts
-from testbed.workloads.dcqcn import DCQCN_PARAMS, DcqcnSettings, check_run
+from testbed.workloads.dcqcn import DCQCN_PARAMS, LAB_TIME_SCALE, DcqcnSettings, check_run
 from traffic.dcqcn import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,9 +30,14 @@ def settings(*sets: str) -> DcqcnSettings:
     return DcqcnSettings.from_params(resolve(DCQCN_PARAMS, list(sets)))
 
 
-def test_the_defaults_are_the_papers_parameters_scaled_to_the_line_rate():
-    assert settings().params(20.0) == scaled(20.0)
-    assert settings("dcqcn_time_scale=200").params(10.0) == scaled(10.0, time_scale=200)
+def test_the_defaults_are_the_papers_time_constants_scaled_and_the_lab_tuned_rates():
+    p = settings().params(20.0)
+    base = scaled(20.0, time_scale=LAB_TIME_SCALE)
+    assert (p.cnp_interval_ns, p.alpha_timer_ns, p.increase_timer_ns, p.byte_reset) == (
+        base.cnp_interval_ns, base.alpha_timer_ns, base.increase_timer_ns, base.byte_reset)
+    assert p.cnp_interval_ns == 50_000_000 and p.line_rate_kbps == 20_000
+    assert (p.min_rate_kbps, p.ai_rate_kbps, p.hai_rate_kbps) == (2000, 400, 4000)  # 10 %, 2 %, 20 %
+    assert settings("dcqcn_time_scale=100").params(10.0).cnp_interval_ns == scaled(10.0).cnp_interval_ns
 
 
 def test_a_given_parameter_replaces_the_scaled_one_and_n_is_also_the_cut_interval():
@@ -40,7 +45,7 @@ def test_a_given_parameter_replaces_the_scaled_one_and_n_is_also_the_cut_interva
                  "dcqcn_g=16", "dcqcn_byte_reset_bytes=64K").params(20.0)
     assert (p.cnp_interval_ns, p.cut_interval_ns, p.increase_timer_ns) == (2_000_000, 2_000_000, 1_500_000)
     assert (p.min_rate_kbps, p.g, p.byte_reset) == (500, 16, 64_000)
-    assert p.alpha_timer_ns == scaled(20.0).alpha_timer_ns  # not given: scaled
+    assert p.alpha_timer_ns == scaled(20.0, time_scale=LAB_TIME_SCALE).alpha_timer_ns  # not given: scaled
 
 
 @pytest.mark.parametrize("change, words", [
