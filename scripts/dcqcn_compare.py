@@ -27,7 +27,7 @@ from testbed.errors import UsageError  # noqa: E402
 from testbed.params import resolve  # noqa: E402
 from testbed.workloads.dcqcn import DCQCN_PARAMS, DcqcnSettings  # noqa: E402
 
-METRICS = ("pause_events", "paused_ms", "peak_backlog_bytes", "cct_s", "utilisation")
+METRICS = ("pause_events", "switch_pause_events", "paused_ms", "peak_backlog_bytes", "cct_s", "utilisation")
 
 
 def settings_of(sets: list[str]) -> DcqcnSettings:

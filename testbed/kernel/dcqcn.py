@@ -195,7 +195,7 @@ class Dcqcn:
 
     def __init__(self, ns: str, ifname: str, ifindex: int, params, obj: BpfObject, leaves: list[Leaf] | None = None):
         self.ns, self.ifname, self.ifindex, self.params, self.obj = ns, ifname, ifindex, params, obj
-        self.leaves = list(leaves or [])  # the queues fq replaced, put back by close()
+        self.leaves = leaves  # the queues fq replaced, put back by close() (None: fq was not installed)
         self.qps: dict[int, tuple[int, str]] = {}
         self.closed = False
 
@@ -261,12 +261,15 @@ class Dcqcn:
         with contextlib.suppress(Exception), netns.ipr_in(self.ns) as ipr:
             with contextlib.suppress(Exception):
                 ipr.tc("del", "clsact", index=self.ifindex)
-            _restore_leaves(ipr, self.ifindex, self.leaves)
+            if self.leaves is not None:
+                _restore_leaves(ipr, self.ifindex, self.leaves)
         self.obj.close()
 
 
-def install(ns: str, ifname: str, params, cnp_dscp: int = CNP_DSCP) -> Dcqcn:
-    """Load the programs for the host in namespace `ns` and attach them, with fq, to its interface `ifname`."""
+def install(ns: str, ifname: str, params, cnp_dscp: int = CNP_DSCP, pace: bool = True) -> Dcqcn:
+    """Load the programs for the host in namespace `ns` and attach them, with fq, to its interface `ifname`.
+    ``pace=False``: no fq (the departure times are then ignored): the programs mark, answer CE with CNPs and count,
+    and the interface's leaf queues stay as they are (e.g. PFC's plug in a lossless class)."""
     obj = BpfObject(compile_object(SOURCE))
     attached, leaves = None, None
     try:
@@ -276,7 +279,8 @@ def install(ns: str, ifname: str, params, cnp_dscp: int = CNP_DSCP) -> Dcqcn:
                 raise OSError(f"no interface {ifname} in {ns}")
             idx = idx[0]
             obj.update("config", ctypes.c_uint32(0), config(params, idx, cnp_dscp))
-            leaves = _fq_leaves(ipr, idx)
+            if pace:
+                leaves = _fq_leaves(ipr, idx)
             ipr.tc("add", "clsact", index=idx)
             attached = idx
             for parent, prog in ((CLSACT_INGRESS, "dcqcn_ingress"), (CLSACT_EGRESS, "dcqcn_egress")):

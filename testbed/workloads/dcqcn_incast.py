@@ -1,8 +1,9 @@
 """A lossless RDMA incast with PFC alone or PFC + DCQCN, on one small fabric (issue 28's "what it shows"):
 two senders on leaf2 (h3, h4) write to h1 on leaf1 with perftest's ib_write_bw (RC RDMA WRITE over SoftRoCE).
 Every port has a lossless class for the RDMA traffic (DSCP 26, PFC on 802.1p priority 3) beside a lossy default
-class (perftest's TCP exchange, ping, the CNPs). PFC pauses switch ports only: the hosts' class holds DCQCN's fq,
-so hosts are never paused in either mode and the two modes differ in DCQCN alone. Every switch port marks ECN at
+class (perftest's TCP exchange, ping, the CNPs). PFC alone pauses every port, the hosts' too; with DCQCN the hosts'
+lossless class holds DCQCN's fq instead of PFC's plug, so PFC pauses switch ports only (each mode at its best: the
+first hop is protected by PFC in one, by DCQCN's rate in the other). Every switch port marks ECN at
 K (DCTCP-style step, K below XOFF, as DCQCN deployments set Kmin under the PFC threshold). h1's downlink is the
 bottleneck; its queue crossing XOFF pauses spine1 -> leaf1, whose queue can pause leaf2 -> spine1.
 
@@ -10,18 +11,19 @@ bottleneck; its queue crossing XOFF pauses spine1 -> leaf1, whose queue can paus
     numbers = run_incast(out_dir, params)                # PFC + DCQCN, on a fabric of its own
     numbers = run_incast(out_dir, params, react=False)   # PFC alone: ECN-capable, no reaction
 
-"PFC alone" still loads the programs, with R_min at the line rate: the senders' packets are ECN-capable (ECT(0)) and
-the receiver sends CNPs, but a cut leaves the rate at the line rate, as a NIC whose reaction point is disabled.
+"PFC alone" still loads the programs, unpaced and with R_min at the line rate: the senders' packets are ECN-capable
+(ECT(0)) and the receiver sends CNPs, but a cut leaves the rate at the line rate, as a NIC whose reaction point is
+disabled.
 Without the programs rxe sends Not-ECT, and a marking queue drops Not-ECT packets above K instead of marking them
-(rxe's go-back-N storms then dominate: a lossless class must not drop); so the switch configuration stays the same
-and the two modes differ in the reaction alone.
+(rxe's go-back-N storms then dominate: a lossless class must not drop); so the switch configuration is the same in
+both modes.
 
-What each run returns (all from the kernel and the maps): ``pause_events`` and ``paused_ms`` (the PFC
-controller's, switch ports), ``peak_backlog_bytes`` (h1's downlink, the controller's 1 ms samples),
-``lossless_drops``, ``cct_s`` (both writers started together, until the last one ends), ``utilisation`` (the bytes
-moved over cct_s, against the bottleneck's rate), ``base_rtt_ms`` (idle ping), the programs' counters (dcqcn_*),
-``jain_last`` (Jain's index of the two flows' Rc over the last third) and the rows of dcqcn_rates.csv. Used by
-tests/integration/test_dcqcn_incast.py and scripts/dcqcn_compare.py.
+What each run returns (all from the kernel and the maps): ``pause_events`` and ``paused_ms`` (the PFC controller's,
+every paused port), ``switch_pause_events`` (those of switch ports), ``peak_backlog_bytes`` (h1's downlink, the
+controller's 1 ms samples), ``lossless_drops``, ``cct_s`` (both writers started together, until the last one ends),
+``utilisation`` (the bytes moved over cct_s, against the bottleneck's rate), ``base_rtt_ms`` (idle ping), the
+programs' counters (dcqcn_*), ``jain_last`` (Jain's index of the two flows' Rc over the last third) and the rows of
+dcqcn_rates.csv. Used by tests/integration/test_dcqcn_incast.py and scripts/dcqcn_compare.py.
 """
 
 from __future__ import annotations
@@ -137,9 +139,11 @@ def _run(fabric, out: str | Path, dcqcn, react: bool) -> dict:
     loaded: dict = {}
     sampler = None
     try:
-        pfc = start_pfc(fabric, rundir, undo.append, interval_ms=1, frames=False, pause_hosts=False)
+        # PFC alone pauses the hosts too (their lossless class holds PFC's plug, the programs do not pace); with
+        # DCQCN that class holds fq, so PFC pauses switch ports only
+        pfc = start_pfc(fabric, rundir, undo.append, interval_ms=1, frames=False, pause_hosts=not react)
         for h in (*SENDERS, RECEIVER):
-            loaded[h] = kdcqcn.install(fabric.ns(h), "eth0", dcqcn)
+            loaded[h] = kdcqcn.install(fabric.ns(h), "eth0", dcqcn, pace=react)
         sampler = DcqcnRates({h: (d, find_device(fabric.host_ip(h))[0], fabric.host_ip(h))
                               for h, d in loaded.items()}, interval_s=0.05, first=SENDERS)
         rtt_ms = base_rtt_ms(fabric)
@@ -147,6 +151,7 @@ def _run(fabric, out: str | Path, dcqcn, react: bool) -> dict:
         cct_s = _writers(fabric, out)
         sampler.stop()
         summary = pfc.finish()
+        switch_pauses = sum(q.pause_events for q in pfc.queues.values() if q.is_switch)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -162,6 +167,7 @@ def _run(fabric, out: str | Path, dcqcn, react: bool) -> dict:
     moved_bits = len(SENDERS) * MESSAGES * MESSAGE_BYTES * 8
     numbers = {"dcqcn": react, "cct_s": cct_s, "base_rtt_ms": rtt_ms,
                "utilisation": moved_bits / cct_s / (BOTTLENECK_MBPS * 1e6), "pause_events": summary["pfc_pause_events"],
+               "switch_pause_events": switch_pauses,
                "paused_ms": summary["pfc_paused_ms_total"], "lossless_drops": summary["lossless_drops"],
                "peak_backlog_bytes": int(down["backlog_bytes"].max()) if len(down) else 0}
     if sampler is not None:  # always, once the programs were loaded
