@@ -51,7 +51,7 @@ def dcqcn_metrics(counters: pd.DataFrame, rates: pd.DataFrame) -> dict:
     if counters.empty:
         return {}
     by = counters.groupby(["host", "counter"])["value"].sum()
-    out: dict = {"dcqcn": "on"}
+    out: dict = {}
     for name in TOTALS:
         out[f"dcqcn_{name}"] = int(counters.loc[counters["counter"] == name, "value"].sum())
     hosts = sorted(counters["host"].astype(str).unique())

@@ -137,7 +137,8 @@ def experiment(p: dict, lab) -> dict:
                         pause_hosts=p["pfc_pause_hosts"])
         lab.progress(f"PFC on DSCP {collective_dscp(p)} (802.1p {PFC_PCP}): XOFF {p['pfc_xoff_bytes']} B, "
                      f"XON {p['pfc_xon_bytes']} B, {len(pfc.queues)} lossless queues")
-    dcqcn = lab.dcqcn(DcqcnSettings.from_params(p)) if p["dcqcn"] == "on" else None  # a thread: after PFC's fork
+    dcqcn = (lab.dcqcn(DcqcnSettings.from_params(p), react=p["dcqcn"] == "on") if p["dcqcn"] != "off"
+             else None)  # a thread: after PFC's fork
     job.run()
     dcqcn_numbers = dcqcn.finish() if dcqcn else {}
     cap_stats = cap.stop() if cap else {}

@@ -51,7 +51,9 @@ P = Param
 DCQCN_PARAMS = [
     P("dcqcn", str, "off", "", "on: DCQCN (RoCEv2's NIC congestion control, docs/dcqcn.md) on every host's rxe "
       "device: CNPs for CE-marked packets, per-QP rate cuts and recovery, pacing (transport=rdma, switch ports that "
-      "mark ECN)", choices=("off", "on")),
+      "mark ECN); mark: the baseline of a comparison, the switches configured alike: the NICs send ECN-capable "
+      "packets and answer CE with CNPs but never slow down or pace (R_min = the line rate), so PFC may pause the "
+      "hosts", choices=("off", "on", "mark")),
     P("dcqcn_time_scale", int, LAB_TIME_SCALE, "", "dcqcn: the paper's time constants (microseconds at 40 Gbit/s) "
       "multiplied by this (the emulated feedback loop is that much slower; docs/dcqcn.md, Tuning)", min=1,
       max=100_000),
@@ -120,17 +122,17 @@ def check_run(p: dict, line_rate_mbps: float) -> None:
     transport than RDMA, switch ports that cannot mark ECN (what DCQCN reacts to), PFC pausing the host NICs (the
     lossless class there holds DCQCN's pacing queue instead of PFC's plug), an RC ACK timeout shorter than a paced
     packet's wait, or DCQCN parameters out of range."""
-    if p.get("dcqcn") != "on":
+    if p.get("dcqcn", "off") == "off":
         return
     if p.get("transport") != "rdma":
-        raise UsageError(f"dcqcn=on needs transport=rdma (DCQCN is RoCE's congestion control; got transport="
+        raise UsageError(f"dcqcn={p['dcqcn']} needs transport=rdma (DCQCN is RoCE's congestion control; got transport="
                          f"{p.get('transport')}; for TCP use cc=dctcp)")
     if not p.get("topology_file"):
         disc = p.get("discipline")
         if disc not in ("red", "step") or (disc == "red" and not p.get("ecn")):
-            raise UsageError("dcqcn=on needs switch ports that mark ECN: discipline=step, or discipline=red with "
-                             "ecn=true")
-    if p.get("pfc") == "on" and p.get("pfc_pause_hosts", True):
+            raise UsageError(f"dcqcn={p['dcqcn']} needs switch ports that mark ECN: discipline=step, or "
+                             "discipline=red with ecn=true")
+    if p.get("dcqcn") == "on" and p.get("pfc") == "on" and p.get("pfc_pause_hosts", True):
         raise UsageError("dcqcn=on with pfc=on needs pfc_pause_hosts=false: a host NIC's lossless class holds "
                          "DCQCN's pacing queue (fq), which cannot also be PFC's plug")
     if p.get("rdma_timeout", MIN_RDMA_TIMEOUT) < MIN_RDMA_TIMEOUT:
@@ -140,15 +142,16 @@ def check_run(p: dict, line_rate_mbps: float) -> None:
 
 
 def dcqcn_needs(p: dict) -> tuple[str, ...]:
-    """dcqcn=on: the pacing qdisc (fq) and the programs' hook (clsact)."""
-    return ("qdisc:fq", "qdisc:clsact") if p.get("dcqcn") == "on" else ()
+    """dcqcn=on: the pacing qdisc (fq) and the programs' hook (clsact); mark: the hook."""
+    return {"on": ("qdisc:fq", "qdisc:clsact"), "mark": ("qdisc:clsact",)}.get(p.get("dcqcn", "off"), ())
 
 
 class DcqcnRun:
     """DCQCN loaded on every host with an rxe device (see the module docstring)."""
 
-    def __init__(self, fabric, rundir, params: model.Params, progress: Callable[[str], None] | None = None):
-        self.fabric, self.rundir, self.params = fabric, rundir, params
+    def __init__(self, fabric, rundir, params: model.Params, progress: Callable[[str], None] | None = None,
+                 react: bool = True):
+        self.fabric, self.rundir, self.params, self.react = fabric, rundir, params, react
         self.progress = progress or (lambda _m: None)
         self.loaded: dict[str, kdcqcn.Dcqcn] = {}
         self.sampler: DcqcnRates | None = None
@@ -158,7 +161,7 @@ class DcqcnRun:
         """The programs on every RDMA host's interface (closed again if one fails)."""
         try:
             for host, (_dev, netdev) in sorted(self.fabric.rxe.items()):
-                self.loaded[host] = kdcqcn.install(self.fabric.ns(host), netdev, self.params)
+                self.loaded[host] = kdcqcn.install(self.fabric.ns(host), netdev, self.params, pace=self.react)
         except BaseException:
             self.close()
             raise
@@ -170,7 +173,8 @@ class DcqcnRun:
         self.sampler = DcqcnRates(hosts, interval_s=0.05)
         self.sampler.start()
         p = self.params
-        self.progress(f"DCQCN on {len(self.loaded)} hosts: line {p.line_rate_kbps / 1e3:g} Mbit/s, N "
+        self.progress(f"DCQCN {'on' if self.react else 'marking only (no reaction, no pacing)'} on "
+                      f"{len(self.loaded)} hosts: line {p.line_rate_kbps / 1e3:g} Mbit/s, N "
                       f"{p.cnp_interval_ns / 1e6:g} ms, K {p.alpha_timer_ns / 1e6:g} ms, T "
                       f"{p.increase_timer_ns / 1e6:g} ms, R_min {p.min_rate_kbps / 1e3:g} Mbit/s")
         return self
@@ -195,6 +199,7 @@ class DcqcnRun:
             self.close()
         self._summary = dcqcn_metrics(load_csv(path, "dcqcn"),
                                       load_csv(self.rundir.path / "dcqcn_rates.csv", "dcqcn_rates"))
+        self._summary["dcqcn"] = "on" if self.react else "mark"
         if self.sampler is not None:
             self._summary["dcqcn_sampler_errors"] = len(self.sampler.errors)
         return dict(self._summary)
@@ -209,13 +214,17 @@ class DcqcnRun:
 
 
 def start_dcqcn(fabric, rundir, on_teardown: Callable[[Callable[[], object]], None], settings: DcqcnSettings,
-                progress: Callable[[str], None] | None = None, start: bool = True) -> DcqcnRun:
+                progress: Callable[[str], None] | None = None, start: bool = True, react: bool = True) -> DcqcnRun:
     """DCQCN on every host of `fabric` with an rxe device, at the host link's rate (see the module docstring).
-    ``start=False``: call :meth:`DcqcnRun.start` later (after forking)."""
+    ``start=False``: call :meth:`DcqcnRun.start` later (after forking). ``react=False``: marking only (dcqcn=mark:
+    ECN-capable packets and CNPs, R_min raised to the line rate, no fq, the hosts' queues untouched)."""
     if not fabric.rxe:
         raise UsageError("dcqcn: the fabric has no rxe devices (a Lab with rxe=True, a run with transport=rdma)")
     line = min(p.rate_mbps for p in fabric.port_plans if p.node in fabric.rxe)  # the host NICs' rate
-    run = DcqcnRun(fabric, rundir, settings.params(line), progress)
+    params = settings.params(line)
+    if not react:
+        params = dataclasses.replace(params, min_rate_kbps=params.line_rate_kbps)
+    run = DcqcnRun(fabric, rundir, params, progress, react)
     on_teardown(run.close)
     run.install()
     return run.start() if start else run

@@ -18,7 +18,7 @@ from analysis.load import load_run
 from testbed.errors import UsageError
 from testbed.params import resolve
 from testbed.pfc.run import without_hosts
-from testbed.workloads.dcqcn import DCQCN_PARAMS, LAB_TIME_SCALE, DcqcnSettings, check_run
+from testbed.workloads.dcqcn import DCQCN_PARAMS, LAB_TIME_SCALE, DcqcnSettings, check_run, dcqcn_needs
 from traffic.dcqcn import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,6 +61,14 @@ def test_what_cannot_work_is_refused_in_one_line(change, words):
     with pytest.raises(UsageError, match=words) as e:
         check_run(p, 20.0)
     assert "\n" not in str(e.value)
+
+
+def test_mark_is_refused_like_on_but_lets_pfc_pause_the_hosts():
+    base = {**resolve(DCQCN_PARAMS, []), **GOOD, "dcqcn": "mark"}
+    check_run({**base, "pfc": "on", "pfc_pause_hosts": True}, 20.0)
+    with pytest.raises(UsageError, match="dcqcn=mark needs transport=rdma"):
+        check_run({**base, "transport": "tcp"}, 20.0)
+    assert dcqcn_needs(base) == ("qdisc:clsact",) and dcqcn_needs({**base, "dcqcn": "on"})[0] == "qdisc:fq"
 
 
 def test_a_working_combination_passes_and_off_checks_nothing():
@@ -111,7 +119,7 @@ def test_the_summary_numbers_come_from_the_counters_and_the_flows_rates():
     rates = rates_frame(rows)
     assert set(flows(rates)["host"]) == {"h1", "h3"}
     m = dcqcn_metrics(counters, rates)
-    assert m["dcqcn"] == "on" and m["dcqcn_cnp_sent"] == 12 and m["dcqcn_rate_cuts"] == 11
+    assert m["dcqcn_cnp_sent"] == 12 and m["dcqcn_rate_cuts"] == 11
     assert m["dcqcn_cnp_received_by_host"] == "h1=7; h3=5" and m["dcqcn_ce_seen"] == 30
     assert m["dcqcn_flows"] == 2 and m["dcqcn_rate_kbps_min"] == 2000
     assert m["dcqcn_rate_kbps_last_mean"] == 10000
