@@ -21,7 +21,7 @@ from testbed.commands import labs as classlabs
 from testbed.kernel import doctor
 
 
-@pytest.mark.parametrize("ref", ["03", "05", "09"])
+@pytest.mark.parametrize("ref", ["03", "05", "09", "15"])
 def test_a_vm_lab_runs_once_complete_with_every_statements_metric(tmp_path, ref):
     lab = classlabs.find(ref)
     missing = doctor.missing(classlabs.needs(lab))
