@@ -82,11 +82,14 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "events": {"t_s": FLOAT, "kind": STR, "target": STR, "detail": STR},
     "ports": {"node": STR, "port": STR, "peer": STR, "tier": STR, "rate_mbps": FLOAT},
     "balancing": {"node": STR, "flowlets": INT, "moved_packets": INT, "packets": INT},
+    "dcqcn": {"host": STR, "counter": STR, "value": INT},
+    "dcqcn_rates": {"t_s": FLOAT, "host": STR, "peer": STR, "rqpn": INT, "rc_kbps": INT, "rt_kbps": INT,
+                    "alpha": FLOAT, "rate_cuts": INT, "cnp_received": INT, "cnp_ignored": INT},
 }
 
 #: Time-series tables (have a ``t_s`` or ``start_s``/``end_s`` on the monotonic clock).
 _TIME_COLUMNS = {"rounds": ("start_s", "end_s"), "ops": ("start_s", "end_s"), "queues": ("t_s",),
-                 "pfc": ("t_s",), "cpu": ("t_s",), "events": ("t_s",)}
+                 "pfc": ("t_s",), "cpu": ("t_s",), "events": ("t_s",), "dcqcn_rates": ("t_s",)}
 
 
 class RunDirError(Exception):
@@ -257,6 +260,9 @@ class Run:
     balancing: pd.DataFrame = field(default_factory=lambda: empty_frame("balancing"))
     #: a fabric split over servers (testbed.network.cluster): per server, its nodes and its tunnels' UDP counters
     servers: pd.DataFrame = field(default_factory=lambda: empty_frame("servers"))
+    #: DCQCN's counters per host at the run's end and every QP's rate over time (runs with dcqcn on)
+    dcqcn: pd.DataFrame = field(default_factory=lambda: empty_frame("dcqcn"))
+    dcqcn_rates: pd.DataFrame = field(default_factory=lambda: empty_frame("dcqcn_rates"))
     #: file names (``"ops.csv"`` ...) that existed in the folder
     present: set[str] = field(default_factory=set)
     #: human-readable notes about anything unusual found while loading

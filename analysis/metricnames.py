@@ -26,6 +26,7 @@ FAMILIES: tuple[str, ...] = (
     r"wire_[a-z0-9_]+",                                   # the packet capture's counters (analysis.capture)
     r"rdma_[a-z0-9_]+",                                   # RDMA devices' recovery counters
     r"pfc_[a-z0-9_]+",                                    # the PFC controller
+    r"dcqcn(_[a-z0-9_]+)?",                               # DCQCN's counters and rates (analysis.dcqcn)
     r"sampler_[a-z0-9_]+",                                # the queue sampler's own timing
     rf"job_[A-Za-z][A-Za-z0-9_-]*_(step_ms|cct_ms)_{_PCT}",  # each job of a jobs run (scenarios/jobs.py)
     r"job_[A-Za-z][A-Za-z0-9_-]*_(overlap|leaves|bound_ms)",

@@ -31,6 +31,7 @@ import pandas as pd
 
 from . import metrics as m
 from .dimensions import comm_by_dimension
+from .dcqcn import dcqcn_metrics
 from .load import IncompleteRunWarning, Run, load_run
 
 __all__ = ["HEADLINE", "collective_metrics", "cpu_metrics", "data_metrics", "headline_ops", "load_quietly",
@@ -253,6 +254,9 @@ def data_metrics(run: Run | str | Path, *, queue_stats: pd.DataFrame | None = No
     out.update(cpu_metrics(run.cpu))
     out.update(balancing_metrics(run.balancing))
     out.update(server_metrics(run.servers))
+    # the numeric ones (the per-host texts and the "on" flag stay summary.json's, written by the run)
+    out.update({k: v for k, v in dcqcn_metrics(run.dcqcn, run.dcqcn_rates).items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return out
 
 

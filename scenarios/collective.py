@@ -20,6 +20,7 @@ import sys
 from testbed.errors import RunFailed, UsageError
 from testbed.params import Param
 from testbed.scenario import Scenario
+from testbed.workloads.dcqcn import DCQCN_PARAMS, DcqcnSettings, check_run as check_dcqcn, dcqcn_needs
 from testbed.workloads.jobfabric import FILE_REPLACES, PFC_PCP, collective_dscp, fabric_summary, leaf_spine
 from testbed.workloads.settings import JOB_PARAMS, CollectiveSettings
 from topologies.mininet_topo import SpecTopo
@@ -56,6 +57,8 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
       "watchdogs do against pause storms (0: off)", min=0, max=60_000),
     P("pfc_watchdog_restore_ms", float, 200.0, "ms", "after a watchdog release, ignore pauses this long", min=0,
       max=60_000),
+    P("pfc_pause_hosts", bool, True, "", "pfc=on: pause the host NICs too (false: switch ports only; needed with "
+      "dcqcn=on, whose pacing queue sits in the host NIC's lossless class)"),
     P("pfc_headroom_bytes", int, 0, B, "buffer above XOFF for what arrives during the controller's reaction (0: all "
       "of buffer_bytes above XOFF)", min=0, max=1 << 30),
     P("isolation", str, "none", "", "background flows (bg_dscp, not the collective's DSCP) in their own class on "
@@ -76,6 +79,7 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
       "overrides included) built instead of the fabric the parameters describe: it replaces "
       f"{', '.join(FILE_REPLACES)} (those must stay unset; its [tcp] congestion_control is the agents' cc; with "
       "pfc=on it must have a lossless class with the collective's DSCP). Empty: built from the parameters"),
+    *DCQCN_PARAMS,  # dcqcn=on and its knobs (testbed.workloads.dcqcn)
 ]
 
 
@@ -100,15 +104,18 @@ def validate(p: dict) -> None:
     if p["loss_percent"] > 0 and p["loss_host"] not in [h.name for h in spec.hosts]:
         raise UsageError(f"loss_host: unknown host {p['loss_host']!r}")
     parse_spec(p["capture"], spec.addresses)
+    check_dcqcn(p, spec.host_link.rate_mbps)
 
 
 def needs_for(p: dict) -> tuple:
     """transport=rdma adds rxe:netns and pyverbs (SoftRoCE across namespaces, the RDMA agents); loss_percent > 0
     adds qdisc:netem, cls:u32 and act:mirred (netem on an IFB fed from the lossy port's ingress); pfc=on adds
-    qdisc:plug (the pause) and the classifier of the DSCP classes."""
+    qdisc:plug (the pause) and the classifier of the DSCP classes; dcqcn=on adds qdisc:fq and qdisc:clsact (the
+    pacing and the programs' hook)."""
     return ((("qdisc:plug", "cls:u32") if p.get("pfc") == "on" else ())
             + (("rxe:netns", "pyverbs") if p.get("transport") == "rdma" else ())
-            + (("qdisc:netem", "cls:u32", "act:mirred") if (p.get("loss_percent") or 0) > 0 else ()))
+            + (("qdisc:netem", "cls:u32", "act:mirred") if (p.get("loss_percent") or 0) > 0 else ())
+            + dcqcn_needs(p))
 
 
 def experiment(p: dict, lab) -> dict:
@@ -126,16 +133,21 @@ def experiment(p: dict, lab) -> dict:
     if p["pfc"] == "on":  # the controller forks now, before the agents and the sampler add threads
         pfc = start_pfc(lab.net.fabric, lab.rundir, lab.on_teardown, interval_ms=1, frames=True,
                         watchdog_ms=p["pfc_watchdog_ms"], watchdog_restore_ms=p["pfc_watchdog_restore_ms"],
-                        write_queues=not p["sample_interval_ms"])  # the sampler's queues.csv covers every port
+                        write_queues=not p["sample_interval_ms"],  # the sampler's queues.csv covers every port
+                        pause_hosts=p["pfc_pause_hosts"])
         lab.progress(f"PFC on DSCP {collective_dscp(p)} (802.1p {PFC_PCP}): XOFF {p['pfc_xoff_bytes']} B, "
                      f"XON {p['pfc_xon_bytes']} B, {len(pfc.queues)} lossless queues")
+    dcqcn = (lab.dcqcn(DcqcnSettings.from_params(p), react=p["dcqcn"] == "on") if p["dcqcn"] != "off"
+             else None)  # a thread: after PFC's fork
     job.run()
+    dcqcn_numbers = dcqcn.finish() if dcqcn else {}
     cap_stats = cap.stop() if cap else {}
     summary = {**job.summary(), "loss_percent": p["loss_percent"], **fabric_summary(p, spec)}
     if pfc:
         summary.update(pfc="on", **pfc.finish())
     if cap:
         summary.update(wire_summary(cap, cap_stats, lab.progress, "collective"))
+    summary.update(dcqcn_numbers)
     if not summary["data_verified"]:
         lab.rundir.finish(summary)  # keep the evidence, then fail the run (exit status 1; teardown still runs)
         raise RunFailed(f"collective: data verification failed: {summary['mismatches']}")

@@ -30,6 +30,7 @@ tcp_info.csv (testbed.workloads.collective).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -53,6 +54,7 @@ from testbed.network.cluster import SERVER_COLUMNS, place, server_rows
 from testbed.network.net import TestbedCLI, TestbedNet
 from testbed.params import SEED_HELP, SEED_MAX
 from testbed.rundir import RunDir, check_out_dir, default_out
+from testbed.workloads.dcqcn import DcqcnRun, DcqcnSettings, start_dcqcn
 from testbed.workloads.handles import Burst, Collective, Flows, TrafficFiles, host_name, run_burst, start_flows
 from testbed.workloads.program import Program
 from testbed.workloads.settings import CollectiveSettings, Form, settings_for
@@ -297,6 +299,23 @@ class Lab:
         (at ``summary()``; testbed.workloads.collective)."""
         job = Collective(self, settings_for(what, **fields))
         return job.run() if run else job
+
+    def dcqcn(self, settings: DcqcnSettings | None = None, react: bool = True, **fields: Any) -> DcqcnRun:
+        """DCQCN (RoCEv2's NIC congestion control, docs/dcqcn.md) on every host's rxe device (``rxe=True``): CNPs
+        for CE-marked packets, per-QP rate cuts and recovery, fq pacing on the host NICs. ``fields``:
+        :class:`~testbed.workloads.dcqcn.DcqcnSettings`' (``time_scale``, ``cnp_interval_ms``, ... ; 0 = scaled
+        from the paper). The switch ports must mark ECN (RED with ecn, or step). Returns the running
+        :class:`~testbed.workloads.dcqcn.DcqcnRun`; when the lab ends (or at its ``finish()``) dcqcn_rates.csv and
+        dcqcn.csv are written, the dcqcn_* numbers go into the summary, the programs go and the hosts' queues come
+        back. Start PFC (testbed.pfc.run.start_pfc, with ``pause_hosts=False``) first: this starts a thread.
+        ``react=False``: marking only, the baseline of a comparison (ECN-capable packets, CNPs, no rate change)."""
+        try:
+            settings = dataclasses.replace(settings or DcqcnSettings(), **fields)
+        except TypeError as e:
+            raise UsageError(f"dcqcn: {e}") from None
+        run = start_dcqcn(self.net.fabric, self.rundir, self.on_teardown, settings, self.progress, react=react)
+        self.on_teardown(lambda: self.summary.update(run.finish()))
+        return run
 
     # ---- faults ----
 

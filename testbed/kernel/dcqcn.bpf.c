@@ -9,7 +9,7 @@
  *                  has no use for it).
  *   dcqcn_egress   a CNP_MARK clone is rewritten into the CNP (addresses swapped, BTH opcode 0x81, destination QP
  *                  = the sender's QPN from the QP map, 16 reserved bytes, ICRC left zero) and sent unpaced;
- *                  every other RoCE packet of a QP with a rate state gets ECT(0) and a departure time
+ *                  every other RoCE packet gets ECT(0), and one of a QP with a rate state a departure time
  *                  (skb->tstamp, Earliest Departure Time) that the fq qdisc on the interface honours.
  *
  * The rate state machine is the one of traffic/dcqcn.py (the oracle; the same integer arithmetic, the same lazy
@@ -505,17 +505,19 @@ int dcqcn_egress(struct __sk_buff *skb)
 	b = roce_bth(skb, &ip);
 	if (!b || b->opcode == BTH_OPCODE_CNP)
 		return TC_ACT_OK;
-	key.peer_ip = ip->daddr;
-	key.rqpn = bth_qpn(b);
-	s = bpf_map_lookup_elem(&rp, &key);
-	if (!s)
-		return TC_ACT_OK;
-	if ((ip->tos & 3) == 0) {	/* ECT(0), as a NIC with RoCE congestion control sends */
+	/* ECT(0) on every RoCE packet, as a NIC with RoCE congestion control on the priority sends: also before the
+	 * QP is mapped (a Not-ECT packet is dropped, not marked, by a RED queue above its threshold) */
+	if ((ip->tos & 3) == 0) {
 		__u16 old = *(__u16 *)ip;
 
 		ip->tos |= 2;
 		ip_csum_replace(ip, old, *(__u16 *)ip);
 	}
+	key.peer_ip = ip->daddr;
+	key.rqpn = bth_qpn(b);
+	s = bpf_map_lookup_elem(&rp, &key);
+	if (!s)
+		return TC_ACT_OK;
 	now = bpf_ktime_get_ns();
 	bpf_spin_lock(&s->lock);
 	t = departure(s, c, now, skb->len);

@@ -5,7 +5,8 @@ the QP's packets paced), here on the host's own interface, the one rxe sends thr
 
 On that interface: clsact with ``dcqcn_ingress`` and ``dcqcn_egress`` (cls_bpf, direct action), and the ``fq``
 qdisc, which releases each packet at the departure time the egress program wrote into skb->tstamp (Earliest
-Departure Time). Under the port's HTB shaper fq replaces every leaf queue; on an unshaped interface it is the root.
+Departure Time). Under the port's HTB shaper fq replaces every (drop-tail) leaf queue, put back on close; on an
+unshaped interface it is the root.
 fq's ``flow_limit`` (packets per flow) is raised above what rxe keeps in flight per QP, so a slowed QP waits in fq
 instead of being dropped there. The maps stay open in this process: :meth:`Dcqcn.sync` writes the QP map from the
 hosts' RDMA netlink tables (testbed.kernel.rdma_qps), :meth:`Dcqcn.stats` and :meth:`Dcqcn.rates` read them."""
@@ -130,23 +131,73 @@ class RateSample:
     dropped_events: int
 
 
-def _fq_leaves(ipr, idx: int) -> None:
-    """fq under every class of the port's HTB (the leaf queues' handles and parents kept), or as the root."""
-    leaves = [(m["handle"], m["parent"]) for m in ipr.get_qdiscs(index=idx)
-              if m["parent"] != 0xFFFFFFFF and (m["parent"] >> 16) == 1]
+@dataclass(frozen=True)
+class Leaf:
+    """A leaf queue fq replaced, as it was: put back when DCQCN goes (the fabric's own drop-tail queue)."""
+
+    parent: int
+    handle: int
+    kind: str  # bfifo (limit in bytes) or pfifo (packets)
+    limit: int
+
+
+#: the leaf kinds fq may replace and :meth:`Dcqcn.close` puts back: a host NIC's drop-tail queue
+RESTORABLE = ("bfifo", "pfifo")
+
+
+def _leaves(ipr, idx: int) -> list[Leaf]:
+    """The leaf queues under the port's HTB (parent 1:x). A ValueError for a kind fq could not be undone from."""
+    out = []
+    for m in ipr.get_qdiscs(index=idx):
+        if m["parent"] == 0xFFFFFFFF or (m["parent"] >> 16) != 1:
+            continue
+        kind = m.get_attr("TCA_KIND")
+        if kind not in RESTORABLE:
+            raise ValueError(f"DCQCN paces with fq in place of the host NIC's drop-tail leaf queues; the leaf under "
+                             f"{m['parent'] >> 16:x}:{m['parent'] & 0xFFFF:x} is {kind} (a PFC plug?), which it "
+                             f"could not put back")
+        opts = m.get_attr("TCA_OPTIONS")
+        out.append(Leaf(m["parent"], m["handle"], kind, int(opts["limit"]) if opts is not None else 0))
+    return out
+
+
+def _fq_leaves(ipr, idx: int) -> list[Leaf]:
+    """fq under every class of the port's HTB (in place of the leaf queues, returned to be put back), or as the
+    root where there is no HTB (returned empty: the root goes back to the kernel's default)."""
+    leaves = _leaves(ipr, idx)
     if not leaves:
         ipr.tc("replace", "fq", index=idx, handle="1:", root=True, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
+        return []
+    for leaf in leaves:  # a new handle: the kernel refuses to change a qdisc's kind under its handle
+        ipr.tc("replace", "fq", index=idx, parent=leaf.parent, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
+    return leaves
+
+
+def _restore_leaves(ipr, idx: int, leaves: list[Leaf]) -> None:
+    """The fabric's leaf queues back in fq's place (their handles are free again: fq took new ones); without an
+    HTB (fq was the root) the root qdisc is deleted."""
+    if not leaves:
+        ipr.tc("del", index=idx, root=True)
         return
-    for _, parent in leaves:  # a new handle: the kernel refuses to change a qdisc's kind under its handle
-        ipr.tc("replace", "fq", index=idx, parent=parent, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
+    for leaf in leaves:
+        ipr.tc("replace", leaf.kind, index=idx, parent=leaf.parent, handle=leaf.handle, limit=leaf.limit)
+
+
+def _delete(obj: BpfObject, map_name: str, key) -> bool:
+    L = lib()
+    fn = L.bpf_map_delete_elem
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int, ctypes.c_void_p]
+    return fn(obj.map_fd(map_name), ctypes.byref(key)) == 0
 
 
 class Dcqcn:
     """The programs loaded for one host and attached to its interface."""
 
-    def __init__(self, ns: str, ifname: str, ifindex: int, params, obj: BpfObject):
+    def __init__(self, ns: str, ifname: str, ifindex: int, params, obj: BpfObject, leaves: list[Leaf] | None = None):
         self.ns, self.ifname, self.ifindex, self.params, self.obj = ns, ifname, ifindex, params, obj
+        self.leaves = leaves  # the queues fq replaced, put back by close() (None: fq was not installed)
         self.qps: dict[int, tuple[int, str]] = {}
+        self.closed = False
 
     def add_qp(self, lqpn: int, rqpn: int, peer_ip: str) -> bool:
         """Map local QP `lqpn` to `rqpn` at `peer_ip` and give it a rate state at the line rate (kept if it has
@@ -162,8 +213,19 @@ class Dcqcn:
         self.qps[lqpn] = (rqpn, peer_ip)
         return True
 
-    def sync(self, pairs: list[tuple[int, int, str]]) -> int:
-        """The QP map from testbed.kernel.rdma_qps.pair_qps's entries for this host; how many QPs were new."""
+    def drop_qp(self, lqpn: int) -> None:
+        """Forget local QP `lqpn` (destroyed): its map entry and its rate state go, so a later QP that reuses the
+        numbers starts at the line rate, as a NIC's new QP context does."""
+        rqpn, peer_ip = self.qps.pop(lqpn)
+        _delete(self.obj, "qpmap", ctypes.c_uint32(lqpn))
+        _delete(self.obj, "rp", RpKey(ip_key(peer_ip), rqpn))
+
+    def sync(self, pairs: list[tuple[int, int, str]], live: set[int] | None = None) -> int:
+        """The QP map from testbed.kernel.rdma_qps.pair_qps's entries for this host; how many QPs were new.
+        `live`: the local QPNs the device still lists; mapped QPs not among them are dropped."""
+        if live is not None:
+            for lqpn in [q for q in self.qps if q not in live]:
+                self.drop_qp(lqpn)
         return sum(self.add_qp(lqpn, rqpn, peer) for lqpn, rqpn, peer in pairs)
 
     def stats(self) -> dict[str, int]:
@@ -191,18 +253,25 @@ class Dcqcn:
         return out
 
     def close(self) -> None:
-        """Detach (the clsact qdisc and its filters go) and unload. fq stays under the host NIC's HTB classes until
-        the fabric is torn down: without departure times it sends in order, but its packet limits replace the
-        leaf's byte limit (putting the fabric's own leaf queue back is part of wiring DCQCN into runs)."""
+        """Detach (the clsact qdisc and its filters go), put the leaf queues fq replaced back, unload. Idempotent;
+        every step is tried whatever the one before did (a namespace already gone takes its qdiscs with it)."""
+        if self.closed:
+            return
+        self.closed = True
         with contextlib.suppress(Exception), netns.ipr_in(self.ns) as ipr:
-            ipr.tc("del", "clsact", index=self.ifindex)
+            with contextlib.suppress(Exception):
+                ipr.tc("del", "clsact", index=self.ifindex)
+            if self.leaves is not None:
+                _restore_leaves(ipr, self.ifindex, self.leaves)
         self.obj.close()
 
 
-def install(ns: str, ifname: str, params, cnp_dscp: int = CNP_DSCP) -> Dcqcn:
-    """Load the programs for the host in namespace `ns` and attach them, with fq, to its interface `ifname`."""
+def install(ns: str, ifname: str, params, cnp_dscp: int = CNP_DSCP, pace: bool = True) -> Dcqcn:
+    """Load the programs for the host in namespace `ns` and attach them, with fq, to its interface `ifname`.
+    ``pace=False``: no fq (the departure times are then ignored): the programs mark, answer CE with CNPs and count,
+    and the interface's leaf queues stay as they are (e.g. PFC's plug in a lossless class)."""
     obj = BpfObject(compile_object(SOURCE))
-    attached = None
+    attached, leaves = None, None
     try:
         with netns.ipr_in(ns) as ipr:
             idx = ipr.link_lookup(ifname=ifname)
@@ -210,19 +279,23 @@ def install(ns: str, ifname: str, params, cnp_dscp: int = CNP_DSCP) -> Dcqcn:
                 raise OSError(f"no interface {ifname} in {ns}")
             idx = idx[0]
             obj.update("config", ctypes.c_uint32(0), config(params, idx, cnp_dscp))
-            _fq_leaves(ipr, idx)
+            if pace:
+                leaves = _fq_leaves(ipr, idx)
             ipr.tc("add", "clsact", index=idx)
             attached = idx
             for parent, prog in ((CLSACT_INGRESS, "dcqcn_ingress"), (CLSACT_EGRESS, "dcqcn_egress")):
                 ipr.tc("add-filter", "bpf", index=idx, parent=parent, prio=1, protocol=ETH_P_ALL,
                        fd=obj.program_fd(prog), name=prog, direct_action=True)
     except BaseException:
-        if attached is not None:  # the clsact we added goes, with whichever filter made it in
-            with contextlib.suppress(Exception), netns.ipr_in(ns) as ipr:
-                ipr.tc("del", "clsact", index=attached)
+        with contextlib.suppress(Exception), netns.ipr_in(ns) as ipr:
+            if attached is not None:  # the clsact we added goes, with whichever filter made it in
+                with contextlib.suppress(Exception):
+                    ipr.tc("del", "clsact", index=attached)
+            if leaves is not None:  # and the leaf queues fq replaced come back
+                _restore_leaves(ipr, idx, leaves)
         obj.close()
         raise
-    return Dcqcn(ns, ifname, idx, params, obj)
+    return Dcqcn(ns, ifname, idx, params, obj, leaves)
 
 
-__all__ = ["CLSACT_INGRESS", "Config", "Dcqcn", "QpPeer", "RateSample", "RpKey", "RpState", "STATS", "install"]
+__all__ = ["CLSACT_INGRESS", "Config", "Dcqcn", "Leaf", "QpPeer", "RateSample", "RpKey", "RpState", "STATS", "install"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from testbed.kernel import PREFIX
+from testbed.kernel import dcqcn as _dcqcn  # noqa: F401  (registers fq)
 from testbed.kernel import flowlet, netns
 from testbed.kernel import tcext  # noqa: F401  (registers red, ets, flower, bfifo)
 from testbed.kernel.cgroup import CpuLimit
@@ -269,6 +270,7 @@ PROBES: list[Probe] = [
     Probe("qdisc:ets", "ETS weighted classes", VM_HINT, _qdisc("ets", bands=2, strict=2)),
     Probe("qdisc:plug", "PFC pause emulation", VM_HINT, _qdisc("plug", limit=10000)),
     Probe("qdisc:clsact", "per-packet spraying hooks", VM_HINT, _qdisc("clsact")),
+    Probe("qdisc:fq", "DCQCN's pacing (departure times)", VM_HINT, _qdisc("fq")),
     Probe("cls:u32", "DSCP classification", VM_HINT,
           _filter("u32", keys=["0x0/0x0+0"], target="1:10")),
     Probe("cls:flower", "flow classification", VM_HINT, _filter("flower", classid=0x10010)),

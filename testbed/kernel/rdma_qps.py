@@ -95,11 +95,18 @@ def devices() -> dict[str, int]:
     return out
 
 
-def qps(device: str) -> list[Qp]:
-    """The QPs of RDMA device `device` (an OSError names a device the kernel does not list)."""
-    index = devices().get(device)
-    if index is None:
-        raise OSError(f"no RDMA device {device!r} (listed: {', '.join(sorted(devices())) or 'none'})")
+def device_index(device: str) -> int:
+    """The kernel's index of RDMA device `device` (an OSError names a device the kernel does not list). A sampler
+    that reads a device's QPs every few milliseconds resolves it once and passes it to :func:`qps`."""
+    listed = devices()
+    if device not in listed:
+        raise OSError(f"no RDMA device {device!r} (listed: {', '.join(sorted(listed)) or 'none'})")
+    return listed[device]
+
+
+def qps(device: str, index: int | None = None) -> list[Qp]:
+    """The QPs of RDMA device `device`, whose index is `index` (None: looked up first, one more netlink dump)."""
+    index = device_index(device) if index is None else index
     req = struct.pack("=HHI", 8, ATTR_DEV_INDEX, index)
     out = []
     for msg in _dump(CMD_RES_QP_GET, req):
@@ -136,4 +143,4 @@ def pair_qps(tables: dict[str, list[Qp]]) -> dict[str, list[tuple[int, int, str]
     return out
 
 
-__all__ = ["Qp", "QPS_RTR", "QPS_RTS", "QPT_RC", "devices", "pair_qps", "qps"]
+__all__ = ["Qp", "QPS_RTR", "QPS_RTS", "QPT_RC", "device_index", "devices", "pair_qps", "qps"]

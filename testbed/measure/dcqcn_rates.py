@@ -3,9 +3,10 @@
 A RoCE NIC knows each QP's peer from the QP's own context; the eBPF reaction and notification points beside rxe
 (testbed/kernel/dcqcn.py) learn it from user space. Every ``interval_s`` this sampler reads the hosts' QP tables
 over RDMA netlink (testbed.kernel.rdma_qps), pairs them (A's local QPN is B's remote QPN and the other way round),
-adds new QPs to each host's map, and reads every QP's rate state under its lock: the rows of dcqcn_rates.csv, the
-per-QP rate a NIC's firmware would show (Rc, Rt, alpha, cuts, CNPs), timestamped with time.monotonic() as every
-run-directory file is. Rows are buffered and written at the end.
+adds new QPs to each host's map and drops the destroyed ones, and reads every QP's rate state under its lock: the
+rows of dcqcn_rates.csv, the per-QP rate a NIC's firmware would show (Rc, Rt, alpha, cuts, CNPs), timestamped with
+time.monotonic() as every run-directory file is. The RDMA devices' indexes are resolved once, at the first round.
+Rows are buffered and written at the end.
 
     with DcqcnRates({"h1": (dcqcn_h1, "rxe_h1", "10.0.0.1"), ...}) as sampler:
         ... RDMA traffic ...
@@ -35,6 +36,7 @@ class DcqcnRates(threading.Thread):
         self.order = sorted(hosts, key=lambda h: (h not in first, h))
         self.rows: list[tuple] = []
         self.errors: list[str] = []
+        self._index: dict[str, int] = {}  # rdma device name -> its index, resolved once (at the first round)
         self._stop_event = threading.Event()
 
     def __enter__(self) -> "DcqcnRates":
@@ -64,10 +66,18 @@ class DcqcnRates(threading.Thread):
     def round(self) -> None:
         """One round: QP tables read and paired, new QPs mapped, every QP's rate state recorded."""
         by_ip = {ip: host for host, (_d, _dev, ip) in self.hosts.items()}
-        pairs = rdma_qps.pair_qps({ip: rdma_qps.qps(dev) for _d, dev, ip in self.hosts.values()})
+        if not self._index:  # one device-list dump per run, not one per device per round
+            listed = rdma_qps.devices()
+            missing = sorted(dev for _d, dev, _ip in self.hosts.values() if dev not in listed)
+            if missing:
+                raise OSError(f"no RDMA device {', '.join(missing)} (listed: {', '.join(sorted(listed)) or 'none'})")
+            self._index = {dev: listed[dev] for _d, dev, _ip in self.hosts.values()}
+        tables = {ip: rdma_qps.qps(dev, self._index[dev]) for _d, dev, ip in self.hosts.values()}
+        pairs = rdma_qps.pair_qps(tables)
         for host in self.order:
             dcqcn, _dev, ip = self.hosts[host]
-            dcqcn.sync(pairs.get(ip, []))
+            # QPs the device no longer lists (destroyed) leave the maps
+            dcqcn.sync(pairs.get(ip, []), live={q.lqpn for q in tables[ip]})
         t = time.monotonic()
         for host in self.order:
             for r in self.hosts[host][0].rates():

@@ -109,15 +109,28 @@ class PfcRun:
         return dict(self._summary)
 
 
+def without_hosts(ctl: PfcController) -> None:
+    """Pause switch ports only: the host NICs' lossless queues leave the controller (and every feeder list), so
+    their leaf queues stay the fabric's (a host NIC pacing its QPs with DCQCN's fq cannot also hold a plug)."""
+    hosts = [k for k, q in ctl.queues.items() if not q.is_switch]
+    for k in hosts:
+        del ctl.queues[k]
+    for q in ctl.queues.values():
+        q.feeders = [f for f in q.feeders if f in ctl.queues]
+
+
 def start_pfc(fabric, rundir, on_teardown: Callable[[Callable[[], object]], None], *, interval_ms: float = 1.0,
               watchdog_ms: float = 0.0, watchdog_restore_ms: float = 200.0, enabled: bool = True,
               frames: bool = True, watch: dict | None = None, write_queues: bool = True,
-              start: bool = True) -> PfcRun:
+              start: bool = True, pause_hosts: bool = True) -> PfcRun:
     """PFC on the fabric's lossless classes for this run (see the module docstring). ``enabled=False`` or a
     fabric without a lossless class: nothing is paused; ``watch`` (``cls, pcp, xoff_bytes, xon_bytes,
-    headroom_bytes``) then says which class to sample. ``start=False``: call :meth:`PfcRun.start` later."""
+    headroom_bytes``) then says which class to sample. ``start=False``: call :meth:`PfcRun.start` later.
+    ``pause_hosts=False``: only switch ports are paused (:func:`without_hosts`)."""
     ctl = PfcController(fabric, interval_s=interval_ms / 1000.0, watchdog_ms=watchdog_ms,
                         watchdog_restore_ms=watchdog_restore_ms, enabled=enabled, frames=frames)
+    if not pause_hosts:
+        without_hosts(ctl)
     if not ctl.queues and watch:
         ctl = watch_class(fabric, interval_s=interval_ms / 1000.0, **watch)
     on_teardown(ctl.close)

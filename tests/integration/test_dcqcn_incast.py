@@ -1,0 +1,43 @@
+"""What DCQCN shows on a lossless RDMA incast (issue 28), in the lab VM: PFC alone against PFC + DCQCN on one fabric
+(testbed.workloads.dcqcn_incast: h3 and h4 on leaf2 each write 1.5 MiB with ib_write_bw to h1 on leaf1, whose
+5 Mbit/s downlink is the bottleneck; a lossless class for the RDMA traffic, switch ports marking ECN at 6 KB, below
+XOFF 30 KB; PFC alone pauses every port, with DCQCN the switch ports only, the hosts' class holding DCQCN's fq).
+
+Asserted on the PFC controller's and the programs' counters, never on one run's timing: with DCQCN the switch ports
+are paused far less often (below PAUSE_RATIO of the PFC-only run's switch-port pause events), CNPs went out and cut
+both senders' rates, nothing in the lossless class was dropped with DCQCN, and the two DCQCN flows share the port:
+Jain's index of their rates, over the last third of the time both ran, at least JAIN_MIN.
+"""
+
+from __future__ import annotations
+
+from testbed.workloads import dcqcn_incast as inc
+from testbed.workloads.dcqcn import DcqcnSettings
+
+#: see the test's docstring for the measured spread these margins come from
+PAUSE_RATIO = 0.5
+JAIN_MIN = 0.9
+
+
+def test_dcqcn_cuts_the_pauses_of_a_lossless_incast_and_shares_the_port_fairly(tmp_path):
+    """Measured in the lab VM (shared 2-CPU host, noisy timings; docs/dcqcn.md "What it shows"): switch-port pause
+    events PFC alone 152-173, with DCQCN 25-41 (ratio of medians 0.16, 95% interval 0.15-0.25; 6 pairs: this test's
+    two and scripts/dcqcn_compare.py's four), no lossless drop with DCQCN in any, Jain 0.968-0.9998. The largest
+    DCQCN/PFC ratio seen, 41/164 = 0.25, is half of PAUSE_RATIO, so one pair per test run. About 60 s in the VM."""
+    params = DcqcnSettings().params(inc.HOST_MBPS)  # the run option's defaults, tuned to the lab VM
+    pfc = inc.run_incast(tmp_path / "pfc", params, react=False)
+    dq = inc.run_incast(tmp_path / "dcqcn", params)
+    print({k: v for k, v in pfc.items()}, {k: v for k, v in dq.items() if k not in ("rates",)})
+    assert pfc["pause_events"] > 0  # without DCQCN the incast drives h1's downlink over XOFF
+    # DCQCN kept the lossless class lossless; PFC alone is not asserted on: in 1 of 4 runs of scripts/dcqcn_compare.py
+    # h1's downlink filled its whole buffer (199 KB) and dropped 50 packets (the controller fell behind)
+    assert dq["lossless_drops"] == 0
+    assert not dq["sampler_errors"], dq["sampler_errors"][:3]
+    assert dq["dcqcn_cnp_sent"] > 0 and dq["dcqcn_cnp_failed"] == 0
+    # CE-marked packets of a QP not mapped yet (the sampler maps within 50 ms of the QP's start): a few, no more
+    assert dq["dcqcn_unknown_qp"] <= 0.05 * dq["dcqcn_ce_seen"]
+    by_host = dict(kv.split("=") for kv in dq["dcqcn_rate_cuts_by_host"].split("; "))
+    assert set(by_host) == set(inc.SENDERS)  # both senders' rates were cut
+    # like for like: the switch ports' pauses (PFC alone also pauses the hosts, with DCQCN they are never paused)
+    assert dq["switch_pause_events"] < PAUSE_RATIO * pfc["switch_pause_events"]
+    assert dq["jain_last"] >= JAIN_MIN
