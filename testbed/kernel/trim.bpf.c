@@ -111,7 +111,9 @@ static __always_inline int uet_data(struct __sk_buff *skb, const struct config *
 }
 
 /* Cut the packet to its headers: change the tail, then the IPv4 total length (and checksum), the UDP length (and a
- * zero checksum: none, allowed over IPv4) and the UET flags. 0 on success. */
+ * zero checksum: none, allowed over IPv4) and the UET flags. 0 on success. The sender sends no UDP checksum either
+ * (SO_NO_CHECK, traffic/uet.py): a checksum the kernel left partial, for a later device to fill in, would be filled
+ * in over the cut packet wrong. */
 static __always_inline int trim(struct __sk_buff *skb)
 {
 	__u16 old_tot, new_tot = bpf_htons(TRIMMED_BYTES - IP_OFF), udp_len = bpf_htons(TRIMMED_BYTES - UDP_OFF);
