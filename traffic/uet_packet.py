@@ -21,9 +21,10 @@ Layout (network byte order, HEADER_BYTES = 72):
    48  sack_psn u32      52 reserved u32     56 sack_bitmap u64
    64  ts_ns u64 (DATA: sender's clock at transmission; ACK/NACK: echoed from the data packet)
 
-Both times are CLOCK_MONOTONIC, one clock for every namespace of the machine (and of the lab VM), so rx_ts_ns -
-ts_ns is the packet's one-way delay: the window reacts to the queues on its own path, not to the queue the ACK met
-on the way back (another flow's data; the spec's NSCC measures RTT, where ACKs have their own traffic class).
+Both times are CLOCK_MONOTONIC, one clock for every namespace of one kernel (the host's, or the lab VM's: the VM
+has its own clock, not the host's), so with both ends on the same kernel rx_ts_ns - ts_ns is the packet's one-way
+delay: the window reacts to the queues on its own path, not to the queue the ACK met on the way back (another
+flow's data; the spec's NSCC measures RTT, where ACKs have their own traffic class).
 """
 
 from __future__ import annotations

@@ -176,7 +176,10 @@ class PdsSender:
                 p.backoff = min(p.backoff * 2, 64)
                 self._pump(p)
                 rto_ns = int(self._rto_s(p) * 1e9)
-            oldest = min((k.t_sent_ns for k in p.outstanding.values() if k.sends), default=None)
+            # a packet queued for retransmission is not timed (its send time is old: timed, the next expiry would be
+            # now, and the caller's select would spin until the window lets it go)
+            oldest = min((k.t_sent_ns for psn, k in p.outstanding.items() if k.sends and psn not in p.queued),
+                         default=None)
             if oldest is not None:
                 nxt = min(nxt, max(0.0, (oldest + rto_ns - now_ns) / 1e9))
         return nxt

@@ -12,13 +12,18 @@
  * The queue. A tc program cannot read the qdisc's backlog (the skb has not been enqueued yet, and no helper exposes
  * a qdisc's qstats), and a user-space sampler polling the backlog over netlink is milliseconds late, when a shallow
  * port fills in a few packet times. So the program keeps a virtual queue of the port: every packet adds its length
- * (after trimming, the trimmed length), and the port drains it at its configured rate (bytes = elapsed time / the
- * time one byte takes, ps_per_byte, written by the loader from the port's HTB rate). It equals the real backlog as
- * long as the port sends at its configured rate whenever it has something to send, which is what HTB does for a
- * single-rate port (a port whose rate changes at run time needs the loader to write the new rate).
+ * (after trimming, the trimmed length) unless the port's buffer (buffer_bytes, the leaf queue's limit, written by
+ * the loader) has no room for it, as the real queue drops it, and the port drains it at its configured rate
+ * (bytes = elapsed time / the time one byte takes, ps_per_byte, written by the loader from the port's HTB rate).
+ * It equals the real backlog as long as the port sends at its configured rate whenever it has something to send,
+ * which is what HTB does for a single-rate port (a port whose rate changes at run time needs the loader to write
+ * the new rate). Drained any slower, it would grow by the difference under sustained full-rate load and never
+ * empty: every UET packet would then be trimmed. A port sending below its rate (HTB's watchdog late on a busy
+ * machine) has a real queue above the virtual one: it trims late, and its buffer may drop.
  *
  * Maps (filled and read by testbed/kernel/trim.py):
- *   config  [0] ps_per_byte, threshold_bytes, uet_port (host order), trim_priority (0: leave skb->priority)
+ *   config  [0] ps_per_byte, threshold_bytes, uet_port (host order), trim_priority (0: leave skb->priority),
+ *           buffer_bytes
  *   vq      [0] virtual queue: bytes, time of the last update, peak bytes; under a spin lock (the port's egress
  *           runs on every CPU)
  *   stats   0 packets, 1 UET data packets, 2 trimmed packets, 3 bytes cut, 4 UET data packets too short to trim
@@ -49,6 +54,7 @@ struct config {
 	__u64 threshold_bytes;
 	__u32 uet_port;
 	__u32 trim_priority;
+	__u64 buffer_bytes;
 };
 
 struct vqueue {
@@ -111,7 +117,9 @@ static __always_inline int uet_data(struct __sk_buff *skb, const struct config *
 }
 
 /* Cut the packet to its headers: change the tail, then the IPv4 total length (and checksum), the UDP length (and a
- * zero checksum: none, allowed over IPv4) and the UET flags. 0 on success. */
+ * zero checksum: none, allowed over IPv4) and the UET flags. 0 on success. The sender sends no UDP checksum either
+ * (SO_NO_CHECK, traffic/uet.py): a checksum the kernel left partial, for a later device to fill in, would be filled
+ * in over the cut packet wrong. */
 static __always_inline int trim(struct __sk_buff *skb)
 {
 	__u16 old_tot, new_tot = bpf_htons(TRIMMED_BYTES - IP_OFF), udp_len = bpf_htons(TRIMMED_BYTES - UDP_OFF);
@@ -155,8 +163,10 @@ int uet_trim(struct __sk_buff *skb)
 		q->t_ns = now;
 	}
 	backlog = q->bytes;
-	/* a packet to trim is counted when it comes back trimmed (below); the others with their whole length */
-	if (!(is_data && backlog >= cfg->threshold_bytes && len > TRIMMED_BYTES))
+	/* a packet to trim is counted when it comes back trimmed (below); the others with their whole length, unless
+	 * the port's buffer has no room for them (the real queue drops them: they never take the wire) */
+	if (!(is_data && backlog >= cfg->threshold_bytes && len > TRIMMED_BYTES) &&
+	    q->bytes + len <= cfg->buffer_bytes)
 		q->bytes += len;
 	if (q->bytes > q->peak_bytes)
 		q->peak_bytes = q->bytes;

@@ -1,11 +1,11 @@
 """Packet trimming at one switch port (the program: trim.bpf.c beside this file; the transport that answers a
 trimmed packet with a NACK: traffic/uet.py). On the port's clsact egress hook, before its HTB and leaf queue, a
 cls_bpf filter in direct-action mode cuts UET data packets to their headers while the port's virtual queue (its
-bytes in minus its rate times time: the program cannot read the qdisc's backlog, see the program's comment) is
-above ``threshold_bytes``, and steers them into the port's high-priority class (``trim_minor``: HTB class
-1:<trim_minor>) when the port has one. A port with a single class still trims: the header then waits in the same
-queue as the data, behind at most the threshold's worth of bytes, and arrives (the NACK is late by that queue, not
-by a timeout); what it cannot get is the priority.
+bytes in, capped at the port's buffer, minus its full rate times time: the program cannot read the qdisc's
+backlog, see the program's comment) is above ``threshold_bytes``, and steers them into the port's high-priority
+class (``trim_minor``: HTB class 1:<trim_minor>) when the port has one. A port with a single class still trims: the
+header then waits in the same queue as the data, behind at most the threshold's worth of bytes, and arrives (the
+NACK is late by that queue, not by a timeout); what it cannot get is the priority.
 
 The maps stay open in this process: the caller reads the counters and the virtual queue's peak at the end."""
 
@@ -23,15 +23,11 @@ PROGRAM = "uet_trim"
 STATS = ("packets", "uet_data_packets", "trimmed_packets", "trimmed_bytes_cut", "too_short_to_trim")
 UET_UDP_PORT = 4793  # traffic/uet_packet.py: UEC's port for UET over UDP
 HTB_MAJOR = 1  # testbed/kernel/qdisc.py: every port's HTB is handle 1:
-#: the virtual queue drains at this fraction of the port's configured rate. Draining slower than the port only trims
-#: a little early; draining faster lets the real queue grow unseen until it drops, and an HTB port on a busy machine
-#: sends below its configured rate (its watchdog timer fires late)
-DRAIN_FRACTION = 0.9
 
 
 class _Config(ctypes.Structure):
     _fields_ = [("ps_per_byte", ctypes.c_uint64), ("threshold_bytes", ctypes.c_uint64),
-                ("uet_port", ctypes.c_uint32), ("trim_priority", ctypes.c_uint32)]
+                ("uet_port", ctypes.c_uint32), ("trim_priority", ctypes.c_uint32), ("buffer_bytes", ctypes.c_uint64)]
 
 
 class _VQueue(ctypes.Structure):
@@ -61,26 +57,36 @@ class Trimmer:
         out["vq_peak_bytes"] = int(q.peak_bytes) if self.obj.lookup("vq", ctypes.c_uint32(0), q) else 0
         return out
 
-    def set_rate(self, rate_mbps: float, threshold_bytes: int, trim_minor: int = 0, port: int = UET_UDP_PORT) -> None:
-        """(Re)write the port's drain rate, the threshold and the class trimmed headers go to (0: none)."""
+    def set_rate(self, rate_mbps: float, threshold_bytes: int, buffer_bytes: int, trim_minor: int = 0,
+                 port: int = UET_UDP_PORT) -> None:
+        """(Re)write the port's drain rate (its full rate: see the program's comment), the threshold, the port's
+        buffer (the virtual queue's cap) and the class trimmed headers go to (0: none)."""
+        _check(threshold_bytes, buffer_bytes)
         prio = (HTB_MAJOR << 16 | trim_minor) if trim_minor else 0
-        self.obj.update("config", ctypes.c_uint32(0),
-                        _Config(ps_per_byte(rate_mbps * DRAIN_FRACTION), int(threshold_bytes), int(port), prio))
+        self.obj.update("config", ctypes.c_uint32(0), _Config(ps_per_byte(rate_mbps), int(threshold_bytes),
+                                                              int(port), prio, int(buffer_bytes)))
 
     def close(self) -> None:
         self.obj.close()
 
 
-def install(ipr, ifindex: int, rate_mbps: float, threshold_bytes: int, trim_minor: int = 0,
-            port: int = UET_UDP_PORT) -> Trimmer:
-    """Load the program (through `ipr`, a socket in the switch's namespace) for port `ifindex`, whose HTB sends at
-    `rate_mbps`, and attach it to the port's egress. `trim_minor`: the HTB class (1:<minor>) for trimmed headers."""
+def _check(threshold_bytes: int, buffer_bytes: int) -> None:
     if threshold_bytes <= 0:
         raise ValueError(f"threshold_bytes must be > 0 (got {threshold_bytes})")
+    if buffer_bytes < threshold_bytes:
+        raise ValueError(f"buffer_bytes ({buffer_bytes}) must be >= threshold_bytes ({threshold_bytes})")
+
+
+def install(ipr, ifindex: int, rate_mbps: float, threshold_bytes: int, buffer_bytes: int, trim_minor: int = 0,
+            port: int = UET_UDP_PORT) -> Trimmer:
+    """Load the program (through `ipr`, a socket in the switch's namespace) for port `ifindex`, whose HTB sends at
+    `rate_mbps` from a leaf queue of `buffer_bytes`, and attach it to the port's egress. `trim_minor`: the HTB class
+    (1:<minor>) for trimmed headers."""
+    _check(threshold_bytes, buffer_bytes)
     obj = BpfObject(compile_object(SOURCE))
     t = Trimmer(obj)
     try:
-        t.set_rate(rate_mbps, threshold_bytes, trim_minor, port)
+        t.set_rate(rate_mbps, threshold_bytes, buffer_bytes, trim_minor, port)
         with contextlib.suppress(Exception):  # a clsact already there (a balancer on the same port) is shared
             ipr.tc("add", "clsact", index=ifindex)
         ipr.tc("add-filter", "bpf", index=ifindex, parent=CLSACT_EGRESS, prio=3, protocol=ETH_P_ALL,

@@ -26,6 +26,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loads eBPF programs: 
 TC_ACT_OK, TC_ACT_SHOT, TC_ACT_REDIRECT = 0, 2, 7
 SKB_SIZE, SKB_PRIORITY = 192, 32  # struct __sk_buff: size and the offset of priority (uapi linux/bpf.h)
 THRESHOLD = 10_000
+BUFFER = 20_000
 TRIM_MINOR = 0x11
 
 
@@ -79,7 +80,7 @@ def frame(payload: int = 1328, typ: int = up.TYPE_DATA, dport: int = up.UET_UDP_
 def prog():
     obj = BpfObject(compile_object(trim.SOURCE))
     t = trim.Trimmer(obj)
-    t.set_rate(0.001, THRESHOLD, TRIM_MINOR)
+    t.set_rate(0.001, THRESHOLD, BUFFER, TRIM_MINOR)
     yield t, obj.program_fd(trim.PROGRAM)
     obj.close()
 
@@ -93,6 +94,14 @@ def test_below_the_threshold_everything_passes_whole_and_fills_the_virtual_queue
     st = t.stats()
     assert st["trimmed_packets"] == 0 and st["uet_data_packets"] == st["packets"] == THRESHOLD // len(f)
     assert st["vq_peak_bytes"] == len(f) * (THRESHOLD // len(f))
+
+
+def test_the_virtual_queue_is_capped_at_the_port_buffer_as_the_real_queue_drops_what_does_not_fit(prog):
+    t, fd = prog
+    f, _ = frame(typ=up.TYPE_ACK)  # never trimmed: only the buffer limits what the queue holds
+    for _ in range(2 * BUFFER // len(f)):
+        assert _run(fd, f)[0] == TC_ACT_OK
+    assert BUFFER - len(f) < t.stats()["vq_peak_bytes"] <= BUFFER
 
 
 def test_above_the_threshold_a_uet_data_packet_leaves_as_its_headers_in_the_priority_class(prog):
@@ -147,4 +156,6 @@ def test_bad_settings_are_refused_before_anything_is_loaded():
     with pytest.raises(ValueError):
         trim.ps_per_byte(0)
     with pytest.raises(ValueError):
-        trim.install(None, 1, 100.0, 0)
+        trim.install(None, 1, 100.0, 0, BUFFER)
+    with pytest.raises(ValueError):
+        trim.install(None, 1, 100.0, THRESHOLD, THRESHOLD - 1)

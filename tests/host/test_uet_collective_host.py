@@ -2,11 +2,14 @@
 over a 2-leaf, 2-spine fabric, every rank's result verified, and its entropy values spray each flow over both
 spines, where kernel TCP keeps a flow on the one path its 5-tuple hashes to.
 
-Asserted from the ports' counters (queues.csv): each leaf's two uplinks each carry at least 5% of the bytes the
-leaf sends up. The ring's one cross-leaf flow per direction uses 16 entropy values (UDP source ports); with
-fib_multipath_hash_policy=1 all 16 land on one spine with probability 2 x 2^-16 per leaf. Measured (one run
-each): 2.52 / 4.46 MB and 3.65 / 3.33 MB for UET (16 EVs; with 8: 6.70 / 2.03 and 5.07 / 3.65 MB), 7.84 / 0.18 MB
-(the ACKs) for TCP. No timing is asserted (one run; docs/uet.md gives the CCT against the bound). About 6 s."""
+Asserted from the ports' counters (queues.csv): each leaf's two uplinks each carry at least 15% of the bytes the
+leaf sends up. Without spraying the other uplink would still carry the ACKs of the flow coming the other way (114 B
+per 1514 B data packet, ~7% of the bytes), so the floor sits well above that. The ring's one cross-leaf flow per
+direction uses 16 entropy values (UDP source ports, new each run) in turn, each a sixteenth of the data; with
+fib_multipath_hash_policy=1 an uplink falls below 15% when it gets at most 2 of them (1 with the ACKs):
+2 x (17 + 120/2) x 2^-16, ~0.24% per leaf, ~0.5% per run. Measured (one run each): 2.52 / 4.46 MB and 3.65 / 3.33
+MB for UET (16 EVs; with 8: 6.70 / 2.03 and 5.07 / 3.65 MB), the smaller uplink's share 23-48%; 7.84 / 0.18 MB (the
+ACKs) for TCP. No timing is asserted (one run; docs/uet.md gives the CCT against the bound). About 6 s."""
 
 from __future__ import annotations
 
@@ -42,5 +45,5 @@ def test_a_uet_allreduce_is_verified_and_sprayed_over_both_spines(tmp_path):
     print(up)
     for leaf in ("leaf1", "leaf2"):
         mine = {k: v for k, v in up.items() if k[0] == leaf}
-        assert len(mine) == 2 and all(v >= 0.05 * sum(mine.values()) for v in mine.values()), mine
+        assert len(mine) == 2 and all(v >= 0.15 * sum(mine.values()) for v in mine.values()), mine
     assert not set(netns.list_ours()) - before  # nothing left behind

@@ -11,6 +11,8 @@ from traffic import uet_packet as up
 from traffic.jobplan import payload_efficiency
 from traffic.uet_cc import Nscc, NsccParams
 from traffic.uet_sack import SACK_BITS, ReceiveWindow, acked, lost
+from traffic.transport import Request
+from traffic.uet_tx import PdsSender, PeerState, TxMessage, TxPacket
 
 
 def test_a_header_packs_to_72_bytes_and_round_trips_every_field():
@@ -131,3 +133,33 @@ def test_the_window_never_exceeds_its_maximum():
 def test_bad_window_parameters_are_refused(kw):
     with pytest.raises(ValueError):
         NsccParams(**kw)
+
+
+class _Timers(PdsSender):
+    """The sender's timer alone: one peer, nothing to pump."""
+
+    def __init__(self):
+        self.rto_init_s = self.rto_min_s = 0.05
+        self.peers = {1: PeerState(1, ("10.0.0.1", up.UET_UDP_PORT), None)}
+
+    def _pump(self, p):
+        pass
+
+
+def _sent(p: PeerState, psn: int, t_ns: int) -> TxPacket:
+    pkt = TxPacket(psn, TxMessage(Request("send", 1, 0, 1000), 0), 0, 1000)
+    pkt.t_sent_ns, pkt.sends = t_ns, 1
+    p.outstanding[psn] = pkt
+    return pkt
+
+
+def test_a_packet_waiting_in_the_retransmit_queue_does_not_make_the_timer_expire_at_once():
+    s = _Timers()
+    p = s.peers[1]
+    _sent(p, 0, 0)  # expired long ago, already queued for retransmission (the window holds it back)
+    p.queued.add(0)
+    p.retxq.append(0)
+    now = 10**9
+    assert s._check_rto(now) == float("inf") and p.stats["rto_events"] == 0
+    _sent(p, 1, now - 10**7)  # in flight, sent 10 ms ago: its timer is the next expiry
+    assert s._check_rto(now) == pytest.approx(0.04)
