@@ -121,7 +121,7 @@ def check_run(p: dict, line_rate_mbps: float) -> None:
     """UsageError (one line) before anything exists when dcqcn=on cannot work with these parameters: another
     transport than RDMA, switch ports that cannot mark ECN (what DCQCN reacts to), PFC pausing the host NICs (the
     lossless class there holds DCQCN's pacing queue instead of PFC's plug), an RC ACK timeout shorter than a paced
-    packet's wait, or DCQCN parameters out of range."""
+    packet's wait (dcqcn=on only: mark installs no fq), or DCQCN parameters out of range."""
     if p.get("dcqcn", "off") == "off":
         return
     if p.get("transport") != "rdma":
@@ -135,7 +135,7 @@ def check_run(p: dict, line_rate_mbps: float) -> None:
     if p.get("dcqcn") == "on" and p.get("pfc") == "on" and p.get("pfc_pause_hosts", True):
         raise UsageError("dcqcn=on with pfc=on needs pfc_pause_hosts=false: a host NIC's lossless class holds "
                          "DCQCN's pacing queue (fq), which cannot also be PFC's plug")
-    if p.get("rdma_timeout", MIN_RDMA_TIMEOUT) < MIN_RDMA_TIMEOUT:
+    if p.get("dcqcn") == "on" and p.get("rdma_timeout", MIN_RDMA_TIMEOUT) < MIN_RDMA_TIMEOUT:  # mark paces nothing
         raise UsageError(f"dcqcn=on needs rdma_timeout >= {MIN_RDMA_TIMEOUT} (an ACK timeout of 2.1 s or more): "
                          f"rxe's ACK timer runs while DCQCN's pacing holds a sent packet (got {p['rdma_timeout']})")
     DcqcnSettings.from_params(p).params(line_rate_mbps)

@@ -18,6 +18,7 @@ from analysis.load import load_run
 from testbed.errors import UsageError
 from testbed.params import resolve
 from testbed.pfc.run import without_hosts
+from testbed.workloads.settings import JOB_PARAMS
 from testbed.workloads.dcqcn import DCQCN_PARAMS, LAB_TIME_SCALE, DcqcnSettings, check_run, dcqcn_needs
 from traffic.dcqcn import scaled
 
@@ -69,6 +70,15 @@ def test_mark_is_refused_like_on_but_lets_pfc_pause_the_hosts():
     with pytest.raises(UsageError, match="dcqcn=mark needs transport=rdma"):
         check_run({**base, "transport": "tcp"}, 20.0)
     assert dcqcn_needs(base) == ("qdisc:clsact",) and dcqcn_needs({**base, "dcqcn": "on"})[0] == "qdisc:fq"
+
+
+def test_the_ack_timeout_rule_is_for_on_only_mark_paces_nothing():
+    default = resolve(JOB_PARAMS, [])["rdma_timeout"]  # a run's ACK timeout when not given (below 19)
+    p = {**resolve(DCQCN_PARAMS, []), **GOOD, "rdma_timeout": default}
+    check_run({**p, "dcqcn": "mark"}, 20.0)
+    with pytest.raises(UsageError, match="dcqcn=on needs rdma_timeout >= 19") as e:
+        check_run(p, 20.0)
+    assert "\n" not in str(e.value)
 
 
 def test_a_working_combination_passes_and_off_checks_nothing():
