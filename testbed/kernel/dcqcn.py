@@ -163,13 +163,19 @@ def _leaves(ipr, idx: int) -> list[Leaf]:
 
 def _fq_leaves(ipr, idx: int) -> list[Leaf]:
     """fq under every class of the port's HTB (in place of the leaf queues, returned to be put back), or as the
-    root where there is no HTB (returned empty: the root goes back to the kernel's default)."""
+    root where there is no HTB (returned empty: the root goes back to the kernel's default). If one leaf cannot be
+    replaced, the ones before it are put back before the error propagates."""
     leaves = _leaves(ipr, idx)
     if not leaves:
         ipr.tc("replace", "fq", index=idx, handle="1:", root=True, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
         return []
-    for leaf in leaves:  # a new handle: the kernel refuses to change a qdisc's kind under its handle
-        ipr.tc("replace", "fq", index=idx, parent=leaf.parent, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
+    for n, leaf in enumerate(leaves):  # a new handle: the kernel refuses to change a qdisc's kind under its handle
+        try:
+            ipr.tc("replace", "fq", index=idx, parent=leaf.parent, limit=FQ_LIMIT, flow_limit=FQ_FLOW_LIMIT)
+        except BaseException:  # the leaves already replaced come back: the caller has no list to restore from
+            with contextlib.suppress(Exception):
+                _restore_leaves(ipr, idx, leaves[:n])
+            raise
     return leaves
 
 

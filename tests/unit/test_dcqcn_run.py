@@ -152,3 +152,35 @@ def test_a_run_directory_with_the_two_files_loads_them_with_their_schemas(tmp_pa
         run = load_run(tmp_path)
     assert run.dcqcn["value"].dtype == "int64" and run.dcqcn_rates["alpha"].dtype == "float64"
     assert dcqcn_metrics(run.dcqcn, run.dcqcn_rates)["dcqcn_rate_kbps_min"] == 1000
+
+
+class FakeQdisc(dict):
+    def get_attr(self, name):
+        return self.get(name)
+
+
+class FakeIpr:
+    """Two drop-tail leaves under HTB 1:; replacing the second by fq fails (the kernel refusing it)."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def get_qdiscs(self, index):
+        return [FakeQdisc(parent=0xFFFFFFFF, handle=0x10000, TCA_KIND="htb"),
+                *(FakeQdisc(parent=0x10000 | c, handle=(0x10 + c) << 16, TCA_KIND="bfifo",
+                            TCA_OPTIONS={"limit": 30000}) for c in (1, 2))]
+
+    def tc(self, command, kind=None, **kw):
+        self.calls.append((command, kind, kw.get("parent"), kw.get("handle")))
+        if kind == "fq" and kw.get("parent") == 0x10002:
+            raise OSError("EINVAL")
+
+
+def test_a_failed_fq_leaf_puts_back_the_leaves_fq_already_replaced():
+    from testbed.kernel.dcqcn import _fq_leaves
+
+    ipr = FakeIpr()
+    with pytest.raises(OSError):
+        _fq_leaves(ipr, 3)
+    assert ipr.calls == [("replace", "fq", 0x10001, None), ("replace", "fq", 0x10002, None),
+                         ("replace", "bfifo", 0x10001, 0x110000)]  # the first leaf's bfifo back, its handle too
