@@ -20,7 +20,7 @@ import sys
 from testbed.errors import RunFailed, UsageError
 from testbed.params import Param
 from testbed.scenario import Scenario
-from testbed.workloads.dcqcn import DCQCN_PARAMS, DcqcnSettings, check_run as check_dcqcn, dcqcn_needs
+from testbed.workloads.dcqcn import DCQCN_PARAMS, DcqcnSettings, check_fabric as check_dcqcn, dcqcn_needs
 from testbed.workloads.jobfabric import FILE_REPLACES, PFC_PCP, collective_dscp, fabric_summary, leaf_spine
 from testbed.workloads.settings import JOB_PARAMS, CollectiveSettings
 from topologies.mininet_topo import SpecTopo
@@ -104,7 +104,7 @@ def validate(p: dict) -> None:
     if p["loss_percent"] > 0 and p["loss_host"] not in [h.name for h in spec.hosts]:
         raise UsageError(f"loss_host: unknown host {p['loss_host']!r}")
     parse_spec(p["capture"], spec.addresses)
-    check_dcqcn(p, spec.host_link.rate_mbps)
+    check_dcqcn(p, spec)  # at the host NICs' rate, per-port overrides included, and their queues
 
 
 def needs_for(p: dict) -> tuple:

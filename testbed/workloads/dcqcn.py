@@ -14,8 +14,8 @@ Files: ``dcqcn_rates.csv`` (every QP's rate state every 50 ms, testbed.measure.d
 analysis.dcqcn.dcqcn_metrics over those two files. The programs go and the hosts' own leaf queues come back at
 :meth:`DcqcnRun.finish` or at teardown, whichever is first.
 
-Scenarios take :data:`DCQCN_PARAMS` (``--set dcqcn=on`` and the ``dcqcn_*`` knobs); :func:`check_run` refuses what
-cannot work before anything is built.
+Scenarios take :data:`DCQCN_PARAMS` (``--set dcqcn=on`` and the ``dcqcn_*`` knobs); :func:`check_fabric` (or
+:func:`check_run` at a given rate) refuses what cannot work before anything is built.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from analysis.load import load_csv
 from testbed.errors import UsageError
 from testbed.kernel import dcqcn as kdcqcn
 from testbed.measure.dcqcn_rates import DcqcnRates
+from testbed.network.portplan import plan_port
 from testbed.params import Param
 from traffic import dcqcn as model
 
@@ -141,6 +142,28 @@ def check_run(p: dict, line_rate_mbps: float) -> None:
     DcqcnSettings.from_params(p).params(line_rate_mbps)
 
 
+def line_rate_mbps(ports, hosts) -> float:
+    """The line rate DCQCN runs at: the slowest egress of the host NICs, per-port rate overrides included.
+    `ports`: the fabric's PortPlans or the topology's EgressPorts (both have node and rate_mbps); `hosts`: the
+    hosts' names. The one definition for the check before the build and the install after it."""
+    return min(p.rate_mbps for p in ports if p.node in hosts)
+
+
+def check_fabric(p: dict, spec) -> None:
+    """:func:`check_run` at the rate :func:`start_dcqcn` will use on `spec` (a topology spec), and with dcqcn=on
+    the host NICs' leaf queues: fq replaces them and puts them back, which it can do for drop-tail queues only
+    (testbed.kernel.dcqcn.RESTORABLE; a topology file may give the host NICs RED or step). UsageError, one line."""
+    if p.get("dcqcn", "off") == "off":
+        return
+    hosts = {h.name for h in spec.hosts}
+    plans = [plan_port(ep) for ep in spec.egress_ports() if ep.node in hosts]
+    check_run(p, line_rate_mbps(plans, hosts))
+    kinds = sorted({q.kind for plan in plans for _m, _n, q, *_ in plan.classes} - set(kdcqcn.RESTORABLE))
+    if p.get("dcqcn") == "on" and kinds:
+        raise UsageError(f"dcqcn=on needs drop-tail host NIC queues (DCQCN's fq takes their place and puts them "
+                         f"back); the topology gives the host NICs {', '.join(kinds)}")
+
+
 def dcqcn_needs(p: dict) -> tuple[str, ...]:
     """dcqcn=on: the pacing qdisc (fq) and the programs' hook (clsact); mark: the hook."""
     return {"on": ("qdisc:fq", "qdisc:clsact"), "mark": ("qdisc:clsact",)}.get(p.get("dcqcn", "off"), ())
@@ -220,8 +243,7 @@ def start_dcqcn(fabric, rundir, on_teardown: Callable[[Callable[[], object]], No
     ECN-capable packets and CNPs, R_min raised to the line rate, no fq, the hosts' queues untouched)."""
     if not fabric.rxe:
         raise UsageError("dcqcn: the fabric has no rxe devices (a Lab with rxe=True, a run with transport=rdma)")
-    line = min(p.rate_mbps for p in fabric.port_plans if p.node in fabric.rxe)  # the host NICs' rate
-    params = settings.params(line)
+    params = settings.params(line_rate_mbps(fabric.port_plans, fabric.rxe))
     if not react:
         params = dataclasses.replace(params, min_rate_kbps=params.line_rate_kbps)
     run = DcqcnRun(fabric, rundir, params, progress, react)
@@ -230,4 +252,5 @@ def start_dcqcn(fabric, rundir, on_teardown: Callable[[Callable[[], object]], No
     return run.start() if start else run
 
 
-__all__ = ["DCQCN_PARAMS", "DcqcnRun", "DcqcnSettings", "check_run", "dcqcn_needs", "start_dcqcn"]
+__all__ = ["DCQCN_PARAMS", "DcqcnRun", "DcqcnSettings", "check_fabric", "check_run", "dcqcn_needs", "line_rate_mbps",
+           "start_dcqcn"]

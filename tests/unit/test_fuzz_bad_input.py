@@ -751,3 +751,44 @@ def test_cli_refuses_bad_scenario_files(guarded, capsys, tmp_path_factory, conte
         if not isinstance(r, UsageError):
             continue  # a content that happens to be a valid file: never run it
         assert_refused_by_cli(capsys, ["run", scn, "--set", f"{name}={path}"], reason=str(r))
+
+
+# ---- dcqcn with a topology file: checked at the rate and on the queues the install will find ----------------------
+
+DCQCN_TOPOLOGY = """kind = "leafspine"
+spines = 1
+leaves = 2
+hosts_per_leaf = 2
+
+[host_link]
+rate_mbps = 20
+
+[fabric_link]
+rate_mbps = 20
+
+[leaf_down_queue]
+discipline = "step"
+buffer_bytes = 100000
+k_bytes = 20000
+"""
+
+
+def _dcqcn_outcome(tmp_path, extra: str, *sets: str) -> dict | UsageError:
+    (tmp_path / "topo.toml").write_text(DCQCN_TOPOLOGY + extra)
+    return outcome("collective", ["transport=rdma", "rdma_timeout=20", "dcqcn=on",
+                                  f"topology_file={tmp_path / 'topo.toml'}", *sets])
+
+
+def test_dcqcn_min_rate_is_checked_against_a_host_port_rate_override(tmp_path):
+    assert isinstance(_dcqcn_outcome(tmp_path, "", "dcqcn_min_rate_mbps=8"), dict)  # under 20 Mbit/s: fine
+    slow = '\n[[ports]]\nport = "h1:eth0"\nrate_mbps = 5\n'  # h1's NIC at 5: DCQCN runs at the slowest host NIC
+    r = _dcqcn_outcome(tmp_path, slow, "dcqcn_min_rate_mbps=8")
+    assert isinstance(r, UsageError) and "min_rate_kbps" in str(r), r
+
+
+def test_dcqcn_on_refuses_host_nic_queues_fq_could_not_put_back(tmp_path):
+    red = ('\n[host_queue]\ndiscipline = "red"\nbuffer_bytes = 100000\nmin_bytes = 20000\nmax_bytes = 60000\n'
+           'probability = 0.1\necn = true\n')
+    r = _dcqcn_outcome(tmp_path, red)
+    assert isinstance(r, UsageError) and "drop-tail host NIC queues" in str(r) and "red" in str(r), r
+    assert isinstance(_dcqcn_outcome(tmp_path, red, "dcqcn=mark"), dict)  # mark leaves the host queues alone
