@@ -16,13 +16,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from .fairness import jain_over_time
+from .fairness import jain_index, jain_over_time
 
 #: the counters summed over the hosts into the summary (dcqcn_<name>)
 TOTALS = ("ce_seen", "cnp_sent", "cnp_suppressed", "cnp_received", "cnp_ignored", "rate_cuts", "paced_packets",
           "unknown_qp", "cnp_failed")
 #: Jain's index is summarised over this last fraction of the run's samples (the converged part)
 LAST_FRACTION = 1 / 3
+#: the dcqcn_rates.csv columns of a QP's rate state: one that changed between two samples means the QP sent
+STATE = ("rc_kbps", "rt_kbps", "alpha", "rate_cuts", "cnp_received")
 
 
 def flows(rates: pd.DataFrame) -> pd.DataFrame:
@@ -34,11 +36,36 @@ def flows(rates: pd.DataFrame) -> pd.DataFrame:
     return rates.assign(flow=key)[key.map(rates.groupby(key)["cnp_received"].max()) > 0]
 
 
+def sending(rates: pd.DataFrame) -> pd.Series:
+    """Per row of :func:`flows`: whether the flow was sending then, i.e. its rate state (Rc, Rt, alpha, cuts, CNPs
+    received) changed since its previous sample. The programs advance a QP's state only on its own packets and
+    CNPs (their timers are evaluated lazily), so an idle QP's row repeats the one before; the CSV has no per-QP
+    packet count. A flow's first sample has nothing to compare with: not sending."""
+    state = rates.sort_values("t_s").groupby("flow")[list(STATE)]
+    return state.diff().fillna(0).ne(0).any(axis=1).reindex(rates.index)
+
+
+def jain_sending(rates: pd.DataFrame, bin_s: float = 0.5) -> pd.DataFrame:
+    """Jain's index per ``bin_s`` bin (from the first sample) over the flows sending in it (:func:`sending` true
+    for one of its samples there), each at its mean Rc in the bin; bins with fewer than two such flows are left
+    out. Columns: t_s (the bin's start), flows, jain."""
+    f = flows(rates)
+    if f.empty:
+        return pd.DataFrame(columns=["t_s", "flows", "jain"])
+    f = f.assign(active=sending(f), bin=((f["t_s"] - rates["t_s"].min()) // bin_s).astype(int))
+    per_flow = f.groupby(["bin", "flow"]).agg(rc=("rc_kbps", "mean"), active=("active", "any")).reset_index()
+    per_flow = per_flow[per_flow["active"]]
+    out = per_flow.groupby("bin")["rc"].agg(flows="count", jain=jain_index).reset_index()
+    out["t_s"] = out["bin"] * bin_s
+    return out.loc[out["flows"] >= 2, ["t_s", "flows", "jain"]].reset_index(drop=True)
+
+
 def jain_last(rates: pd.DataFrame, bin_s: float = 0.5, fraction: float = LAST_FRACTION) -> float:
-    """Mean Jain's index over the bins of the last ``fraction`` of the run with at least two flows (NaN when no
-    bin had two)."""
-    j = jain_over_time(rates, bin_s=bin_s)
-    j = j[j["flows"] >= 2]
+    """The summary's dcqcn_jain_last: the mean of :func:`jain_sending` (Jain's index of Rc over the flows sending
+    in a bin, bins with two or more of them) over the last ``fraction`` of the time those bins span. Bins where
+    the flows were idle do not count: their Rc is frozen where the last cut left it (flows all idle at R_min would
+    read 1.0). NaN when no bin had two flows sending."""
+    j = jain_sending(rates, bin_s=bin_s)
     if j.empty:
         return math.nan
     start = float(j["t_s"].min()) + (float(j["t_s"].max()) - float(j["t_s"].min())) * (1 - fraction)
@@ -47,7 +74,8 @@ def jain_last(rates: pd.DataFrame, bin_s: float = 0.5, fraction: float = LAST_FR
 
 def dcqcn_metrics(counters: pd.DataFrame, rates: pd.DataFrame) -> dict:
     """The summary's dcqcn_* keys: the counters summed over the hosts, per host the CNPs sent/received and the
-    cuts, the flows' lowest and last rates, Jain's index over the last third. Empty without dcqcn.csv rows."""
+    cuts, the flows' lowest and last rates, Jain's index over the last third of the bins in which two flows or more
+    were sending (:func:`jain_last`). Empty without dcqcn.csv rows."""
     if counters.empty:
         return {}
     by = counters.groupby(["host", "counter"])["value"].sum()
@@ -101,4 +129,4 @@ def plot_rates(rates: pd.DataFrame, path: str | Path, *, t0: float | None = None
     return path
 
 
-__all__ = ["TOTALS", "dcqcn_metrics", "flows", "jain_last", "plot_rates"]
+__all__ = ["STATE", "TOTALS", "dcqcn_metrics", "flows", "jain_last", "jain_sending", "plot_rates", "sending"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.dcqcn import dcqcn_metrics, flows, jain_last
+from analysis.dcqcn import dcqcn_metrics, flows, jain_last, jain_sending, sending
 from analysis.load import load_run
 from testbed.errors import UsageError
 from testbed.params import resolve
@@ -184,3 +184,17 @@ def test_a_failed_fq_leaf_puts_back_the_leaves_fq_already_replaced():
         _fq_leaves(ipr, 3)
     assert ipr.calls == [("replace", "fq", 0x10001, None), ("replace", "fq", 0x10002, None),
                          ("replace", "bfifo", 0x10001, 0x110000)]  # the first leaf's bfifo back, its handle too
+
+
+def test_jain_last_leaves_out_the_bins_where_the_flows_were_idle():
+    rows = []
+    for i in range(80):  # 2 s sending apart (16 vs 4 Mbit/s, cut after cut), then 6 s idle, both frozen at R_min
+        t, n = i * 0.1, min(i, 20)
+        a, b = (16000 - 100 * (i % 2), 4000 + 100 * (i % 2)) if i < 20 else (2000, 2000)
+        rows += [(t, "h1", "h3", 17, a, 20000, 0.5, n, n, 0), (t, "h2", "h3", 18, b, 20000, 0.5, n, n, 0)]
+    rates = rates_frame(rows)
+    assert not sending(flows(rates)).iloc[-10:].any() and sending(flows(rates)).iloc[2:40].all()
+    assert list(jain_sending(rates)["t_s"]) == [0.0, 0.5, 1.0, 1.5, 2.0]  # 2.0: the cut to R_min, then nothing
+    assert jain_last(rates) < 0.9  # the frozen R_min bins (1.0) would have read as perfectly fair
+    assert dcqcn_metrics(pd.DataFrame([("h1", "rate_cuts", 20)], columns=["host", "counter", "value"]),
+                         rates)["dcqcn_jain_last"] == pytest.approx(jain_last(rates))
