@@ -2,7 +2,8 @@
 
 * ``dcqcn.csv`` (``host, counter, value``): each host's counters of the eBPF notification and reaction points at
   the run's end (the ``stats`` map: ce_seen, cnp_sent, cnp_suppressed, cnp_received, cnp_ignored, rate_cuts,
-  paced_packets, unknown_qp, cnp_failed);
+  paced_packets, unknown_qp, cnp_failed) and, with pacing, of its fq (fq_drops, fq_throttled, fq_flows_plimit),
+  read before the host's own leaf queues came back;
 * ``dcqcn_rates.csv``: every mapped QP's rate state every 50 ms (analysis.fairness reads it into Jain's index).
 
 :func:`dcqcn_metrics` is the one definition of the summary's ``dcqcn_*`` keys; :func:`plot_rates` draws each
@@ -20,7 +21,7 @@ from .fairness import jain_index, jain_over_time
 
 #: the counters summed over the hosts into the summary (dcqcn_<name>)
 TOTALS = ("ce_seen", "cnp_sent", "cnp_suppressed", "cnp_received", "cnp_ignored", "rate_cuts", "paced_packets",
-          "unknown_qp", "cnp_failed")
+          "unknown_qp", "cnp_failed", "fq_drops", "fq_throttled", "fq_flows_plimit")
 #: Jain's index is summarised over this last fraction of the run's samples (the converged part)
 LAST_FRACTION = 1 / 3
 #: the dcqcn_rates.csv columns of a QP's rate state: one that changed between two samples means the QP sent

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import socket
+import struct
 import types
 from dataclasses import dataclass
 from pathlib import Path
@@ -189,6 +190,34 @@ def _restore_leaves(ipr, idx: int, leaves: list[Leaf]) -> None:
         ipr.tc("replace", leaf.kind, index=idx, parent=leaf.parent, handle=leaf.handle, limit=leaf.limit)
 
 
+#: fq's own counters recorded into dcqcn.csv (fq_<name>): offsets in struct tc_fq_qd_stats (TCA_STATS_APP), which
+#: starts gc_flows, highprio_packets, tcp_retrans, throttled, flows_plimit (__u64 each)
+FQ_XSTATS = (("throttled", 24), ("flows_plimit", 32))
+
+
+def _fq_xstats(app) -> dict[str, int]:
+    """fq's counters from TCA_STATS_APP as pyroute2 gives it (hex text "aa:bb:..."; with the attribute's 4-byte
+    header when its length says so: the struct is a multiple of 8 bytes). Zeros when it is absent or short."""
+    raw = bytes.fromhex(app.replace(":", "")) if isinstance(app, str) else bytes(app or b"")
+    raw = raw[4:] if len(raw) % 8 == 4 else raw
+    return {f"fq_{name}": (struct.unpack_from("=Q", raw, off)[0] if len(raw) >= off + 8 else 0)
+            for name, off in FQ_XSTATS}
+
+
+def _fq_counters(ipr, idx: int) -> dict[str, int]:
+    """fq's drops (TCA_STATS_QUEUE), throttled packets and flow-limit hits, summed over the interface's fq qdiscs."""
+    out = {"fq_drops": 0, **{f"fq_{name}": 0 for name, _ in FQ_XSTATS}}
+    for m in ipr.get_qdiscs(index=idx):
+        s2 = m.get_attr("TCA_STATS2") if m.get_attr("TCA_KIND") == "fq" else None
+        if s2 is None:
+            continue
+        q = s2.get_attr("TCA_STATS_QUEUE")
+        out["fq_drops"] += int(q["drops"]) if q else 0
+        for k, v in _fq_xstats(s2.get_attr("TCA_STATS_APP")).items():
+            out[k] += v
+    return out
+
+
 def _delete(obj: BpfObject, map_name: str, key) -> bool:
     L = lib()
     fn = L.bpf_map_delete_elem
@@ -203,6 +232,7 @@ class Dcqcn:
         self.ns, self.ifname, self.ifindex, self.params, self.obj = ns, ifname, ifindex, params, obj
         self.leaves = leaves  # the queues fq replaced, put back by close() (None: fq was not installed)
         self.qps: dict[int, tuple[int, str]] = {}
+        self.fq: dict[str, int] = {}  # fq's counters as last read (close() reads them before fq goes)
         self.closed = False
 
     def add_qp(self, lqpn: int, rqpn: int, peer_ip: str) -> bool:
@@ -241,6 +271,16 @@ class Dcqcn:
             out[name] = int(v.value) if self.obj.lookup("stats", ctypes.c_uint32(i), v) else 0
         return out
 
+    def fq_stats(self) -> dict[str, int]:
+        """fq's counters on the interface (_fq_counters), read now while fq is there, or after close() as read just
+        before the leaf queues came back (fresh ones, with zero counters). Empty without fq (pace=False)."""
+        if self.leaves is None:
+            return {}
+        if not self.closed:
+            with contextlib.suppress(Exception), netns.ipr_in(self.ns) as ipr:
+                self.fq = _fq_counters(ipr, self.ifindex)
+        return dict(self.fq)
+
     def rates(self) -> list[RateSample]:
         """Every QP's rate state, each read under its spin lock (BPF_F_LOCK: never a half-updated state)."""
         L = lib()
@@ -268,6 +308,8 @@ class Dcqcn:
             with contextlib.suppress(Exception):
                 ipr.tc("del", "clsact", index=self.ifindex)
             if self.leaves is not None:
+                with contextlib.suppress(Exception):
+                    self.fq = _fq_counters(ipr, self.ifindex)  # fq's drops and throttling, before it goes
                 _restore_leaves(ipr, self.ifindex, self.leaves)
         self.obj.close()
 

@@ -203,7 +203,9 @@ class DcqcnRun:
         return self
 
     def counters(self) -> dict[str, dict[str, int]]:
-        return {h: d.stats() for h, d in sorted(self.loaded.items())}
+        """Per host the programs' counters and, paced, fq's (fq_drops, fq_throttled, fq_flows_plimit: read before
+        the leaf queues come back with fresh counters)."""
+        return {h: {**d.stats(), **d.fq_stats()} for h, d in sorted(self.loaded.items())}
 
     def finish(self) -> dict:
         """Stop the sampler, write dcqcn_rates.csv and dcqcn.csv, unload; the dcqcn_* numbers. Idempotent."""

@@ -198,3 +198,40 @@ def test_jain_last_leaves_out_the_bins_where_the_flows_were_idle():
     assert jain_last(rates) < 0.9  # the frozen R_min bins (1.0) would have read as perfectly fair
     assert dcqcn_metrics(pd.DataFrame([("h1", "rate_cuts", 20)], columns=["host", "counter", "value"]),
                          rates)["dcqcn_jain_last"] == pytest.approx(jain_last(rates))
+
+
+class FqIpr:
+    """One fq under each of two HTB classes, with drops and fq's own stats (throttled 7/5, flows_plimit 1/0)."""
+
+    def __init__(self):
+        self.replaced: list[str] = []
+
+    def get_qdiscs(self, index):
+        def fq(parent, drops, throttled, plimit):
+            app = (bytes(24) + throttled.to_bytes(8, "little") + plimit.to_bytes(8, "little") + bytes(64))
+            s2 = FakeQdisc(TCA_STATS_QUEUE={"drops": drops}, TCA_STATS_APP=":".join(f"{b:02x}" for b in app))
+            return FakeQdisc(parent=parent, handle=0x80000000 | parent, TCA_KIND="fq", TCA_STATS2=s2)
+        if self.replaced:  # the leaves are back: fresh bfifos, zero counters
+            return [FakeQdisc(parent=0x10010, handle=0x100000, TCA_KIND="bfifo")]
+        return [FakeQdisc(parent=0xFFFFFFFF, handle=0x10000, TCA_KIND="htb"), fq(0x10010, 3, 7, 1),
+                fq(0x10011, 2, 5, 0)]
+
+    def tc(self, command, kind=None, **kw):
+        if command == "replace":
+            self.replaced.append(kind)
+
+
+def test_fq_counters_are_read_before_the_leaf_queues_come_back(monkeypatch):
+    import contextlib
+
+    from testbed.kernel import dcqcn as kd
+
+    ipr = FqIpr()
+    monkeypatch.setattr(kd.netns, "ipr_in", lambda ns: contextlib.nullcontext(ipr))
+    d = kd.Dcqcn("ns", "eth0", 2, None, types.SimpleNamespace(close=lambda: None),
+                 [kd.Leaf(0x10010, 0x100000, "bfifo", 30000)])
+    assert d.fq_stats() == {"fq_drops": 5, "fq_throttled": 12, "fq_flows_plimit": 1}
+    d.fq = {}
+    d.close()
+    assert ipr.replaced[-1] == "bfifo" and d.fq_stats() == {"fq_drops": 5, "fq_throttled": 12, "fq_flows_plimit": 1}
+    assert kd._fq_xstats(None) == {"fq_throttled": 0, "fq_flows_plimit": 0}
