@@ -155,9 +155,13 @@ def _run(fabric, out: str | Path, dcqcn, react: bool) -> dict:
     finally:
         if sampler is not None:
             sampler.stop()
-        counters = {h: d.stats() for h, d in loaded.items()}
+        counters: dict = {}
+        for h, d in loaded.items():   # a failed read must not skip the close and PFC's undo below
+            with contextlib.suppress(Exception):
+                counters[h] = d.stats()
         for d in loaded.values():
-            d.close()
+            with contextlib.suppress(Exception):
+                d.close()
         for fn in reversed(undo):
             with contextlib.suppress(Exception):
                 fn()

@@ -35,9 +35,20 @@ def test_dcqcn_cuts_the_pauses_of_a_lossless_incast_and_shares_the_port_fairly(t
     assert not dq["sampler_errors"], dq["sampler_errors"][:3]
     assert dq["dcqcn_cnp_sent"] > 0 and dq["dcqcn_cnp_failed"] == 0
     # CE-marked packets of a QP not mapped yet (the sampler maps within 50 ms of the QP's start): a few, no more
-    assert dq["dcqcn_unknown_qp"] <= 0.05 * dq["dcqcn_ce_seen"]
+    # (34 of 1317 = 2.6 % in a run after the merge; a starved sampler maps later: a 10 % bound)
+    assert dq["dcqcn_unknown_qp"] <= 0.10 * dq["dcqcn_ce_seen"]
     by_host = dict(kv.split("=") for kv in dq["dcqcn_rate_cuts_by_host"].split("; "))
-    assert set(by_host) == set(inc.SENDERS)  # both senders' rates were cut
+    assert set(by_host) == set(inc.SENDERS)  # both senders received CNPs outside the cut interval
+    # ... and their rates really fell (a "cut" is counted even when R_min clamps it to nothing, as in PFC alone)
+    line_kbps = params.line_rate_kbps
+    for host, mode in ((h, m) for h in inc.SENDERS for m in ("pfc", "dq")):
+        rc = (dq if mode == "dq" else pfc)["rates"]
+        rc = rc[rc["host"] == host]["rc_kbps"].astype(float)
+        assert len(rc), (mode, host)
+        if mode == "dq":
+            assert rc.min() <= 0.5 * line_kbps, (host, rc.min(), line_kbps)
+        else:
+            assert rc.min() >= 0.95 * line_kbps, (host, rc.min(), line_kbps)  # PFC alone: R_min = the line rate
     # like for like: the switch ports' pauses (PFC alone also pauses the hosts, with DCQCN they are never paused)
     assert dq["switch_pause_events"] < PAUSE_RATIO * pfc["switch_pause_events"]
     assert dq["jain_last"] >= JAIN_MIN
