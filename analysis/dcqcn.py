@@ -42,7 +42,8 @@ def sending(rates: pd.DataFrame) -> pd.Series:
     received) changed since its previous sample. The programs advance a QP's state only on its own packets and
     CNPs (their timers are evaluated lazily), so an idle QP's row repeats the one before; the CSV has no per-QP
     packet count. A flow's first sample has nothing to compare with: not sending."""
-    state = rates.sort_values("t_s").groupby("flow")[list(STATE)]
+    numeric = rates[list(STATE)].apply(pd.to_numeric, errors="coerce").assign(flow=rates["flow"], t_s=rates["t_s"])
+    state = numeric.sort_values("t_s").groupby("flow")[list(STATE)]
     return state.diff().fillna(0).ne(0).any(axis=1).reindex(rates.index)
 
 

@@ -175,8 +175,8 @@ def _run(fabric, out: str | Path, dcqcn, react: bool) -> dict:
                "paused_ms": summary["pfc_paused_ms_total"], "lossless_drops": summary["lossless_drops"],
                "peak_backlog_bytes": int(down["backlog_bytes"].max()) if len(down) else 0}
     if sampler is not None:  # always, once the programs were loaded
-        rates = pd.DataFrame(sampler.rows, columns=RATE_COLUMNS).astype({"t_s": float})
-        rates.to_csv(out / "dcqcn_rates.csv", index=False)
+        pd.DataFrame(sampler.rows, columns=RATE_COLUMNS).to_csv(out / "dcqcn_rates.csv", index=False)
+        rates = pd.read_csv(out / "dcqcn_rates.csv")  # as analysis reads a run's file: one definition, its dtypes
         m = dcqcn_metrics(pd.DataFrame([(h, k, v) for h, c in counters.items() for k, v in c.items()],
                                        columns=["host", "counter", "value"]), rates)
         numbers.update({k: v for k, v in m.items() if k != "dcqcn"}, jain_last=jain_last(rates),
