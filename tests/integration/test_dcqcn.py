@@ -158,7 +158,8 @@ def test_cnps_on_the_wire_cut_the_senders_rate(fabric, tmp_path):
     sender = csv[(csv["host"] == "h1") & (csv["peer"] == "h2")]
     assert len(sender) >= 20, csv.tail()  # 6 s at 50 ms: ~120 rounds (fewer under emulation)
     assert sender["rc_kbps"].min() < params.line_rate_kbps
-    assert sender["rate_cuts"].is_monotonic_increasing and sender["rate_cuts"].iloc[-1] == h1["rate_cuts"]
+    # the sampler's last round may come up to 50 ms before the last CNP: a cut or two after it (202 vs 203 seen once)
+    assert sender["rate_cuts"].is_monotonic_increasing and 0 <= h1["rate_cuts"] - sender["rate_cuts"].iloc[-1] <= 3
     assert tc["fq_throttled"] > 0  # fq held packets to their departure times: the QP was paced
     assert tc["fq_dropped"] == 0  # and held them all: flow_limit is above what rxe keeps in flight
     assert tc["clsact_dropped"] == h1["cnp_received"]  # the CNPs stopped at h1's ingress, rxe never saw one
