@@ -26,6 +26,8 @@ TOTALS = ("ce_seen", "cnp_sent", "cnp_suppressed", "cnp_received", "cnp_ignored"
 LAST_FRACTION = 1 / 3
 #: the dcqcn_rates.csv columns of a QP's rate state: one that changed between two samples means the QP sent
 STATE = ("rc_kbps", "rt_kbps", "alpha", "rate_cuts", "cnp_received")
+#: Jain's index a bin must reach for its flows to count as sharing fairly (convergence: from then on, every bin)
+FAIR_JAIN = 0.9
 
 
 def flows(rates: pd.DataFrame) -> pd.DataFrame:
@@ -74,10 +76,47 @@ def jain_last(rates: pd.DataFrame, bin_s: float = 0.5, fraction: float = LAST_FR
     return float(j[j["t_s"] >= start]["jain"].mean())
 
 
+def starts(rates: pd.DataFrame) -> pd.Series:
+    """Per flow of :func:`flows`, the time (t_s) of its first sample in which it was sending (:func:`sending`),
+    earliest first: when its QP began to move data, as far as the 50 ms samples tell (a QP is mapped, and listed
+    at the line rate, from its creation on, before it sends)."""
+    f = flows(rates)
+    if f.empty:
+        return pd.Series(dtype=float)
+    f = f[sending(f)]
+    return f.groupby("flow")["t_s"].min().sort_values()
+
+
+def convergence(rates: pd.DataFrame, bin_s: float = 0.5, fair: float = FAIR_JAIN) -> dict:
+    """How flows that start at different times come to share a port: ``stagger_s``, the time from the first flow's
+    start to the last one's (:func:`starts`); ``convergence_s``, the time from the last flow's start to the start
+    of the first bin of :func:`jain_sending` (bins of ``bin_s`` with two flows or more sending, Jain's index of
+    their Rc) at or after the bin of that start from which every later such bin has Jain >= ``fair``: 0 when the
+    share was fair from the join on, to ``bin_s`` of resolution; NaN when the last such bin is below ``fair``
+    (never converged) or no bin with two flows sending follows the join. ``joint_bins``: the bins counted (at or
+    after the join's)."""
+    s = starts(rates)
+    out = {"stagger_s": math.nan, "convergence_s": math.nan, "joint_bins": 0}
+    if len(s) < 2:
+        return out
+    t0 = float(rates["t_s"].min())
+    join = float(s.iloc[-1]) - t0
+    out["stagger_s"] = float(s.iloc[-1] - s.iloc[0])
+    j = jain_sending(rates, bin_s=bin_s)
+    j = j[j["t_s"] >= (join // bin_s) * bin_s - 1e-9].reset_index(drop=True)
+    out["joint_bins"] = len(j)
+    unfair = j.index[j["jain"] < fair]
+    first = 0 if len(unfair) == 0 else int(unfair.max()) + 1
+    if first < len(j):
+        out["convergence_s"] = max(0.0, float(j["t_s"].iloc[first]) - join)
+    return out
+
+
 def dcqcn_metrics(counters: pd.DataFrame, rates: pd.DataFrame) -> dict:
     """The summary's dcqcn_* keys: the counters summed over the hosts, per host the CNPs sent/received and the
     cuts, the flows' lowest and last rates, Jain's index over the last third of the bins in which two flows or more
-    were sending (:func:`jain_last`). Empty without dcqcn.csv rows."""
+    were sending (:func:`jain_last`), and how staggered flows converged (:func:`convergence`: dcqcn_stagger_s,
+    dcqcn_convergence_s, dcqcn_joint_bins). Empty without dcqcn.csv rows."""
     if counters.empty:
         return {}
     by = counters.groupby(["host", "counter"])["value"].sum()
@@ -96,6 +135,8 @@ def dcqcn_metrics(counters: pd.DataFrame, rates: pd.DataFrame) -> dict:
         out["dcqcn_rate_kbps_last_mean"] = float(last["rc_kbps"].mean())
     j = jain_last(rates)
     out["dcqcn_jain_last"] = None if math.isnan(j) else j
+    for k, v in convergence(rates).items():
+        out[f"dcqcn_{k}"] = None if isinstance(v, float) and math.isnan(v) else v
     return out
 
 
@@ -131,4 +172,5 @@ def plot_rates(rates: pd.DataFrame, path: str | Path, *, t0: float | None = None
     return path
 
 
-__all__ = ["STATE", "TOTALS", "dcqcn_metrics", "flows", "jain_last", "jain_sending", "plot_rates", "sending"]
+__all__ = ["FAIR_JAIN", "STATE", "TOTALS", "convergence", "dcqcn_metrics", "flows", "jain_last", "jain_sending",
+           "plot_rates", "sending", "starts"]
