@@ -10,7 +10,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.dcqcn import FAIR_JAIN, convergence, dcqcn_metrics, starts
+from analysis.dcqcn import FAIR_JAIN, convergence, dcqcn_metrics, lead_rates, starts
 
 COLUMNS = ["t_s", "host", "peer", "rqpn", "rc_kbps", "rt_kbps", "alpha", "rate_cuts", "cnp_received", "cnp_ignored"]
 
@@ -36,6 +36,17 @@ def test_starts_are_the_first_samples_whose_state_changed():
     assert s.iloc[0] == pytest.approx(100.1) and s.iloc[1] == pytest.approx(102.1)  # the first sample: no change
 
 
+def test_the_lead_rates_are_the_first_flows_in_the_window_before_the_last_one_appeared():
+    def late(k):
+        return 5000, 5000
+
+    rates = staggered(late)
+    rates.loc[(rates["host"] == "h3") & (rates["t_s"] > 101.55) & (rates["t_s"] < 101.65), "rc_kbps"] = 9000
+    assert list(lead_rates(rates)) == [10000, 9000, 10000, 10000, 10000]  # 101.5 .. 101.9: h4 is seen at 102.0
+    assert list(lead_rates(rates, window_s=0.25)) == [10000, 10000]
+    assert lead_rates(staggered(late, join_i=70)).empty  # one flow
+
+
 def test_flows_fair_from_the_join_converge_at_once():
     c = convergence(staggered(lambda k: (5000 + 10 * (k % 2), 5000 - 10 * (k % 2))))
     assert c["stagger_s"] == pytest.approx(2.0)
@@ -46,6 +57,7 @@ def test_unequal_rates_converge_when_jain_stays_fair():
     # the late flow at 1 Mbit/s beside 9 for 1.5 s (Jain 0.61), then both at 5 (0.5 s bins from the first sample)
     c = convergence(staggered(lambda k: (9000 - k % 2, 1000 + k % 2) if k < 15 else (5000 + k % 2, 5000 - k % 2)))
     assert c["convergence_s"] == pytest.approx(1.4)  # the bin at 3.5 s, 1.4 s after the late flow's start (2.1 s)
+    assert c["jain_join"] == pytest.approx(0.61, abs=0.01)  # 9 against 1 Mbit/s in the join's bin
     m = dcqcn_metrics(pd.DataFrame([("h3", "rate_cuts", 1)], columns=["host", "counter", "value"]),
                       staggered(lambda k: (9000 - k % 2, 1000 + k % 2) if k < 15 else (5000 + k % 2, 5000 - k % 2)))
     assert m["dcqcn_convergence_s"] == pytest.approx(1.4) and m["dcqcn_stagger_s"] == pytest.approx(2.0)
@@ -67,6 +79,7 @@ def test_a_share_still_unfair_at_the_end_never_converged():
 def test_one_flow_has_no_convergence():
     c = convergence(staggered(lambda k: (5000, None), join_i=70))
     assert math.isnan(c["stagger_s"]) and math.isnan(c["convergence_s"]) and c["joint_bins"] == 0
+    assert math.isnan(c["jain_join"])
 
 
 def test_the_fairness_threshold_is_the_one_the_docs_name():
