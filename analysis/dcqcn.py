@@ -26,6 +26,8 @@ TOTALS = ("ce_seen", "cnp_sent", "cnp_suppressed", "cnp_received", "cnp_ignored"
 LAST_FRACTION = 1 / 3
 #: the dcqcn_rates.csv columns of a QP's rate state: one that changed between two samples means the QP sent
 STATE = ("rc_kbps", "rt_kbps", "alpha", "rate_cuts", "cnp_received")
+#: Jain's index a bin must reach for its flows to count as sharing fairly (convergence: from then on, every bin)
+FAIR_JAIN = 0.9
 
 
 def flows(rates: pd.DataFrame) -> pd.DataFrame:
@@ -49,12 +51,15 @@ def sending(rates: pd.DataFrame) -> pd.Series:
 
 def jain_sending(rates: pd.DataFrame, bin_s: float = 0.5) -> pd.DataFrame:
     """Jain's index per ``bin_s`` bin (from the first sample) over the flows sending in it (:func:`sending` true
-    for one of its samples there), each at its mean Rc in the bin; bins with fewer than two such flows are left
-    out. Columns: t_s (the bin's start), flows, jain."""
+    for one of its samples there), each at its mean Rc over its samples in the bin from its first sending sample to
+    its last (a flow that ended keeps its last Rc in the map: that frozen value would weigh in the bin it ended in);
+    bins with fewer than two such flows are left out. Columns: t_s (the bin's start), flows, jain."""
     f = flows(rates)
     if f.empty:
         return pd.DataFrame(columns=["t_s", "flows", "jain"])
     f = f.assign(active=sending(f), bin=((f["t_s"] - rates["t_s"].min()) // bin_s).astype(int))
+    span = f[f["active"]].groupby("flow")["t_s"].agg(["min", "max"])  # from its first sending sample to its last
+    f = f[f["t_s"].between(f["flow"].map(span["min"]), f["flow"].map(span["max"]))]
     per_flow = f.groupby(["bin", "flow"]).agg(rc=("rc_kbps", "mean"), active=("active", "any")).reset_index()
     per_flow = per_flow[per_flow["active"]]
     out = per_flow.groupby("bin")["rc"].agg(flows="count", jain=jain_index).reset_index()
@@ -74,10 +79,62 @@ def jain_last(rates: pd.DataFrame, bin_s: float = 0.5, fraction: float = LAST_FR
     return float(j[j["t_s"] >= start]["jain"].mean())
 
 
+def starts(rates: pd.DataFrame) -> pd.Series:
+    """Per flow of :func:`flows`, the time (t_s) of its first sample in which it was sending (:func:`sending`),
+    earliest first: when its QP began to move data, as far as the 50 ms samples tell (a QP is mapped, and listed
+    at the line rate, from its creation on, before it sends)."""
+    f = flows(rates)
+    if f.empty:
+        return pd.Series(dtype=float)
+    f = f[sending(f)]
+    return f.groupby("flow")["t_s"].min().sort_values()
+
+
+def lead_rates(rates: pd.DataFrame, window_s: float = 0.5) -> pd.Series:
+    """The first flow's Rc samples (kbit/s) in the ``window_s`` before the last flow's QP appeared in the samples
+    (mapped, within 50 ms of its creation, before it sends): the rate the first flow had when the last one came.
+    Empty with fewer than two flows."""
+    s = starts(rates)
+    if len(s) < 2:
+        return pd.Series(dtype=float)
+    f = flows(rates)
+    appeared = f.loc[f["flow"] == s.index[-1], "t_s"].min()
+    lead = f[(f["flow"] == s.index[0]) & (f["t_s"] < appeared) & (f["t_s"] >= appeared - window_s)]
+    return lead["rc_kbps"].reset_index(drop=True)
+
+
+def convergence(rates: pd.DataFrame, bin_s: float = 0.5, fair: float = FAIR_JAIN) -> dict:
+    """How flows that start at different times come to share a port: ``stagger_s``, the time from the first flow's
+    start to the last one's (:func:`starts`); ``convergence_s``, the time from the last flow's start to the start
+    of the first bin of :func:`jain_sending` (bins of ``bin_s`` with two flows or more sending, Jain's index of
+    their Rc) at or after the bin of that start from which every later such bin has Jain >= ``fair``: 0 when the
+    share was fair from the join on, to ``bin_s`` of resolution; NaN when the last such bin is below ``fair``
+    (never converged) or no bin with two flows sending follows the join. ``joint_bins``: the bins counted (at or
+    after the join's); ``jain_join``: Jain's index in the first of them (how unequal the rates were at the join)."""
+    s = starts(rates)
+    out = {"stagger_s": math.nan, "convergence_s": math.nan, "joint_bins": 0, "jain_join": math.nan}
+    if len(s) < 2:
+        return out
+    t0 = float(rates["t_s"].min())
+    join = float(s.iloc[-1]) - t0
+    out["stagger_s"] = float(s.iloc[-1] - s.iloc[0])
+    j = jain_sending(rates, bin_s=bin_s)
+    j = j[j["t_s"] >= (join // bin_s) * bin_s - 1e-9].reset_index(drop=True)
+    out["joint_bins"] = len(j)
+    if len(j):
+        out["jain_join"] = float(j["jain"].iloc[0])
+    unfair = j.index[j["jain"] < fair]
+    first = 0 if len(unfair) == 0 else int(unfair.max()) + 1
+    if first < len(j):
+        out["convergence_s"] = max(0.0, float(j["t_s"].iloc[first]) - join)
+    return out
+
+
 def dcqcn_metrics(counters: pd.DataFrame, rates: pd.DataFrame) -> dict:
     """The summary's dcqcn_* keys: the counters summed over the hosts, per host the CNPs sent/received and the
     cuts, the flows' lowest and last rates, Jain's index over the last third of the bins in which two flows or more
-    were sending (:func:`jain_last`). Empty without dcqcn.csv rows."""
+    were sending (:func:`jain_last`), and how staggered flows converged (:func:`convergence`: dcqcn_stagger_s,
+    dcqcn_convergence_s, dcqcn_joint_bins, dcqcn_jain_join). Empty without dcqcn.csv rows."""
     if counters.empty:
         return {}
     by = counters.groupby(["host", "counter"])["value"].sum()
@@ -96,6 +153,8 @@ def dcqcn_metrics(counters: pd.DataFrame, rates: pd.DataFrame) -> dict:
         out["dcqcn_rate_kbps_last_mean"] = float(last["rc_kbps"].mean())
     j = jain_last(rates)
     out["dcqcn_jain_last"] = None if math.isnan(j) else j
+    for k, v in convergence(rates).items():
+        out[f"dcqcn_{k}"] = None if isinstance(v, float) and math.isnan(v) else v
     return out
 
 
@@ -131,4 +190,5 @@ def plot_rates(rates: pd.DataFrame, path: str | Path, *, t0: float | None = None
     return path
 
 
-__all__ = ["STATE", "TOTALS", "dcqcn_metrics", "flows", "jain_last", "jain_sending", "plot_rates", "sending"]
+__all__ = ["FAIR_JAIN", "STATE", "TOTALS", "convergence", "dcqcn_metrics", "flows", "jain_last", "jain_sending",
+           "lead_rates", "plot_rates", "sending", "starts"]

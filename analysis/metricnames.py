@@ -27,7 +27,9 @@ FAMILIES: tuple[str, ...] = (
     r"rdma_[a-z0-9_]+",                                   # RDMA devices' recovery counters
     r"pfc_[a-z0-9_]+",                                    # the PFC controller
     # DCQCN's counters and rates (analysis.dcqcn); dcqcn_jain_last: Jain's index of the flows' Rc, mean over the
-    # last third of the 0.5 s bins in which two flows or more were sending (their rate state changed), idle bins out
+    # last third of the 0.5 s bins in which two flows or more were sending (their rate state changed), idle bins out;
+    # dcqcn_stagger_s, dcqcn_convergence_s, dcqcn_joint_bins, dcqcn_jain_join: flows that start apart
+    # (analysis.dcqcn.convergence)
     r"dcqcn(_[a-z0-9_]+)?",
     r"sampler_[a-z0-9_]+",                                # the queue sampler's own timing
     rf"job_[A-Za-z][A-Za-z0-9_-]*_(step_ms|cct_ms)_{_PCT}",  # each job of a jobs run (scenarios/jobs.py)

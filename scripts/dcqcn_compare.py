@@ -64,7 +64,8 @@ def main(argv: list[str]) -> int:
             raise UsageError("--runs must be >= 1 and --modes a list of pfc, dcqcn")
         from testbed.workloads import dcqcn_incast as inc
 
-        params = settings_of(a.set).params(inc.HOST_MBPS)
+        settings = settings_of(a.set)
+        settings.params(inc.HOST_MBPS)  # refused here, in one line, before anything is built
     except UsageError as e:
         print(f"dcqcn_compare: {e}", file=sys.stderr)
         return 2
@@ -74,8 +75,8 @@ def main(argv: list[str]) -> int:
     with open(out / "runs.jsonl", "a") as log:
         for i in range(a.runs):
             for m in modes:
-                n = inc.run_incast(out / f"{m}-{i}", params, react=m == "dcqcn")
-                row = {k: v for k, v in n.items() if k not in ("rates", "counters")}
+                n = inc.run_incast(out / f"{m}-{i}", settings, react=m == "dcqcn")
+                row = {k: v for k, v in n.items() if k not in ("rates", "counters", "started")}
                 row.update(mode=m, run=i, settings=a.set)
                 log.write(json.dumps(row, default=str) + "\n")
                 log.flush()

@@ -190,10 +190,11 @@ class DcqcnRun:
             raise
         return self
 
-    def start(self) -> "DcqcnRun":
-        """The QP mapper and rate sampler (a thread: start it after any process the run forks)."""
+    def start(self, first: tuple[str, ...] = ()) -> "DcqcnRun":
+        """The QP mapper and rate sampler (a thread: start it after any process the run forks). `first`: hosts
+        whose maps are filled first in each round (known senders: no CNP then reaches a sender not mapped yet)."""
         hosts = {h: (d, self.fabric.rxe[h][0], self.fabric.host_ip(h)) for h, d in self.loaded.items()}
-        self.sampler = DcqcnRates(hosts, interval_s=0.05)
+        self.sampler = DcqcnRates(hosts, interval_s=0.05, first=first)
         self.sampler.start()
         p = self.params
         self.progress(f"DCQCN {'on' if self.react else 'marking only (no reaction, no pacing)'} on "

@@ -7,9 +7,15 @@ first hop is protected by PFC in one, by DCQCN's rate in the other). Every switc
 K (DCTCP-style step, K below XOFF, as DCQCN deployments set Kmin under the PFC threshold). h1's downlink is the
 bottleneck; its queue crossing XOFF pauses spine1 -> leaf1, whose queue can pause leaf2 -> spine1.
 
-    params = DcqcnSettings().params(HOST_MBPS)          # testbed.workloads.dcqcn: the run option's defaults
-    numbers = run_incast(out_dir, params)                # PFC + DCQCN, on a fabric of its own
-    numbers = run_incast(out_dir, params, react=False)   # PFC alone: ECN-capable, no reaction
+    numbers = run_incast(out_dir, DcqcnSettings())               # PFC + DCQCN (the run option's defaults)
+    numbers = run_incast(out_dir, DcqcnSettings(), react=False)  # PFC alone: ECN-capable, no reaction
+    numbers = run_incast(out_dir, DcqcnSettings(), incast=Incast(start_s=(0, 2), messages=(60, 30),
+                                                                 bottleneck_mbps=HOST_MBPS))  # convergence
+
+DCQCN is the library's (testbed.workloads.dcqcn.start_dcqcn, as ``--set dcqcn=on`` loads it), PFC too
+(testbed.pfc.run.start_pfc). A staggered start (:class:`Incast`'s ``start_s``) shows convergence: the first
+writer alone takes the port, the later one starts at the line rate as a new QP does, and the summary's
+``dcqcn_stagger_s`` and ``dcqcn_convergence_s`` (analysis.dcqcn.convergence) say how long they took to share it.
 
 "PFC alone" still loads the programs, unpaced and with R_min at the line rate: the senders' packets are ECN-capable
 (ECT(0)) and the receiver sends CNPs, but a cut leaves the rate at the line rate, as a NIC whose reaction point is
@@ -20,10 +26,12 @@ both modes.
 
 What each run returns (all from the kernel and the maps): ``pause_events`` and ``paused_ms`` (the PFC controller's,
 every paused port), ``switch_pause_events`` (those of switch ports), ``peak_backlog_bytes`` (h1's downlink, the
-controller's 1 ms samples), ``lossless_drops``, ``cct_s`` (both writers started together, until the last one ends),
-``utilisation`` (the bytes moved over cct_s, against the bottleneck's rate), ``base_rtt_ms`` (idle ping), the
-programs' counters (dcqcn_*), ``jain_last`` (Jain's index of the two flows' Rc over the last third) and the rows of
-dcqcn_rates.csv. Used by tests/integration/test_dcqcn_incast.py and scripts/dcqcn_compare.py.
+controller's 1 ms samples), ``lossless_drops``, ``cct_s`` (from the first writer's start until the last one
+ends), ``started`` (each writer's start, time.monotonic()), ``utilisation`` (the bytes moved over cct_s, against
+the bottleneck's rate), ``base_rtt_ms`` (idle ping), the
+programs' counters and the summary's other dcqcn_* numbers, ``jain_last`` (Jain's index of the flows' Rc over the last
+third; NaN rather than dcqcn_jain_last's None), ``counters`` (dcqcn.csv), ``rates`` (dcqcn_rates.csv),
+``sampler_errors`` and ``line_rate_kbps``. Used by tests/integration/test_dcqcn_incast.py and scripts/dcqcn_compare.py.
 """
 
 from __future__ import annotations
@@ -36,12 +44,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.dcqcn import dcqcn_metrics, jain_last
-from testbed.kernel import dcqcn as kdcqcn
+from analysis.dcqcn import jain_last
+from analysis.load import load_csv
 from testbed.kernel import netns
-from testbed.measure.dcqcn_rates import COLUMNS as RATE_COLUMNS, DcqcnRates
 from testbed.pfc.run import start_pfc
 from testbed.rundir import RunDir
+from testbed.workloads.dcqcn import DcqcnSettings, start_dcqcn
 
 HOST_MBPS, FABRIC_MBPS, BOTTLENECK_MBPS = 10.0, 20.0, 5.0
 K_BYTES, XOFF_BYTES, XON_BYTES, BUFFER_BYTES = 6_000, 30_000, 15_000, 200_000
@@ -55,7 +63,7 @@ MESSAGE_BYTES, MESSAGES = 65536, 24
 RC_TIMEOUT = 22
 
 
-def incast_spec():
+def incast_spec(bottleneck_mbps: float = BOTTLENECK_MBPS):
     from topologies import ClassSpec, LeafSpineSpec, LinkSpec, PortOverride, QueueSpec
 
     step = QueueSpec("step", buffer_bytes=BUFFER_BYTES, k_bytes=K_BYTES)
@@ -66,33 +74,42 @@ def incast_spec():
                          fabric_link=LinkSpec(FABRIC_MBPS), host_queue=QueueSpec("droptail", buffer_bytes=BUFFER_BYTES),
                          leaf_down_queue=step, leaf_up_queue=step,
                          spine_queue=step, classes=(bulk, lossless),
-                         ports=(PortOverride(f"leaf1:{RECEIVER}", rate_mbps=BOTTLENECK_MBPS),))
+                         ports=(PortOverride(f"leaf1:{RECEIVER}", rate_mbps=bottleneck_mbps),))
 
 
-def _writers(fabric, out: Path, port0: int = 18515) -> float:
-    """Both ib_write_bw writers started together against two servers on h1; seconds until the last one ended."""
+def _writers(fabric, out: Path, senders: tuple[str, ...], start_s: tuple[float, ...], messages: tuple[int, ...],
+             port0: int = 18515) -> tuple[float, dict[str, float]]:
+    """An ib_write_bw server per sender on h1, then each sender's writer `start_s` seconds after the first (the
+    staggered start of a convergence run; all 0: together); seconds from the first writer's start until the last
+    one ended, and each writer's start (time.monotonic(), the clock of dcqcn_rates.csv)."""
     from traffic.rxe import find_device
 
-    dev = {h: find_device(fabric.host_ip(h)) for h in (*SENDERS, RECEIVER)}
-    common = ["-s", str(MESSAGE_BYTES), "-n", str(MESSAGES), "-F", "-u", str(RC_TIMEOUT), f"--tclass={DSCP << 2}"]
-    procs = []
+    dev = {h: find_device(fabric.host_ip(h)) for h in (*senders, RECEIVER)}
+    common = ["-s", str(MESSAGE_BYTES), "-F", "-u", str(RC_TIMEOUT), f"--tclass={DSCP << 2}"]
+    procs, clients, started = [], [], {}
     try:
-        for i, _s in enumerate(SENDERS):
+        for i, _s in enumerate(senders):
             procs.append(netns.popen(fabric.ns(RECEIVER), ["ib_write_bw", "-d", dev[RECEIVER][0], "-x",
-                                                           str(dev[RECEIVER][1]), *common, "-p", str(port0 + i)],
+                                                           str(dev[RECEIVER][1]), *common, "-n", str(messages[i]),
+                                                           "-p", str(port0 + i)],
                                      stdout=open(out / f"srv{i}.txt", "w"), stderr=open(out / f"srv{i}.err", "w")))
         time.sleep(1.0)
         t0 = time.monotonic()
-        clients = [netns.popen(fabric.ns(s), ["ib_write_bw", "-d", dev[s][0], "-x", str(dev[s][1]), *common, "-p",
-                                              str(port0 + i), fabric.host_ip(RECEIVER)],
-                               stdout=open(out / f"cli{i}.txt", "w"), stderr=open(out / f"cli{i}.err", "w"))
-                   for i, s in enumerate(SENDERS)]
-        procs += clients
-        for c in clients:
+        for i in sorted(range(len(senders)), key=lambda k: start_s[k]):
+            s = senders[i]
+            time.sleep(max(0.0, t0 + start_s[i] - time.monotonic()))
+            started[s] = time.monotonic()
+            clients.append((i, netns.popen(fabric.ns(s), ["ib_write_bw", "-d", dev[s][0], "-x", str(dev[s][1]),
+                                                           *common, "-n", str(messages[i]), "-p", str(port0 + i),
+                                                           fabric.host_ip(RECEIVER)],
+                                           stdout=open(out / f"cli{i}.txt", "w"),
+                                           stderr=open(out / f"cli{i}.err", "w"))))
+            procs.append(clients[-1][1])
+        for i, c in clients:
             rc = c.wait(timeout=120)
             if rc != 0:
-                raise RuntimeError(f"ib_write_bw ended with {rc}: {(out / 'cli0.err').read_text()[-300:]}")
-        return time.monotonic() - t0
+                raise RuntimeError(f"ib_write_bw ended with {rc}: {(out / f'cli{i}.err').read_text()[-300:]}")
+        return time.monotonic() - t0, started
     finally:
         for p in procs:
             if p.poll() is None:
@@ -116,79 +133,75 @@ def base_rtt_ms(fabric, count: int = 10) -> float:
     return statistics.median(rtts) if rtts else float("nan")
 
 
-def run_incast(out: str | Path, dcqcn, react: bool = True) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Incast:
+    """What one run sends: `senders` (hosts writing to h1), each starting `start_s` seconds after the first
+    (default: all together) and writing `messages` 64 KiB messages (default MESSAGES each), through h1's downlink
+    at `bottleneck_mbps`."""
+
+    senders: tuple[str, ...] = SENDERS
+    start_s: tuple[float, ...] = ()
+    messages: tuple[int, ...] = ()
+    bottleneck_mbps: float = BOTTLENECK_MBPS
+
+    def __post_init__(self):
+        n = len(self.senders)
+        object.__setattr__(self, "start_s", tuple(self.start_s) or (0.0,) * n)
+        object.__setattr__(self, "messages", tuple(self.messages) or (MESSAGES,) * n)
+        if len(self.start_s) != n or len(self.messages) != n or min(self.start_s) < 0 or min(self.messages) < 1:
+            raise ValueError(f"incast: one start (>= 0 s) and one message count (>= 1) per sender: {self}")
+
+
+def run_incast(out: str | Path, settings: DcqcnSettings, react: bool = True, incast: Incast = Incast()) -> dict:
     """One incast on a fabric built for it and torn down after it (PFC's plugs stay in a fabric's queues, so each
-    run gets a fresh one); files into `out`. `dcqcn`: the programs' parameters (traffic.dcqcn.Params);
-    `react=False`: PFC alone (R_min raised to the line rate)."""
-    fabric = build()
+    run gets a fresh one); files into `out`. `settings`: DCQCN's (testbed.workloads.dcqcn, at the hosts' line rate);
+    `react=False`: PFC alone (R_min raised to the line rate, no pacing)."""
+    fabric = build(bottleneck_mbps=incast.bottleneck_mbps)
     try:
-        return _run(fabric, out, dcqcn, react)
+        return _run(fabric, Path(out), settings, react, incast)
     finally:
         fabric.teardown()
 
 
-def _run(fabric, out: str | Path, dcqcn, react: bool) -> dict:
-    from traffic.rxe import find_device
-
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    if not react:
-        dcqcn = dataclasses.replace(dcqcn, min_rate_kbps=dcqcn.line_rate_kbps)
-    rundir = RunDir(out, "dcqcn-incast", {"dcqcn": react}, 0)
+def _run(fabric, out: Path, settings: DcqcnSettings, react: bool, incast: Incast) -> dict:
+    rundir = RunDir(out, "dcqcn-incast", {"dcqcn": react, **dataclasses.asdict(incast)}, 0)
     undo: list = []
-    loaded: dict = {}
-    sampler = None
     try:
         # PFC alone pauses the hosts too (their lossless class holds PFC's plug, the programs do not pace); with
         # DCQCN that class holds fq, so PFC pauses switch ports only
         pfc = start_pfc(fabric, rundir, undo.append, interval_ms=1, frames=False, pause_hosts=not react)
-        for h in (*SENDERS, RECEIVER):
-            loaded[h] = kdcqcn.install(fabric.ns(h), "eth0", dcqcn, pace=react)
-        sampler = DcqcnRates({h: (d, find_device(fabric.host_ip(h))[0], fabric.host_ip(h))
-                              for h, d in loaded.items()}, interval_s=0.05, first=SENDERS)
+        dc = start_dcqcn(fabric, rundir, undo.append, settings, start=False, react=react)
         rtt_ms = base_rtt_ms(fabric)
-        sampler.start()
-        cct_s = _writers(fabric, out)
-        sampler.stop()
+        dc.start(first=incast.senders)
+        cct_s, started = _writers(fabric, out, incast.senders, incast.start_s, incast.messages)
+        dc.sampler.stop()
         summary = pfc.finish()
         switch_pauses = sum(q.pause_events for q in pfc.queues.values() if q.is_switch)
+        m = dc.finish()  # dcqcn_rates.csv, dcqcn.csv (the counters, fq's too), the programs unloaded
     finally:
-        if sampler is not None:
-            sampler.stop()
-        counters: dict = {}
-        for h, d in loaded.items():   # a failed read must not skip the close and PFC's undo below
-            with contextlib.suppress(Exception):
-                counters[h] = d.stats()
-        for d in loaded.values():
-            with contextlib.suppress(Exception):
-                d.close()
-        for fn in reversed(undo):
+        for fn in reversed(undo):  # the programs' close and PFC's undo, whatever failed above
             with contextlib.suppress(Exception):
                 fn()
     q = pd.read_csv(out / "queues.csv")
     port = next(p.ifname for p in fabric.port_plans if p.node == "leaf1" and p.peer == RECEIVER)
     down = q[(q["node"] == "leaf1") & (q["port"].astype(str) == port)]
-    moved_bits = len(SENDERS) * MESSAGES * MESSAGE_BYTES * 8
-    numbers = {"dcqcn": react, "cct_s": cct_s, "base_rtt_ms": rtt_ms,
-               "utilisation": moved_bits / cct_s / (BOTTLENECK_MBPS * 1e6), "pause_events": summary["pfc_pause_events"],
-               "switch_pause_events": switch_pauses,
-               "paused_ms": summary["pfc_paused_ms_total"], "lossless_drops": summary["lossless_drops"],
-               "peak_backlog_bytes": int(down["backlog_bytes"].max()) if len(down) else 0}
-    if sampler is not None:  # always, once the programs were loaded
-        pd.DataFrame(sampler.rows, columns=RATE_COLUMNS).to_csv(out / "dcqcn_rates.csv", index=False)
-        rates = pd.read_csv(out / "dcqcn_rates.csv")  # as analysis reads a run's file: one definition, its dtypes
-        m = dcqcn_metrics(pd.DataFrame([(h, k, v) for h, c in counters.items() for k, v in c.items()],
-                                       columns=["host", "counter", "value"]), rates)
-        numbers.update({k: v for k, v in m.items() if k != "dcqcn"}, jain_last=jain_last(rates),
-                       counters=counters, rates=rates, sampler_errors=list(sampler.errors))
-    return numbers
+    moved_bits = sum(incast.messages) * MESSAGE_BYTES * 8
+    rates = load_csv(out / "dcqcn_rates.csv", "dcqcn_rates")  # as analysis reads a run's file
+    return {"dcqcn": react, "cct_s": cct_s, "base_rtt_ms": rtt_ms, "started": started,
+            "utilisation": moved_bits / cct_s / (incast.bottleneck_mbps * 1e6),
+            "pause_events": summary["pfc_pause_events"], "switch_pause_events": switch_pauses,
+            "paused_ms": summary["pfc_paused_ms_total"], "lossless_drops": summary["lossless_drops"],
+            "peak_backlog_bytes": int(down["backlog_bytes"].max()) if len(down) else 0,
+            **{k: v for k, v in m.items() if k != "dcqcn"}, "jain_last": jain_last(rates),
+            "counters": load_csv(out / "dcqcn.csv", "dcqcn"), "rates": rates,
+            "sampler_errors": list(dc.sampler.errors), "line_rate_kbps": dc.params.line_rate_kbps}
 
 
-def build(run_id: str | None = None):
+def build(run_id: str | None = None, bottleneck_mbps: float = BOTTLENECK_MBPS):
     """The incast fabric, built with an rxe device per host (tear it down with ``.teardown()``)."""
     from testbed.network.fabric import Fabric
 
-    fab = Fabric(incast_spec(), run_id or f"dqi{os.getpid() % 100000}", rxe=True)
+    fab = Fabric(incast_spec(bottleneck_mbps), run_id or f"dqi{os.getpid() % 100000}", rxe=True)
     try:
         fab.build(None, None)
     except BaseException:
@@ -197,4 +210,4 @@ def build(run_id: str | None = None):
     return fab
 
 
-__all__ = ["build", "incast_spec", "run_incast"]
+__all__ = ["Incast", "build", "incast_spec", "run_incast"]

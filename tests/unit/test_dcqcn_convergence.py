@@ -1,0 +1,95 @@
+"""DCQCN's convergence from unequal rates, its pure part: analysis.dcqcn.starts (when each flow began to send, from
+its rate state changing in dcqcn_rates.csv) and analysis.dcqcn.convergence (the stagger between the first and the
+last flow, and the time from the last one's start until Jain's index of the flows' rates stayed >= 0.9), and
+testbed.workloads.dcqcn_incast.Incast's refusals."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from analysis.dcqcn import FAIR_JAIN, convergence, dcqcn_metrics, lead_rates, starts
+
+COLUMNS = ["t_s", "host", "peer", "rqpn", "rc_kbps", "rt_kbps", "alpha", "rate_cuts", "cnp_received", "cnp_ignored"]
+
+
+def staggered(late_rc, join_i: int = 20, n: int = 60, dt: float = 0.1) -> pd.DataFrame:
+    """h3's QP sends from sample 1 on at 10 Mbit/s (its alpha decaying each sample: it sends); h4's QP is mapped
+    at sample `join_i` and sends from the next one; late_rc(k) gives both flows' rates k samples after the join
+    (h3's, h4's). h1's receiving QP sits at the line rate, idle. Every flow received CNPs (a flow of the analysis)."""
+    rows = []
+    for i in range(n):
+        t = 100 + i * dt
+        a, b = (10000, None) if i < join_i else late_rc(i - join_i)
+        rows.append((t, "h3", "h1", 17, a, 10000, round(1 - 0.004 * i, 5), i // 10, 1 + i // 10, 0))
+        if b is not None:
+            rows.append((t, "h4", "h1", 18, b, 10000, round(1 - 0.004 * (i - join_i), 5), 1 + i, 1 + i, 0))
+        rows.append((t, "h1", "h3", 17, 10000, 10000, 1.0, 0, 0, 0))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def test_starts_are_the_first_samples_whose_state_changed():
+    s = starts(staggered(lambda k: (5000, 5000)))
+    assert list(s.index) == ["h3>h1/17", "h4>h1/18"]  # the idle receiving QP is no flow
+    assert s.iloc[0] == pytest.approx(100.1) and s.iloc[1] == pytest.approx(102.1)  # the first sample: no change
+
+
+def test_the_lead_rates_are_the_first_flows_in_the_window_before_the_last_one_appeared():
+    def late(k):
+        return 5000, 5000
+
+    rates = staggered(late)
+    rates.loc[(rates["host"] == "h3") & (rates["t_s"] > 101.55) & (rates["t_s"] < 101.65), "rc_kbps"] = 9000
+    assert list(lead_rates(rates)) == [10000, 9000, 10000, 10000, 10000]  # 101.5 .. 101.9: h4 is seen at 102.0
+    assert list(lead_rates(rates, window_s=0.25)) == [10000, 10000]
+    assert lead_rates(staggered(late, join_i=70)).empty  # one flow
+
+
+def test_flows_fair_from_the_join_converge_at_once():
+    c = convergence(staggered(lambda k: (5000 + 10 * (k % 2), 5000 - 10 * (k % 2))))
+    assert c["stagger_s"] == pytest.approx(2.0)
+    assert c["convergence_s"] == 0.0 and c["joint_bins"] == 8  # from the join's bin (2.0 s) to the end (6 s)
+
+
+def test_unequal_rates_converge_when_jain_stays_fair():
+    # the late flow at 1 Mbit/s beside 9 for 1.5 s (Jain 0.61), then both at 5 (0.5 s bins from the first sample)
+    c = convergence(staggered(lambda k: (9000 - k % 2, 1000 + k % 2) if k < 15 else (5000 + k % 2, 5000 - k % 2)))
+    assert c["convergence_s"] == pytest.approx(1.4)  # the bin at 3.5 s, 1.4 s after the late flow's start (2.1 s)
+    assert c["jain_join"] == pytest.approx(0.61, abs=0.01)  # 9 against 1 Mbit/s in the join's bin
+    m = dcqcn_metrics(pd.DataFrame([("h3", "rate_cuts", 1)], columns=["host", "counter", "value"]),
+                      staggered(lambda k: (9000 - k % 2, 1000 + k % 2) if k < 15 else (5000 + k % 2, 5000 - k % 2)))
+    assert m["dcqcn_convergence_s"] == pytest.approx(1.4) and m["dcqcn_stagger_s"] == pytest.approx(2.0)
+
+
+def test_a_share_that_turns_unfair_again_converges_only_after_its_last_unfair_bin():
+    rc = lambda k: (5000 + k % 2, 5000) if k < 10 or k >= 20 else (9000 + k % 2, 1000)  # noqa: E731
+    # unfair from 3.0 to 3.9 s: the bins at 3.0 and 3.5 s; the one at 4.0 s is fair, 1.9 s after the join (2.1 s)
+    assert convergence(staggered(rc))["convergence_s"] == pytest.approx(1.9)
+
+
+def test_a_share_still_unfair_at_the_end_never_converged():
+    c = convergence(staggered(lambda k: (9000 + k % 2, 1000 - k % 2)))
+    assert math.isnan(c["convergence_s"]) and c["joint_bins"] > 0
+    assert dcqcn_metrics(pd.DataFrame([("h3", "rate_cuts", 1)], columns=["host", "counter", "value"]),
+                         staggered(lambda k: (9000 + k % 2, 1000 - k % 2)))["dcqcn_convergence_s"] is None
+
+
+def test_one_flow_has_no_convergence():
+    c = convergence(staggered(lambda k: (5000, None), join_i=70))
+    assert math.isnan(c["stagger_s"]) and math.isnan(c["convergence_s"]) and c["joint_bins"] == 0
+    assert math.isnan(c["jain_join"])
+
+
+def test_the_fairness_threshold_is_the_one_the_docs_name():
+    assert FAIR_JAIN == 0.9
+
+
+def test_an_incast_needs_a_start_and_a_message_count_per_sender():
+    from testbed.workloads.dcqcn_incast import MESSAGES, Incast
+
+    assert Incast().start_s == (0.0, 0.0) and Incast().messages == (MESSAGES, MESSAGES)
+    for bad in ({"start_s": (0.0,)}, {"messages": (1, 2, 3)}, {"start_s": (0.0, -1.0)}, {"messages": (0, 5)}):
+        with pytest.raises(ValueError, match="one start"):
+            Incast(**bad)
