@@ -29,6 +29,7 @@ FAMILIES: tuple[str, ...] = (
     # DCQCN's counters and rates (analysis.dcqcn); dcqcn_jain_last: Jain's index of the flows' Rc, mean over the
     # last third of the 0.5 s bins in which two flows or more were sending (their rate state changed), idle bins out
     r"dcqcn(_[a-z0-9_]+)?",
+    r"uet_[a-z0-9_]+",                                    # UET's transport and trimming counters (analysis.uet)
     r"sampler_[a-z0-9_]+",                                # the queue sampler's own timing
     rf"job_[A-Za-z][A-Za-z0-9_-]*_(step_ms|cct_ms)_{_PCT}",  # each job of a jobs run (scenarios/jobs.py)
     r"job_[A-Za-z][A-Za-z0-9_-]*_(overlap|leaves|bound_ms)",
