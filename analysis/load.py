@@ -85,6 +85,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
     "dcqcn": {"host": STR, "counter": STR, "value": INT},
     "dcqcn_rates": {"t_s": FLOAT, "host": STR, "peer": STR, "rqpn": INT, "rc_kbps": INT, "rt_kbps": INT,
                     "alpha": FLOAT, "rate_cuts": INT, "cnp_received": INT, "cnp_ignored": INT},
+    "uet": {"rank": INT, "host": STR, "counter": STR, "value": INT},
+    "trim": {"node": STR, "port": STR, "counter": STR, "value": INT},
 }
 
 #: Time-series tables (have a ``t_s`` or ``start_s``/``end_s`` on the monotonic clock).
@@ -263,6 +265,10 @@ class Run:
     #: DCQCN's counters per host at the run's end and every QP's rate over time (runs with dcqcn on)
     dcqcn: pd.DataFrame = field(default_factory=lambda: empty_frame("dcqcn"))
     dcqcn_rates: pd.DataFrame = field(default_factory=lambda: empty_frame("dcqcn_rates"))
+    #: each UET rank's transport counters at the job's end (transport=uet) and each switch port's trimming
+    #: counters (trimming on): analysis.uet
+    uet: pd.DataFrame = field(default_factory=lambda: empty_frame("uet"))
+    trim: pd.DataFrame = field(default_factory=lambda: empty_frame("trim"))
     #: file names (``"ops.csv"`` ...) that existed in the folder
     present: set[str] = field(default_factory=set)
     #: human-readable notes about anything unusual found while loading

@@ -23,6 +23,7 @@ from testbed.scenario import Scenario
 from testbed.workloads.dcqcn import DCQCN_PARAMS, DcqcnSettings, check_fabric as check_dcqcn, dcqcn_needs
 from testbed.workloads.jobfabric import FILE_REPLACES, PFC_PCP, collective_dscp, fabric_summary, leaf_spine
 from testbed.workloads.settings import JOB_PARAMS, CollectiveSettings
+from testbed.workloads.trimming import TRIM_PARAMS, check_run as check_trim, trim_needs, trim_wanted
 from topologies.mininet_topo import SpecTopo
 
 P, MBPS, B = Param, "Mbit/s", "bytes"
@@ -80,6 +81,7 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
       f"{', '.join(FILE_REPLACES)} (those must stay unset; its [tcp] congestion_control is the agents' cc; with "
       "pfc=on it must have a lossless class with the collective's DSCP). Empty: built from the parameters"),
     *DCQCN_PARAMS,  # dcqcn=on and its knobs (testbed.workloads.dcqcn)
+    *TRIM_PARAMS,  # trim=auto|on|off and its threshold (testbed.workloads.trimming)
 ]
 
 
@@ -105,17 +107,18 @@ def validate(p: dict) -> None:
         raise UsageError(f"loss_host: unknown host {p['loss_host']!r}")
     parse_spec(p["capture"], spec.addresses)
     check_dcqcn(p, spec)  # at the host NICs' rate, per-port overrides included, and their queues
+    check_trim(p, spec)  # trim=on with UET on lossy ECMP ports, a threshold within every switch port's buffer
 
 
 def needs_for(p: dict) -> tuple:
     """transport=rdma adds rxe:netns and pyverbs (SoftRoCE across namespaces, the RDMA agents); loss_percent > 0
     adds qdisc:netem, cls:u32 and act:mirred (netem on an IFB fed from the lossy port's ingress); pfc=on adds
     qdisc:plug (the pause) and the classifier of the DSCP classes; dcqcn=on adds qdisc:fq and qdisc:clsact (the
-    pacing and the programs' hook)."""
+    pacing and the programs' hook); trimming adds qdisc:clsact."""
     return ((("qdisc:plug", "cls:u32") if p.get("pfc") == "on" else ())
             + (("rxe:netns", "pyverbs") if p.get("transport") == "rdma" else ())
             + (("qdisc:netem", "cls:u32", "act:mirred") if (p.get("loss_percent") or 0) > 0 else ())
-            + dcqcn_needs(p))
+            + dcqcn_needs(p) + trim_needs(p))
 
 
 def experiment(p: dict, lab) -> dict:
@@ -139,6 +142,7 @@ def experiment(p: dict, lab) -> dict:
                      f"XON {p['pfc_xon_bytes']} B, {len(pfc.queues)} lossless queues")
     dcqcn = (lab.dcqcn(DcqcnSettings.from_params(p), react=p["dcqcn"] == "on") if p["dcqcn"] != "off"
              else None)  # a thread: after PFC's fork
+    trimming = lab.trim(p["trim_threshold_bytes"]) if trim_wanted(p) else None
     job.run()
     dcqcn_numbers = dcqcn.finish() if dcqcn else {}
     cap_stats = cap.stop() if cap else {}
@@ -148,6 +152,7 @@ def experiment(p: dict, lab) -> dict:
     if cap:
         summary.update(wire_summary(cap, cap_stats, lab.progress, "collective"))
     summary.update(dcqcn_numbers)
+    summary.update(trimming.finish() if trimming else {"uet_trim": "off"} if p["transport"] == "uet" else {})
     if not summary["data_verified"]:
         lab.rundir.finish(summary)  # keep the evidence, then fail the run (exit status 1; teardown still runs)
         raise RunFailed(f"collective: data verification failed: {summary['mismatches']}")

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Incast: N senders each send a block of B bytes to one receiver at the same instant, R rounds (kernel TCP).
+"""Incast: N senders each send a block of B bytes to one receiver at the same instant, R rounds (kernel TCP, or
+the UET transport with packet trimming at the switch ports: transport=uet, docs/uet.md).
 
     leafspine (default): receiver h1 on leaf1; senders on leaf2.. (hosts_per_leaf per leaf)
         h(senders) -> leaf2.. ==> spines ==> leaf1 ==[HTB host rate, the incast queue]==> h1
@@ -11,12 +12,16 @@ The bottleneck is the receiver's downlink port: it gets `buffer_bytes` and the c
 with min = k_bytes, or DCTCP-style step marking at K = k_bytes; testbed.workloads.bottleneck); every other port keeps
 the
 default queue. One persistent connection per sender; a round starts when every sender passes a barrier and ends
-when the receiver holds all N blocks (traffic.incast). rounds.csv has one row per (round, sender).
+when the receiver holds all N blocks (traffic.incast). rounds.csv has one row per (round, sender). With
+transport=uet every host runs the UET transport instead (traffic.uet_incast; its timer floor is rto_min_ms too),
+every switch port trims (trim=auto; testbed.workloads.trimming), and uet.csv and trim.csv hold the transport's and
+the switches' counters (analysis.uet: the uet_* numbers).
 """
 
 import sys
 
 from testbed.workloads.bottleneck import bottleneck_needs, build_spec
+from testbed.workloads.trimming import TRIM_PARAMS, check_run as check_trim, trim_needs, trim_wanted
 from testbed.params import Param
 from testbed.scenario import Scenario
 from topologies.mininet_topo import SpecTopo
@@ -49,7 +54,21 @@ PARAMS = [
     Param("hosts_per_leaf", int, 4, "", "leaf-spine: hosts per leaf (senders fill leaf2, leaf3, ...)", min=1,
           max=64),
     Param("sample_interval_ms", float, 1.0, "ms", "queue sampling interval", min=0.1, max=1000),
+    Param("transport", str, "tcp", "", "the blocks' transport: kernel TCP, or uet (Ultra Ethernet-style reliable "
+          "unordered delivery over UDP with NACKs of trimmed packets, its retransmission timer floored at "
+          "rto_min_ms too: docs/uet.md)", choices=("tcp", "uet")),
+    *TRIM_PARAMS,  # trim=auto (on with transport=uet) and its threshold (testbed.workloads.trimming)
 ]
+
+
+def validate(p: dict) -> None:
+    """UsageError when the parameters cannot make a valid fabric, or trimming cannot work with them."""
+    spec = build_spec(p)[0]
+    check_trim(p, spec)
+
+
+def needs_for(p: dict) -> tuple[str, ...]:
+    return bottleneck_needs(p) + trim_needs(p)
 
 
 def _unfaithful(p: dict, q: dict, util: float, drops: int, tm: dict, bottleneck: str) -> list[str]:
@@ -66,6 +85,7 @@ def _unfaithful(p: dict, q: dict, util: float, drops: int, tm: dict, bottleneck:
 def experiment(p: dict, lab) -> dict:
     from analysis import summary as asum
     from analysis.metrics import round_times
+    from analysis.uet import uet_metrics
 
     _, receiver, senders, bottleneck = build_spec(p, lab.seed)
     n, block, rounds = p["senders"], p["block_bytes"], p["rounds"]
@@ -75,7 +95,10 @@ def experiment(p: dict, lab) -> dict:
     tcp = lab.tcp_counters([receiver, *senders])
     lab.progress(f"{p['cc']}, ecn={p['ecn']}, rto_min {p['rto_min_ms']} ms; bottleneck {':'.join(bottleneck)} "
                  f"{p['discipline']} {p['buffer_bytes']} B at {p['host_rate_mbps']} Mbit/s")
-    lab.burst(senders, receiver, block, rounds=rounds, cc=p["cc"])
+    trimming = lab.trim(p["trim_threshold_bytes"]) if trim_wanted(p) else None
+    lab.burst(senders, receiver, block, rounds=rounds, cc=p["cc"], transport=p["transport"],
+              uet={"rto_min_ms": float(p["rto_min_ms"])})
+    trim_numbers = trimming.finish() if trimming else {}
     queues.stop(lab.rundir)  # queues.csv and cpu.csv now: analysis reads them below
     delta = tcp.stop(lab.rundir)
     drops, sent_packets, marks = port.total("drops"), port.total("sent_packets"), port.total("marks")
@@ -118,6 +141,9 @@ def experiment(p: dict, lab) -> dict:
         "cpu_busy_fraction": q["cpu_busy_fraction"],
         "fidelity_ok": not reasons,
         "fidelity_reasons": "; ".join(reasons),
+        "transport": p["transport"],
+        **(uet_metrics(run.uet) if p["transport"] == "uet" else {}),  # each host's UET counters (uet.csv)
+        **({"uet_trim": "off"} if p["transport"] == "uet" else {}), **trim_numbers,
     }
 
 
@@ -126,16 +152,18 @@ SCENARIO = Scenario(
     summary="N senders x B bytes to one receiver at once, R rounds, over a leaf-spine or dumbbell (kernel TCP)",
     params=PARAMS,
     needs=("qdisc:htb", "qdisc:bfifo"),
-    needs_for=bottleneck_needs,
+    needs_for=needs_for,
     topology=lambda p, seed: SpecTopo(build_spec(p, seed)[0]),
     run=experiment,
-    validate=build_spec,  # UsageError when the parameters cannot make a valid fabric
+    validate=validate,
     table=(("senders", "senders"), ("block_bytes", "block (bytes)"), ("rounds", "rounds"),
            ("goodput_mbps", "goodput (Mbit/s)"), ("round_ms_ideal", "ideal round (ms)"),
            ("round_ms_p50", "round p50 (ms)"), ("round_ms_p99", "round p99 (ms)"), ("round_ms_max", "round max (ms)"),
            ("bottleneck_drops", "bottleneck drops"), ("incast_loss_rate", "incast loss rate"),
            ("ecn_marks", "ECN marks"), ("tcp_retrans_segs", "TCP retransmitted segments"),
-           ("tcp_timeouts", "TCP timeouts"), ("queue_peak_bytes", "queue peak (bytes)"),
+           ("tcp_timeouts", "TCP timeouts"), ("uet_rto_events", "UET timer expiries"),
+           ("uet_trimmed_packets", "packets trimmed"), ("uet_nack_retransmits", "UET resent on NACK"),
+           ("queue_peak_bytes", "queue peak (bytes)"),
            ("cpu_busy_fraction", "CPU busy"), ("fidelity_ok", "fidelity ok")),
 )
 

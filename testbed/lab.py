@@ -58,6 +58,7 @@ from testbed.workloads.dcqcn import DcqcnRun, DcqcnSettings, start_dcqcn
 from testbed.workloads.handles import Burst, Collective, Flows, TrafficFiles, host_name, run_burst, start_flows
 from testbed.workloads.program import Program
 from testbed.workloads.settings import CollectiveSettings, Form, settings_for
+from testbed.workloads.trimming import TrimRun, start_trimming
 from topologies.mininet_topo import spec_from_topo
 
 #: the first TCP port lab traffic listens on; every flows()/burst() call takes the next free ones
@@ -270,12 +271,14 @@ class Lab:
         return start_flows(self, pairs, duration_s, cc, src_ports, dscp, ack_dscp, rate_mbps)
 
     def burst(self, senders: Sequence, receiver, size_bytes: int, rounds: int = 1, at_s: float | None = None,
-              cc: str | None = None) -> "Burst":
+              cc: str | None = None, transport: str = "tcp", uet: dict | None = None) -> "Burst":
         """Synchronized incast: in each of ``rounds`` rounds every sender writes ``size_bytes`` to ``receiver`` at
         the same instant (one persistent TCP connection each, opened first); a round ends when the receiver holds
         every block, and the next starts then. ``at_s``: the first round starts that many seconds after the
-        network came up (else now). Blocks until the last round; appends to ``rounds.csv``."""
-        return run_burst(self, senders, receiver, size_bytes, rounds, at_s, cc)
+        network came up (else now). Blocks until the last round; appends to ``rounds.csv``. ``transport="uet"``:
+        the blocks go over the UET transport (traffic.uet_incast; ``uet``: its options, e.g. rto_min_ms) instead
+        of kernel TCP, and each host's transport counters are appended to ``uet.csv``."""
+        return run_burst(self, senders, receiver, size_bytes, rounds, at_s, cc, transport, uet)
 
     def launch(self, cmd: str, hosts: Iterable | None = None, ranks: int | None = None, ranks_per_host: int = 1,
                launcher: str = "torch", **kw) -> "Program":
@@ -314,6 +317,16 @@ class Lab:
         except TypeError as e:
             raise UsageError(f"dcqcn: {e}") from None
         run = start_dcqcn(self.net.fabric, self.rundir, self.on_teardown, settings, self.progress, react=react)
+        self.on_teardown(lambda: self.summary.update(run.finish()))
+        return run
+
+    def trim(self, threshold_bytes: int = 0) -> TrimRun:
+        """Packet trimming (UEC's switch-side answer to a full queue, docs/uet.md) on every switch port: above
+        ``threshold_bytes`` of its queue (0: half of each port's buffer) a port cuts a UET data packet to its
+        headers, flagged, and the receiving UET transport NACKs it at once (``transport="uet"``). Returns the
+        :class:`~testbed.workloads.trimming.TrimRun`; when the lab ends (or at its ``finish()``) trim.csv is
+        written, the uet_trim* numbers go into the summary and the programs are detached."""
+        run = start_trimming(self.net.fabric, self.rundir, self.on_teardown, threshold_bytes, self.progress)
         self.on_teardown(lambda: self.summary.update(run.finish()))
         return run
 

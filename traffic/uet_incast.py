@@ -139,6 +139,11 @@ class UetIncastRounds:
                 s[k] = s.get(k, 0) + v
         return {"senders": s, "receiver": self.rx.totals() if self.rx else {}}
 
+    def per_host(self) -> dict[str, dict[str, int]]:
+        """Each host's transport counters (UetTransport.totals()): the receiver's and every sender's."""
+        out = {self.receiver: self.rx.totals()} if self.rx else {}
+        return out | {h: t.totals() for h, t in zip(self.senders, self.tx)}
+
     def close(self) -> None:
         for t in (*self.tx, *([self.rx] if self.rx else [])):
             t.close()

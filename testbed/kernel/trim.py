@@ -23,6 +23,7 @@ PROGRAM = "uet_trim"
 STATS = ("packets", "uet_data_packets", "trimmed_packets", "trimmed_bytes_cut", "too_short_to_trim")
 UET_UDP_PORT = 4793  # traffic/uet_packet.py: UEC's port for UET over UDP
 HTB_MAJOR = 1  # testbed/kernel/qdisc.py: every port's HTB is handle 1:
+FILTER_PRIO = 3  # the filter's priority on the egress hook (a flowlet balancer's filter sits beside it)
 
 
 class _Config(ctypes.Structure):
@@ -89,7 +90,7 @@ def install(ipr, ifindex: int, rate_mbps: float, threshold_bytes: int, buffer_by
         t.set_rate(rate_mbps, threshold_bytes, buffer_bytes, trim_minor, port)
         with contextlib.suppress(Exception):  # a clsact already there (a balancer on the same port) is shared
             ipr.tc("add", "clsact", index=ifindex)
-        ipr.tc("add-filter", "bpf", index=ifindex, parent=CLSACT_EGRESS, prio=3, protocol=ETH_P_ALL,
+        ipr.tc("add-filter", "bpf", index=ifindex, parent=CLSACT_EGRESS, prio=FILTER_PRIO, protocol=ETH_P_ALL,
                fd=obj.program_fd(PROGRAM), name=PROGRAM, direct_action=True)
     except BaseException:
         obj.close()
@@ -97,4 +98,11 @@ def install(ipr, ifindex: int, rate_mbps: float, threshold_bytes: int, buffer_by
     return t
 
 
-__all__ = ["PROGRAM", "STATS", "Trimmer", "install", "ps_per_byte"]
+def detach(ipr, ifindex: int) -> None:
+    """Take the program's filter off port `ifindex`'s egress (what :func:`install` attached at its priority); the
+    clsact qdisc stays (a balancer on the same port may share it). Closing the :class:`Trimmer` alone does not
+    detach: the filter holds its own reference to the program."""
+    ipr.tc("del-filter", "bpf", index=ifindex, parent=CLSACT_EGRESS, prio=FILTER_PRIO, protocol=ETH_P_ALL)
+
+
+__all__ = ["PROGRAM", "STATS", "Trimmer", "detach", "install", "ps_per_byte"]

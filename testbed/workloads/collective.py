@@ -16,7 +16,8 @@ instead (nsenter + python -m traffic.agent).
 
 Files: ``ops.csv`` (one row per rank and op, with ``iter_start_s`` and ``size_bytes``), ``tcp_info.csv`` (TCP_INFO
 per connection at op boundaries), ``tcp.csv`` (the hosts' kernel counters before and after), ``rdma.csv`` (the rxe
-counters before and after, RDMA only), ``queues.csv``/``cpu.csv`` (with a sampling interval), ``sweep.csv`` (one
+counters before and after, RDMA only), ``uet.csv`` (each rank's transport counters at
+the end, UET only: analysis.uet), ``queues.csv``/``cpu.csv`` (with a sampling interval), ``sweep.csv`` (one
 nccl-tests row per op, from :meth:`CollectiveJob.summary`). The numbers of the summary are analysis.summary's, over
 those files.
 """
@@ -31,6 +32,8 @@ from testbed.measure import liveview
 from testbed.workloads.settings import JOB_PARAMS, job_plan
 from traffic.jobplan import OPS_COLUMNS, JobPlan, ops_rows, payload_efficiency, tcpinfo_deltas
 from analysis import fidelity, metrics as am, summary as asum
+from analysis.load import load_csv
+from analysis.uet import uet_metrics
 from testbed.errors import RunFailed
 from testbed.kernel import netns
 from testbed.kernel.counters import rdma_counters
@@ -48,6 +51,13 @@ __all__ = ["JOB_PARAMS", "CollectiveJob", "RdmaCounters", "job_plan"]  # the kno
 SWEEP_COLUMNS = ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps", "busbw_gbps",
                  "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"]
 RDMA_COLUMNS = ["host", "device", "phase", "counter", "value"]
+UET_COLUMNS = ["rank", "host", "counter", "value"]
+
+
+def _uet_counters(result: dict) -> dict[str, int]:
+    """A UET agent's transport counters from its result (traffic.agent: ``transport`` = UetTransport.describe())."""
+    tr = result.get("transport")
+    return {str(k): int(v) for k, v in (tr.get("counters") or {}).items()} if isinstance(tr, dict) else {}
 
 
 def op_groups(plan) -> dict[str, list[list[int]]]:
@@ -230,6 +240,10 @@ class CollectiveJob:
         rundir.write_csv("tcp_info.csv", ["iteration", "op_index", "rank", "peer", "phase", *INFO_KEYS],
                          ([it, k, rk, peer, ph, *[info.get(x, 0) for x in INFO_KEYS]]
                           for it, k, rk, peer, ph, info in res.tcp_info))
+        if self.transport == "uet":  # each rank's transport counters (traffic.uet.UetTransport.totals())
+            hosts = self.plan.placement.hosts
+            rundir.write_csv("uet.csv", UET_COLUMNS, ((r, hosts[r], k, v) for r, res_r in sorted(res.per_rank.items())
+                                                      for k, v in sorted(_uet_counters(res_r).items())))
         if sampler is not None:
             sampler.write(rundir)
             self.queue_stats = sampler.stats()
@@ -285,6 +299,8 @@ class CollectiveJob:
                                     and out["step_bound_ms"] > 0 else None)
         if self.transport == "rdma":
             out.update(self._rdma_summary())
+        if self.transport == "uet":
+            out.update(uet_metrics(load_csv(self.rundir.path / "uet.csv", "uet")))
         return out
 
     def _job_numbers(self, run, nrows: list[dict], bound_of: dict[str, float], efficiency: float) -> dict:

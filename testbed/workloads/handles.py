@@ -13,18 +13,21 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from analysis.load import load_csv
 from analysis.metrics import op_table, percentiles, round_times
 from analysis.summary import headline_ops
+from testbed.errors import UsageError
 from testbed.kernel import netns
 from testbed.kernel.qdisc import shape_loopback
 from testbed.workloads.collective import CollectiveJob
 from traffic.background import BackgroundFlows
 from traffic.incast import IncastRounds, ROUNDS_COLUMNS
 from traffic.job import BackgroundFlow
+from traffic.uet_incast import UetIncastRounds
 
 if TYPE_CHECKING:
     from testbed.workloads.settings import CollectiveSettings
 
 FLOW_COLUMNS = ["flow", "src", "dst", "src_port", "dst_port", "dscp", "start_s", "end_s", "bytes", "seconds",
                 "goodput_mbps"]
+UET_COLUMNS = ["rank", "host", "counter", "value"]  # uet.csv (analysis.uet), as the collective job writes it
 
 
 def host_name(host) -> str:
@@ -40,6 +43,7 @@ class TrafficFiles:
         self.lock = threading.Lock()
         self.flow_rows: list[tuple] = []
         self.round_rows: list[tuple] = []
+        self.uet_rows: list[tuple] = []
 
     def add_flows(self, rundir, stats: list[dict]) -> None:
         with self.lock:
@@ -59,6 +63,12 @@ class TrafficFiles:
             self.round_rows += rows
             rundir.write_csv("rounds.csv", ROUNDS_COLUMNS, ((r, h, f"{s:.6f}", f"{e:.6f}", b)
                                                             for r, h, s, e, b in self.round_rows))
+
+    def add_uet(self, rundir, per_host: dict[str, dict[str, int]], ranks: dict[str, int]) -> None:
+        """A UET burst's transport counters per host (each burst adds its rows; analysis.uet sums them)."""
+        with self.lock:
+            self.uet_rows += [(ranks[h], h, k, v) for h, c in per_host.items() for k, v in sorted(c.items())]
+            rundir.write_csv("uet.csv", UET_COLUMNS, self.uet_rows)
 
 
 def start_flows(lab, pairs: Sequence[tuple], duration_s: float | None, cc: str | None, src_ports, dscp: int,
@@ -84,13 +94,19 @@ def start_flows(lab, pairs: Sequence[tuple], duration_s: float | None, cc: str |
 
 
 def run_burst(lab, senders: Sequence, receiver, size_bytes: int, rounds: int, at_s: float | None,
-              cc: str | None) -> "Burst":
+              cc: str | None, transport: str = "tcp", uet: dict | None = None) -> "Burst":
     """What :meth:`testbed.lab.Lab.burst` does (its docstring): the rounds run, a :class:`Burst` back."""
 
     names = [host_name(h) for h in senders]
     rname = host_name(receiver)
-    inc = IncastRounds(names, rname, lab.endpoints([rname, *names]), netns.entered, size_bytes,
-                       port=lab.next_ports(1), cc=cc, cc_by_host=lab.host_cc())
+    ends = lab.endpoints([rname, *names])
+    if transport == "uet":
+        inc = UetIncastRounds(names, rname, ends, netns.entered, size_bytes, uet=uet)
+    elif transport == "tcp":
+        inc = IncastRounds(names, rname, ends, netns.entered, size_bytes, port=lab.next_ports(1), cc=cc,
+                           cc_by_host=lab.host_cc())
+    else:
+        raise UsageError(f"burst: transport must be tcp or uet (got {transport!r})")
     try:
         inc.connect()
         if at_s is not None:
@@ -98,6 +114,8 @@ def run_burst(lab, senders: Sequence, receiver, size_bytes: int, rounds: int, at
         lab.progress(f"burst: {rounds} round(s) of {len(names)} x {size_bytes} B -> {rname}")
         lab.start_workload()
         rows = inc.run(rounds, first_round=lab.files.next_round())
+        if transport == "uet":
+            lab.files.add_uet(lab.rundir, inc.per_host(), {h: i for i, h in enumerate([rname, *names])})
     finally:
         inc.close()
     lab.files.add_rounds(lab.rundir, rows)

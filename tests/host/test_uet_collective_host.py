@@ -9,7 +9,8 @@ direction uses 16 entropy values (UDP source ports, new each run) in turn, each 
 fib_multipath_hash_policy=1 an uplink falls below 15% when it gets at most 2 of them (1 with the ACKs):
 2 x (17 + 120/2) x 2^-16, ~0.24% per leaf, ~0.5% per run. Measured (one run each): 2.52 / 4.46 MB and 3.65 / 3.33
 MB for UET (16 EVs; with 8: 6.70 / 2.03 and 5.07 / 3.65 MB), the smaller uplink's share 23-48%; 7.84 / 0.18 MB (the
-ACKs) for TCP. No timing is asserted (one run; docs/uet.md gives the CCT against the bound). About 6 s."""
+ACKs) for TCP. The run directory's uet.csv has every rank's counters and trim.csv every switch port's (trimming
+is on by default with UET). No timing is asserted (one run; docs/uet.md gives the CCT against the bound). About 6 s."""
 
 from __future__ import annotations
 
@@ -46,4 +47,10 @@ def test_a_uet_allreduce_is_verified_and_sprayed_over_both_spines(tmp_path):
     for leaf in ("leaf1", "leaf2"):
         mine = {k: v for k, v in up.items() if k[0] == leaf}
         assert len(mine) == 2 and all(v >= 0.15 * sum(mine.values()) for v in mine.values()), mine
+    # the run directory keeps the transport's and the switches' counters: every rank's, every switch port's
+    # (2 leaves x (2 hosts + 2 spines) + 2 spines x 2 leaves = 12), trimming on by default with UET
+    assert s["uet_ranks"] == 4 and s["uet_data_packets"] > 0 and s["uet_acks_received"] > 0, s
+    assert s["uet_trim"] == "on" and s["uet_trim_ports"] == 12, s
+    with open(tmp_path / "uet" / "uet.csv") as f:
+        assert {r["host"] for r in csv.DictReader(f)} == {"h1", "h2", "h3", "h4"}
     assert not set(netns.list_ours()) - before  # nothing left behind

@@ -1,0 +1,54 @@
+"""Packet trimming as the Lab installs it (lab.trim(), what `--set trim=on` uses): the program's filter on the
+egress of every switch port and of no host NIC, a UET burst through a shallow receiver port trimmed and NACKed
+(the switch's count equals the receiver's), trim.csv and uet.csv written, and at finish() every filter detached
+from the still-running fabric. Counters only, no timing. About 3 s."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import pytest
+
+from testbed.kernel import netns
+from testbed.kernel.spray import CLSACT_EGRESS
+from testbed.kernel.trim import PROGRAM
+from testbed.lab import Lab
+from topologies import QueueSpec
+from topologies.mininet_topo import LeafSpineTopo
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="builds namespaces: run as root")
+
+
+def _trim_filters(lab) -> dict[tuple[str, str], int]:
+    """(node, ifname) -> how many filters named like the trimming program sit on its clsact egress."""
+    out = {}
+    for node, ns, ifname in lab.ports():
+        with netns.ipr(ns) as ipr:
+            idx = ipr.link_lookup(ifname=ifname)[0]
+            fs = list(ipr.get_filters(index=idx, parent=CLSACT_EGRESS))
+        out[(node, ifname)] = sum(PROGRAM in str(f) for f in fs)
+    return out
+
+
+def test_trimming_goes_on_every_switch_port_trims_a_uet_incast_and_comes_off(tmp_path):
+    before = set(netns.list_ours())
+    topo = LeafSpineTopo(spines=1, leaves=2, hosts_per_leaf=2, host_rate_mbps=20, fabric_rate_mbps=40,
+                         leaf_down_queue=QueueSpec("droptail", buffer_bytes=8000))
+    with Lab(topo, out=tmp_path / "trim", quiet=True) as lab:
+        tr = lab.trim()
+        on = _trim_filters(lab)
+        switch = {k for k in on if not k[0].startswith("h")}
+        assert switch and all(on[k] == 1 for k in switch) and not any(on[k] for k in set(on) - switch), on
+        lab.burst(["h2", "h3", "h4"], "h1", 32_000, rounds=3, transport="uet")
+        s = tr.finish()
+        after = _trim_filters(lab)
+    assert not any(after.values()), after  # detached while the fabric still stood
+    print(s)
+    assert s["uet_trim_ports"] == len(switch) and s["uet_trimmed_packets"] > 0, s
+    with open(tmp_path / "trim" / "uet.csv") as f:
+        rows = list(csv.DictReader(f))
+    got = {(r["host"], r["counter"]): int(r["value"]) for r in rows}
+    assert got[("h1", "trimmed_received")] == s["uet_trimmed_packets"], (got, s)  # every trimmed header arrived
+    assert lab.summary.get("uet_trimmed_packets") == s["uet_trimmed_packets"]  # the lab's end put them in its summary
+    assert not set(netns.list_ours()) - before

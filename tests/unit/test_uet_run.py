@@ -1,0 +1,122 @@
+"""UET and trimming as run options, their pure parts: trim=auto resolved, what trimming cannot work with refused
+before anything is built (one line, exit status 2 from the CLI), each switch port's buffer and threshold, and
+analysis.uet's numbers from the raw files a run writes (uet.csv, trim.csv)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.load import load_run
+from analysis.metricnames import known
+from analysis.uet import trim_metrics, uet_metrics
+from testbed.errors import UsageError
+from testbed.kernel.qdisc import LeafQueue
+from testbed.network.portplan import PortPlan
+from testbed.workloads.trimming import check_run, port_buffer_bytes, switch_ports, threshold_for, trim_wanted
+from topologies import QueueSpec, uniform_leaf_spine
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def plan(node: str, queue: LeafQueue, mtu: int = 1500) -> PortPlan:
+    return PortPlan(node, "p", "x", "q", "leaf", 20.0, mtu, ((0x10, "1:10", queue, 0, 1.0, frozenset()),), 0x10)
+
+
+@pytest.mark.parametrize("p, on", [
+    ({"transport": "uet"}, True),
+    ({"transport": "tcp"}, False),
+    ({"transport": "uet", "pfc": "on"}, False),
+    ({"transport": "uet", "load_balancing": "spray"}, False),
+    ({"transport": "uet", "trim": "off"}, False),
+    ({"transport": "uet", "trim": "on"}, True),
+])
+def test_auto_trims_uet_on_lossy_ecmp_ports_only(p, on):
+    assert trim_wanted(p) is on
+
+
+@pytest.mark.parametrize("p, words", [
+    ({"trim": "on", "transport": "tcp"}, "trim=on needs transport=uet"),
+    ({"trim": "on", "transport": "uet", "pfc": "on"}, "needs lossy ports"),
+    ({"trim": "on", "transport": "uet", "load_balancing": "flowlet"}, "needs load_balancing=ecmp"),
+])
+def test_what_cannot_work_is_refused_in_one_line(p, words):
+    with pytest.raises(UsageError) as e:
+        check_run(p)
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_threshold_above_a_switch_port_buffer_is_refused_and_half_the_buffer_is_the_default():
+    spec = uniform_leaf_spine(1, 2, 1, 20.0, 20.0, switch_queue=QueueSpec("droptail", buffer_bytes=12_000),
+                              host_queue=QueueSpec("droptail", buffer_bytes=64_000))
+    check_run({"transport": "uet", "trim_threshold_bytes": 12_000}, spec)
+    with pytest.raises(UsageError, match="above the buffer of switch port"):
+        check_run({"transport": "uet", "trim_threshold_bytes": 12_001}, spec)
+    check_run({"transport": "tcp", "trim_threshold_bytes": 99_999}, spec)  # no trimming: nothing to check
+    assert threshold_for(plan("leaf1", LeafQueue("bfifo", 12_000)), 0) == 6_000
+    assert threshold_for(plan("leaf1", LeafQueue("bfifo", 12_000)), 4_000) == 4_000
+
+
+def test_a_pfifo_buffer_counts_mtu_frames_and_hosts_do_not_trim():
+    assert port_buffer_bytes(plan("s", LeafQueue("pfifo", 10))) == 15_140
+    assert port_buffer_bytes(plan("s", LeafQueue("bfifo", 8_000))) == 8_000
+    plans = [plan("h1", LeafQueue("bfifo", 1)), plan("leaf1", LeafQueue("bfifo", 1))]
+    assert [p.node for p in switch_ports(plans, {"h1": "host", "leaf1": "leaf"})] == ["leaf1"]
+
+
+def test_the_cli_refuses_trimming_a_tcp_run_with_exit_status_2(tmp_path):
+    out = tmp_path / "never"
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "incast", "--set", "trim=on", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "trim=on needs transport=uet" in lines[0]
+    assert not out.exists()
+
+
+UET_ROWS = pd.DataFrame([
+    (0, "r1", "acks_sent", 40), (0, "r1", "trimmed_received", 7),
+    (1, "s1", "data_packets", 20), (1, "s1", "retransmitted_packets", 5), (1, "s1", "nacks_received", 4),
+    (1, "s1", "nack_retransmits", 4), (1, "s1", "rto_events", 1), (1, "s1", "cc_NACK_DECREASE", 3),
+    (2, "s2", "data_packets", 20), (2, "s2", "retransmitted_packets", 3), (2, "s2", "nacks_received", 3),
+    (2, "s2", "nack_retransmits", 3), (2, "s2", "retransmitted_bytes", 4200),
+], columns=["rank", "host", "counter", "value"])
+
+
+def test_the_transport_numbers_sum_over_ranks_with_a_per_rank_breakdown():
+    m = uet_metrics(UET_ROWS)
+    assert (m["uet_data_packets"], m["uet_retransmitted_packets"], m["uet_nacks_received"]) == (40, 8, 7)
+    assert m["uet_trimmed_received"] == 7 and m["uet_nack_retransmits"] == 7 and m["uet_rto_events"] == 1
+    assert m["uet_retransmitted_bytes"] == 4200 and m["uet_fast_retransmits"] == 0  # absent counters are 0
+    assert m["uet_cc_nack_decrease"] == 3
+    assert m["uet_rto_events_by_rank"] == "1=1" and m["uet_nacks_received_by_rank"] == "1=4; 2=3"
+    assert m["uet_retransmit_fraction"] == pytest.approx(0.2) and m["uet_ranks"] == 3
+    assert all(known(k) for k in m), [k for k in m if not known(k)]
+    assert uet_metrics(UET_ROWS.iloc[0:0]) == {}
+
+
+def test_the_switch_numbers_sum_over_ports_and_name_the_ports_that_trimmed():
+    rows = pd.DataFrame([("s2", "r1", "trimmed_packets", 9), ("s2", "r1", "vq_peak_bytes", 7000),
+                         ("s2", "r1", "trimmed_bytes_cut", 9 * 1400), ("s1", "s2", "trimmed_packets", 0),
+                         ("s1", "s2", "vq_peak_bytes", 9000)], columns=["node", "port", "counter", "value"])
+    m = trim_metrics(rows)
+    assert m["uet_trimmed_packets"] == 9 and m["uet_trimmed_bytes_cut"] == 12_600 and m["uet_too_short_to_trim"] == 0
+    assert m["uet_trimmed_by_port"] == "s2:r1=9" and m["uet_trim_vq_peak_bytes_max"] == 9000
+    assert m["uet_trim_ports"] == 2
+    assert all(known(k) for k in m) and known("uet_trim") and known("uet_trim_threshold_bytes")
+    assert trim_metrics(rows.iloc[0:0]) == {}
+
+
+def test_a_run_directory_with_the_two_files_loads_them_with_their_schemas(tmp_path):
+    (tmp_path / "manifest.json").write_text('{"complete": true, "scenario": "incast"}')
+    UET_ROWS.to_csv(tmp_path / "uet.csv", index=False)
+    (tmp_path / "trim.csv").write_text("node,port,counter,value\ns2,r1,trimmed_packets,9\n")
+    run = load_run(tmp_path)
+    assert len(run.uet) == len(UET_ROWS) and run.uet["value"].dtype == "int64"
+    assert run.trim["value"].tolist() == [9] and uet_metrics(run.uet)["uet_data_packets"] == 40
