@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -108,6 +109,8 @@ def test_sigterm_mid_boot_leaves_nothing():
 # ---- the lab VM as a server reached over ssh: `testbed servers check` (docs/servers.md) ------------------------
 
 WIRE_HOST, WIRE_GUEST = "198.19.0.1", "198.19.0.2"
+#: the TCP transfer across the kernels: 2 MB, 0.8 s at the fabric's 20 Mbit/s
+FABRIC_BYTES = 2_000_000
 
 
 def _ssh_port_open(wire: str, within_s: float, vm: subprocess.Popen) -> float:
@@ -293,6 +296,64 @@ def _clean_reaches_the_guest(vm: SshdVm) -> None:
         assert left["stdout"].strip() == "", left
 
 
+def _fabric_across_kernels(vm: SshdVm) -> None:
+    """A 2x2 leaf-spine (one host per leaf, 20 Mbit/s, MTU 1450 so VXLAN fits the 1500-byte wire) over the two
+    kernels: each server's agent builds its share (testbed.commands.serverfabric), leaf2, spine2 and h2 in the
+    VM's kernel, the rest in the host's, the two crossing links VXLAN over the wire. Pings and a TCP transfer with its
+    data checked cross between the kernels; the VM's NIC counted the VXLAN datagrams; each side's teardown leaves no
+    namespace of the run; a share whose lab vanishes (its agent's input closes, as when the lab is SIGKILLed) is
+    removed by the guest's agent itself."""
+    from tests.serverdrive import assert_delivered, transfer
+    from testbed.commands.serverfabric import ServerFabric
+    from testbed.commands.serverlink import AgentLink
+    from testbed.network.serversfile import load
+    from topologies.leafspine import uniform_leaf_spine
+
+    topo = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
+    run = secrets.token_hex(3)
+    t0 = time.monotonic()
+    with netns.entered(vm.wire):
+        local = AgentLink.start(load(vm.servers)[0])
+    guest = vm.guest()
+    try:
+        with ServerFabric(topo, run, [local, guest]) as fab:
+            d = fab.describe()
+            assert d["placement"]["server-2"] == ["h2", "leaf2", "spine2"], d
+            kernels = {s: x["kernel"] for s, x in d["servers"].items()}
+            assert kernels["server-1"] == os.uname().release != kernels["server-2"], kernels   # two kernels
+            ping = netns.run(fab.ns("h1"), ["ping", "-n", "-q", "-c", "5", "-i", "0.2", topo.host_ip("h2")])
+            assert " 5 received" in ping.stdout, ping.stdout
+            before = fab.counters()
+            out = transfer(fab, "h1", "h2", FABRIC_BYTES)
+            seconds = assert_delivered(out, FABRIC_BYTES)
+            after = fab.counters()["server-2"]
+            # the VM's NIC received VXLAN datagrams (fewer than frames: its virtio NIC aggregates them, GRO) and its
+            # crossing ports passed every byte of the transfer
+            got = after["udp"]["InDatagrams"] - before["server-2"]["udp"]["InDatagrams"]
+            assert got > 0 and sum(p["rx_bytes"] for p in after["ports"].values()) >= FABRIC_BYTES, after
+            print(json.dumps({"since_start_s": time.monotonic() - t0, "fabric": d,
+                              "ping": ping.stdout.strip().splitlines()[-1], "transfer_s": seconds,
+                              "vxlan_datagrams_into_vm": got}))
+        assert not [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
+        print(f"fabric torn down {time.monotonic() - t0:.1f} s after the agents' start")
+        left = guest.call("run", argv=["ip", "netns", "list"])
+        assert f"tb-{run}-" not in left["stdout"], left
+        # the lab vanishes: the guest agent's input ends and it removes its share itself
+        run2 = secrets.token_hex(3)
+        ServerFabric(topo, run2, [local, guest]).build()
+        for lk in (guest, local):
+            lk.proc.stdin.close()
+            assert lk.proc.wait(timeout=60) == 0
+        assert not [n for n in netns.list_ours() if n.startswith(f"tb-{run2}-")]
+        with vm.guest() as again:
+            left = again.call("run", argv=["ip", "netns", "list"])
+            assert "tb-" not in left["stdout"], left
+        print(f"fabric part {time.monotonic() - t0:.1f} s")
+    finally:
+        local.close()
+        guest.close()
+
+
 def test_servers_check_over_ssh_into_the_vm(tmp_path):
     """One VM boot (sshd on the wire, started by testbed.vm.sshd), then `testbed servers check` over {localhost, the
     VM} run inside the wire namespace: every check passes and the offset's bound is reported; a server that does not
@@ -313,6 +374,7 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
         assert "server-1     nic      ok" in r.stdout, r.stdout
         _sigterm_leaves_nothing(vm)
         _clean_reaches_the_guest(vm)
+        _fabric_across_kernels(vm)
 
 
 def _links_in(ns: str) -> list[str]:
