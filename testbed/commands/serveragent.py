@@ -97,12 +97,28 @@ class Agent:
         return {"rc": r.returncode, "stdout": r.stdout[-20000:], "stderr": r.stderr[-5000:]}
 
     def clock_serve(self, bind: str, port: int, idle_s: float = 60.0) -> dict:
-        """Start the clock echo on ``bind``:``port`` (a thread; it ends on STOP, after idle_s, or with the agent)."""
+        """Start the clock echo on ``bind``:``port`` (a thread; it ends on STOP, after idle_s, or with the agent, and
+        closes its socket, so a later pass binds the port again)."""
         from testbed.measure import clockprobe
 
+        def echo(sock: socket.socket) -> None:
+            try:
+                clockprobe.serve(sock, idle_s)
+            except OSError:       # closed by teardown
+                pass
+            finally:
+                sock.close()      # a later pass on the same port can bind again
+        for old, t in self.echoes:   # a previous pass's echo on this port: its STOP may still be on its way in
+            try:
+                same = old.getsockname() == (bind, port)
+            except OSError:          # closed meanwhile
+                continue
+            if same:
+                t.join(timeout=5)
+        self.echoes = [(old, t) for old, t in self.echoes if t.is_alive()]
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.bind((bind, port))
-        t = threading.Thread(target=clockprobe.serve, args=(sock, idle_s), daemon=True)
+        t = threading.Thread(target=echo, args=(sock,), daemon=True)
         t.start()
         self.echoes.append((sock, t))
         return {"bind": bind, "port": sock.getsockname()[1]}

@@ -17,13 +17,18 @@ and the server it is on are all it takes to reach it.
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
+from pathlib import Path
 
 from testbed.commands.serverlink import AgentError, AgentLink
 from testbed.errors import UsageError
 from testbed.kernel import PREFIX
 from testbed.network import share as shares
+
+#: the clock echo's UDP port on each server's address (the servers check uses 9319)
+CLOCK_PORT = 9320
 
 
 class ServerFabric:
@@ -43,6 +48,7 @@ class ServerFabric:
         self.underlay_ns = dict(underlay_ns or {})
         self.built: dict[str, dict] = {}   # server -> what its agent reported (build_s, kernel, namespaces, ...)
         self.build_wall_s: dict[str, float] = {}
+        self.clocks: list[dict[str, dict]] = []   # each pass: server -> offset against the reference, its bound
 
     def ns(self, node: str) -> str:
         """The node's namespace on its server."""
@@ -76,6 +82,21 @@ class ServerFabric:
             raise AgentError("; ".join(errors.values()))
         return self
 
+    def clock(self, exchanges: int = 100) -> dict[str, dict]:
+        """One clock pass: each server's CLOCK_MONOTONIC offset against the reference's (the first server), with
+        its bound, measured by the agents over the servers' addresses (the server's agent runs the echo, the
+        reference's probes it: testbed.measure.clockprobe, analysis.clockoffset), as `testbed servers check`
+        does. Kept in :attr:`clocks` (a run takes one at its start and one at its end) and returned."""
+        names = list(self.links)
+        ref = self.links[names[0]]
+        out = {names[0]: {"offset_s": 0.0, "uncertainty_s": 0.0, "reference": True}}
+        for name in names[1:]:
+            self.links[name].call("clock_serve", bind=self.underlay[name], port=CLOCK_PORT, idle_s=60)
+            out[name] = ref.call("clock_probe", timeout_s=exchanges * 0.6 + 30, addr=self.underlay[name],
+                                 port=CLOCK_PORT, count=exchanges)
+        self.clocks.append(out)
+        return out
+
     def counters(self) -> dict[str, dict]:
         """Per server: its NIC namespace's UDP counters and its crossing ports' packet counters."""
         return {name: lk.call("share_counters") for name, lk in self.links.items() if name in self.built}
@@ -97,6 +118,18 @@ class ServerFabric:
                 "underlay": dict(self.underlay), "vni_base": self.vni_base,
                 "servers": {n: {"kernel": b.get("kernel"), "build_s": b.get("build_s"),
                                 "request_s": self.build_wall_s.get(n)} for n, b in self.built.items()}}
+
+    def record(self, path: str | Path) -> dict:
+        """Write servers.json for the run directory: per server its address, kernel, nodes, set-up time, clock
+        passes (offset against the reference and bound) and what its tunnels carried so far."""
+        counters = self.counters()
+        d = {"reference": next(iter(self.links)), "run_id": self.run_id, "vni_base": self.vni_base,
+             "servers": {n: {"address": self.underlay[n], "kernel": self.built.get(n, {}).get("kernel"),
+                             "nodes": self.placement.nodes_on(n), "build_s": self.built.get(n, {}).get("build_s"),
+                             "request_s": self.build_wall_s.get(n), "clock": [c[n] for c in self.clocks],
+                             "tunnels": counters.get(n)} for n in self.links}}
+        Path(path).write_text(json.dumps(d, indent=1) + "\n")
+        return d
 
     def __enter__(self) -> "ServerFabric":
         return self.build()

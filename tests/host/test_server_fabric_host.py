@@ -6,6 +6,8 @@ The two-kernel version (one share in the lab VM) is tests/host/test_two_kernels_
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import secrets
 
 import pytest
@@ -44,7 +46,7 @@ def two_servers():
             netns.remove(n)
 
 
-def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel():
+def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel(tmp_path):
     topo = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
     run = secrets.token_hex(3)
     with two_servers() as (nics, agents):
@@ -52,6 +54,7 @@ def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel():
             d = fab.describe()
             assert d["placement"] == {"server-1": ["h1", "leaf1", "spine1"], "server-2": ["h2", "leaf2", "spine2"]}
             assert set(netns.list_ours()) >= {fab.ns(n) for n in ("h1", "h2", "leaf1", "leaf2", "spine1", "spine2")}
+            fab.clock(exchanges=20)
             before = fab.counters()
             out = transfer(fab, "h1", "h2", SIZE_BYTES)
             seconds = assert_delivered(out, SIZE_BYTES)
@@ -63,6 +66,15 @@ def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel():
             rx = sum(p["rx_bytes"] for p in after["server-2"]["ports"].values())
             assert rx >= SIZE_BYTES, after
             assert seconds >= SIZE_BYTES * 8 / 20e6 * 0.9       # shaped: no faster than the 20 Mbit/s ports
+            fab.clock(exchanges=20)                              # a second pass binds the echo's port again
+            rec = fab.record(tmp_path / "servers.json")
+            s2 = json.loads((tmp_path / "servers.json").read_text())["servers"]["server-2"]
+            assert s2 == json.loads(json.dumps(rec["servers"]["server-2"]))
+            assert s2["kernel"] == os.uname().release and s2["nodes"] == ["h2", "leaf2", "spine2"]
+            for c in s2["clock"]:       # one kernel, one clock: each pass's bound holds zero
+                assert c["n"] >= 15 and abs(c["offset_s"]) <= c["uncertainty_s"] < 1e-3, c
+            assert len(s2["clock"]) == 2
+            assert s2["tunnels"]["udp"]["InDatagrams"] >= got
         left = [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
         assert left == [], left
 

@@ -300,7 +300,8 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
     """A 2x2 leaf-spine (one host per leaf, 20 Mbit/s, MTU 1450 so VXLAN fits the 1500-byte wire) over the two
     kernels: each server's agent builds its share (testbed.commands.serverfabric), leaf2, spine2 and h2 in the
     VM's kernel, the rest in the host's, the two crossing links VXLAN over the wire. Pings and a TCP transfer with its
-    data checked cross between the kernels; the VM's NIC counted the VXLAN datagrams; each side's teardown leaves no
+    data checked cross between the kernels; the VM's NIC counted the VXLAN datagrams; the record (servers.json) has
+    each server's kernel, nodes and two clock passes whose bounds agree; each side's teardown leaves no
     namespace of the run; a share whose lab vanishes (its agent's input closes, as when the lab is SIGKILLed) is
     removed by the guest's agent itself."""
     from tests.serverdrive import assert_delivered, transfer
@@ -321,6 +322,7 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
             assert d["placement"]["server-2"] == ["h2", "leaf2", "spine2"], d
             kernels = {s: x["kernel"] for s, x in d["servers"].items()}
             assert kernels["server-1"] == os.uname().release != kernels["server-2"], kernels   # two kernels
+            fab.clock()
             ping = netns.run(fab.ns("h1"), ["ping", "-n", "-q", "-c", "5", "-i", "0.2", topo.host_ip("h2")])
             assert " 5 received" in ping.stdout, ping.stdout
             before = fab.counters()
@@ -331,9 +333,18 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
             # crossing ports passed every byte of the transfer
             got = after["udp"]["InDatagrams"] - before["server-2"]["udp"]["InDatagrams"]
             assert got > 0 and sum(p["rx_bytes"] for p in after["ports"].values()) >= FABRIC_BYTES, after
+            fab.clock()
+            rec = fab.record(vm.servers.with_name("servers.json"))["servers"]
+            assert rec["server-2"]["kernel"] == kernels["server-2"] and rec["server-2"]["nodes"] == ["h2", "leaf2",
+                                                                                                     "spine2"]
+            a, b = rec["server-2"]["clock"]   # the guest's clock against the host's, at the start and the end
+            for c in (a, b):
+                assert c["n"] >= 95 and 0 < c["uncertainty_s"] < 2e-3, c
+            slack_s = a["uncertainty_s"] + b["uncertainty_s"] + 1e-4 * (b["at_s"] - a["at_s"])
+            assert abs(a["offset_s"] - b["offset_s"]) <= slack_s, (a, b)
             print(json.dumps({"since_start_s": time.monotonic() - t0, "fabric": d,
                               "ping": ping.stdout.strip().splitlines()[-1], "transfer_s": seconds,
-                              "vxlan_datagrams_into_vm": got}))
+                              "vxlan_datagrams_into_vm": got, "clock": [a, b]}))
         assert not [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
         print(f"fabric torn down {time.monotonic() - t0:.1f} s after the agents' start")
         left = guest.call("run", argv=["ip", "netns", "list"])
