@@ -37,9 +37,6 @@ from testbed.kernel import netns
 from testbed.kernel.state import RunState
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-#: the agent's scratch VXLAN device before it moves into its namespace, named per agent (two checks at once do not
-#: collide) and with the project's link prefix (`testbed clean` removes one a crash left in this namespace)
-_VX_TMP = "tbvx{run_id}"
 
 
 def version() -> dict:
@@ -74,6 +71,7 @@ class Agent:
     def __init__(self) -> None:
         self.state = RunState()
         self.echoes: list[tuple[socket.socket, threading.Thread]] = []
+        self.fabric = None   # the share this server builds (testbed.network.share), if any
 
     # ---- operations -------------------------------------------------------------------------------------------
     def ping(self) -> dict:
@@ -99,12 +97,28 @@ class Agent:
         return {"rc": r.returncode, "stdout": r.stdout[-20000:], "stderr": r.stderr[-5000:]}
 
     def clock_serve(self, bind: str, port: int, idle_s: float = 60.0) -> dict:
-        """Start the clock echo on ``bind``:``port`` (a thread; it ends on STOP, after idle_s, or with the agent)."""
+        """Start the clock echo on ``bind``:``port`` (a thread; it ends on STOP, after idle_s, or with the agent, and
+        closes its socket, so a later pass binds the port again)."""
         from testbed.measure import clockprobe
 
+        def echo(sock: socket.socket) -> None:
+            try:
+                clockprobe.serve(sock, idle_s)
+            except OSError:       # closed by teardown
+                pass
+            finally:
+                sock.close()      # a later pass on the same port can bind again
+        for old, t in self.echoes:   # a previous pass's echo on this port: its STOP may still be on its way in
+            try:
+                same = old.getsockname() == (bind, port)
+            except OSError:          # closed meanwhile
+                continue
+            if same:
+                t.join(timeout=5)
+        self.echoes = [(old, t) for old, t in self.echoes if t.is_alive()]
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.bind((bind, port))
-        t = threading.Thread(target=clockprobe.serve, args=(sock, idle_s), daemon=True)
+        t = threading.Thread(target=echo, args=(sock,), daemon=True)
         t.start()
         self.echoes.append((sock, t))
         return {"bind": bind, "port": sock.getsockname()[1]}
@@ -125,25 +139,13 @@ class Agent:
     def vxlan_up(self, vni: int, local: str, remote: str, inner_cidr: str, mtu: int) -> dict:
         """A VXLAN end (``vni``, ``local`` -> ``remote`` on UDP 4789) made in the agent's namespace, where its socket
         and underlay stay, and moved into a scratch namespace of the agent's with ``inner_cidr``: the crossing-link
-        end a split fabric makes (testbed.kernel.tunnel), for one check."""
+        end a split fabric makes (testbed.kernel.tunnel.add_vxlan_end), for one check."""
         from testbed.kernel import links, tunnel
 
         ns = f"tb-{self.state.run_id}-vx"
         self.state.add("namespaces", ns)
         netns.create(ns)
-        fd = os.open(netns.NETNS_DIR / ns, os.O_RDONLY)
-        try:
-            tmp = _VX_TMP.format(run_id=self.state.run_id)
-            with netns.ipr(None) as ipr:
-                ipr.link("add", ifname=tmp, kind="vxlan", vxlan_id=vni, vxlan_local=local, vxlan_group=remote,
-                         vxlan_port=tunnel.VXLAN_PORT, vxlan_learning=0, mtu=mtu)
-                try:
-                    ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=fd, ifname="eth0")
-                except Exception:  # never leave it in the agent's (a server's own) namespace
-                    ipr.link("del", index=ipr.link_lookup(ifname=tmp)[0])
-                    raise
-        finally:
-            os.close(fd)
+        tunnel.add_vxlan_end(None, ns, "eth0", vni, local, remote, None, mtu)
         addr, prefixlen = inner_cidr.split("/")
         links.add_address(ns, "eth0", addr, int(prefixlen))
         with netns.ipr_in(ns) as ipr:
@@ -155,6 +157,48 @@ class Agent:
         netns.remove(ns)
         return {"removed": ns}
 
+    def build_share(self, share: dict, underlay_ns: str | None = None) -> dict:
+        """Build this server's share of a fabric over servers (testbed.network.share: the Fabric builder on the
+        nodes placed here, crossing links as VXLAN ends over this server's NIC, or ``underlay_ns``'s); one share
+        per agent. Its namespaces go into the agent's RunState as they are made."""
+        from testbed.network import share as shares
+
+        if self.fabric is not None:
+            raise ValueError(f"a share (run {self.fabric.run_id}) is built already: teardown_share first")
+        t0 = time.monotonic()
+        self.fabric = shares.build(share, self.state, underlay_ns)
+        return {"build_s": time.monotonic() - t0, "kernel": os.uname().release, "run_id": self.fabric.run_id,
+                "namespaces": self.fabric.namespaces, "ports": len(self.fabric.port_plans)}
+
+    def share_counters(self) -> dict:
+        """What the share's tunnels carried: UDP counters of the namespace holding this server's NIC (every VXLAN
+        frame received is one InDatagram) and each crossing port's packets and bytes, both ways."""
+        from testbed.kernel import tunnel
+
+        if self.fabric is None:
+            raise ValueError("no share is built")
+        udp = tunnel.udp_datagrams(self.fabric.share.underlay_ns)
+        links = self.fabric.topology.links
+        ports = {}
+        for i in self.fabric.placement.crossing:
+            l = links[i]
+            for node, port in ((l.a, l.a_port), (l.b, l.b_port)):
+                if node in self.fabric.namespaces:
+                    ports[f"{node}:{port}"] = tunnel.link_stats(self.fabric.ns(node), port)
+        return {"udp": udp, "ports": ports}
+
+    def teardown_share(self) -> dict:
+        """Remove the share (its namespaces; the VXLAN ends die with their nodes)."""
+        if self.fabric is None:
+            return {"removed": []}
+        names = list(self.fabric.namespaces.values())
+        self.fabric.teardown()
+        self.fabric = None
+        kept = [n for n in self.state.data.get("namespaces", []) if n not in names]
+        self.state.data["namespaces"] = kept
+        self.state.save()
+        return {"removed": names}
+
     def clean(self, dry_run: bool = False) -> dict:
         """`testbed clean` on this server (the project's tb- objects and saved run states; this agent spared)."""
         from testbed.commands import clean
@@ -165,7 +209,10 @@ class Agent:
 
     # ---- lifetime ---------------------------------------------------------------------------------------------
     def teardown(self) -> None:
-        """Remove what this agent made: its namespaces, its echoes, its run state."""
+        """Remove what this agent made: its share, its namespaces, its echoes, its run state."""
+        if self.fabric is not None:
+            self.fabric.teardown()
+            self.fabric = None
         for sock, _ in self.echoes:
             sock.close()
         self.echoes.clear()
@@ -175,7 +222,9 @@ class Agent:
         self.state.drop()
 
 
-OPS = ("ping", "version", "doctor", "nic", "run", "clock_serve", "clock_probe", "vxlan_up", "vxlan_down", "clean")
+OPS = ("ping", "version", "doctor", "nic", "run", "clock_serve", "clock_probe", "vxlan_up", "vxlan_down",
+       "build_share", "share_counters", "teardown_share", "clean")
+
 
 
 def handle(agent: Agent, line: str) -> dict:

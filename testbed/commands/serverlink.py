@@ -78,8 +78,10 @@ class AgentLink:
             return cls(server, cmd)
         return cls(server, ssh_argv(server, connect_timeout_s) + [shlex.join(cmd)])
 
-    def call(self, op: str, timeout_s: float = 60.0, **args):
-        """The result of ``op`` on the server; AgentError when it failed, timed out or the agent is gone."""
+    def call(self, op: str, timeout_s: float = 60.0, args: dict | None = None, **kw):
+        """The result of ``op`` on the server with arguments ``args`` and ``kw`` (``args`` carries one named like
+        this method's own, e.g. run's ``timeout_s``); AgentError when it failed, timed out or the agent is gone."""
+        args = {**(args or {}), **kw}
         self._next_id += 1
         rid = self._next_id
         try:

@@ -52,7 +52,8 @@ def set_before_interfaces() -> None:
 
 
 def set_node_sysctls(topology, namespaces: dict[str, str]) -> list[str]:
-    """Every node's role sysctls (the module docstring) in its namespace (``namespaces``: node -> namespace).
+    """Every node's role sysctls (the module docstring) in its namespace (``namespaces``: node -> namespace; nodes
+    it does not name are skipped).
     Returns the hosts whose namespace default congestion control could not be set: outside the initial namespace
     only "non-restricted" algorithms (the host's ``tcp_allowed_congestion_control``) can be a namespace default;
     sockets set it themselves."""
@@ -60,6 +61,8 @@ def set_node_sysctls(topology, namespaces: dict[str, str]) -> list[str]:
     seed = getattr(topology, "seed", 0)
     cc_default_failed = []
     for node in topology.nodes:
+        if node.name not in namespaces:  # a share of a fabric over servers: another server's node
+            continue
         values = dict(topology.tcp.sysctls()) if node.is_host else dict(router)
         if not node.is_host and seed and HASH_SEED.exists():
             values["net.ipv4.fib_multipath_hash_seed"] = str(seed)

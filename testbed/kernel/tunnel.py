@@ -26,6 +26,8 @@ UNDERLAY_MTU = 9000
 UNDERLAY_NET = "198.19.0"
 UNDERLAY_PREFIXLEN = 24
 DCNET_BRIDGE = "dcnet"
+#: a VXLAN end's name before it moves into its node (the project's link prefix: `testbed clean` knows it)
+TMP_PREFIX = "tbvx"
 SERVER_NIC = "eth0"
 
 
@@ -60,26 +62,44 @@ def build_underlay(dcnet_ns: str, servers: list[str]) -> None:
             ipr.link("set", index=idx, state="up")
 
 
-def add_vxlan_end(server_ns: str, node_ns: str, ifname: str, vni: int, local_ip: str, remote_ip: str, mac: str,
-                  mtu: int) -> None:
+def add_vxlan_end(server_ns: str | None, node_ns: str, ifname: str, vni: int, local_ip: str, remote_ip: str,
+                  mac: str | None, mtu: int) -> None:
     """One end of a tunnelled link: a VXLAN device with ``vni`` from ``local_ip`` to ``remote_ip`` made in
-    ``server_ns`` (its socket and underlay stay there) and moved into ``node_ns`` as ``ifname`` with ``mac`` and
-    ``mtu`` (left down: the fabric builder brings every port up). No MAC learning: the one remote is the far end."""
-    tmp = f"vx{vni}"
+    ``server_ns`` (its socket and underlay stay there; None: the caller's own namespace, a real server's NIC) and
+    moved into ``node_ns`` as ``ifname`` with ``mac`` (None: the kernel's) and ``mtu`` (left down: the fabric
+    builder brings every port up). No MAC learning: the one remote is the far end. The temporary name carries the
+    project's link prefix, so `testbed clean` removes one a crash left in a server's own namespace."""
+    tmp = f"{TMP_PREFIX}{vni}"
     fd = os.open(netns.NETNS_DIR / node_ns, os.O_RDONLY)
     try:
-        with netns.ipr_in(server_ns) as ipr:
+        with (netns.ipr_in(server_ns) if server_ns else netns.ipr(None)) as ipr:
             ipr.link("add", ifname=tmp, kind="vxlan", vxlan_id=vni, vxlan_local=local_ip, vxlan_group=remote_ip,
-                     vxlan_port=VXLAN_PORT, vxlan_learning=0, address=mac, mtu=mtu)
-            ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=fd, ifname=ifname)
+                     vxlan_port=VXLAN_PORT, vxlan_learning=0, mtu=mtu, **({"address": mac} if mac else {}))
+            idx = ipr.link_lookup(ifname=tmp)[0]
+            try:
+                ipr.link("set", index=idx, net_ns_fd=fd, ifname=ifname)
+            except Exception:  # never leave it in the server's own namespace
+                ipr.link("del", index=idx)
+                raise
     finally:
         os.close(fd)
 
 
-def udp_datagrams(server_ns: str) -> dict[str, int]:
-    """The server's UDP counters (/proc/net/snmp in its namespace): what its tunnels carried (InDatagrams,
-    OutDatagrams) and any receive errors, e.g. ``{"InDatagrams": 4012, "OutDatagrams": 3990, "RcvbufErrors": 0}``."""
-    with netns.entered(server_ns):
-        with open("/proc/net/snmp") as f:
+def udp_datagrams(server_ns: str | None) -> dict[str, int]:
+    """The server's UDP counters (/proc/net/snmp in its namespace; None: the caller's own): what its tunnels carried
+    (InDatagrams, OutDatagrams) and any receive errors, e.g. ``{"InDatagrams": 4012, "RcvbufErrors": 0}``."""
+    def read() -> dict[str, int]:
+        with open("/proc/thread-self/net/snmp") as f:
             rows = [line.split() for line in f if line.startswith("Udp:")]
-    return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:])} if len(rows) >= 2 else {}
+        return {k: int(v) for k, v in zip(rows[0][1:], rows[1][1:])} if len(rows) >= 2 else {}
+    if server_ns is None:
+        return read()
+    with netns.entered(server_ns):
+        return read()
+
+
+def link_stats(ns: str, ifname: str) -> dict[str, int]:
+    """An interface's packet and byte counters both ways (its IFLA_STATS64), e.g. a tunnelled port's."""
+    with netns.ipr_in(ns) as ipr:
+        st = ipr.get_links(ipr.link_lookup(ifname=ifname)[0])[0].get_attr("IFLA_STATS64")
+    return {k: int(st[k]) for k in ("rx_packets", "tx_packets", "rx_bytes", "tx_bytes", "rx_dropped", "tx_dropped")}

@@ -11,9 +11,10 @@ busiest, stay inside a machine). The servers are namespaces on this machine join
 (testbed.kernel.tunnel); the crossing links are VXLAN tunnels whose ends carry the ports' planned names, MACs,
 shapers and queues, so everything above (routes, queues, telemetry, agents) is the same as on one server.
 
-What is not built: servers that are other machines. Everything here runs the builder in one process on one kernel;
-a real second server needs the builder's share run there (Mininet's cluster edition does it over ssh) and its
-telemetry collected back. docs/scale.md says what that would take.
+Servers that are other machines: each builds its *share* (testbed.network.share: the same Fabric code on the nodes
+placed on it, its crossing links as VXLAN ends over its real NIC), started through its agent
+(testbed.commands.serverfabric); :func:`build_share_tunnels` below makes those ends. Not yet collected back from
+a real server: its telemetry (docs/servers.md).
 """
 
 from __future__ import annotations
@@ -58,12 +59,15 @@ class Placement:
         return [n for n, s in self.server_of.items() if s == server]
 
 
-def place(topology, servers: int) -> Placement:
-    """Split ``topology`` over ``servers`` servers with Mininet's SwitchBinPlacer (see the module docstring).
-    Raises UsageError on a count that cannot be placed (before anything is created)."""
+def place(topology, servers: int, names: tuple[str, ...] | None = None) -> Placement:
+    """Split ``topology`` over ``servers`` servers with Mininet's SwitchBinPlacer (see the module docstring),
+    named ``names`` (a servers file's names; default server-1 ...). Raises UsageError on a count that cannot be
+    placed (before anything is created)."""
     if not isinstance(servers, int) or isinstance(servers, bool) or not 1 <= servers <= MAX_SERVERS:
         raise UsageError(f"servers must be an integer 1..{MAX_SERVERS} (got {servers!r})")
-    names = tuple(server_name(i) for i in range(1, servers + 1))
+    names = tuple(names) if names else tuple(server_name(i) for i in range(1, servers + 1))
+    if len(names) != servers or len(set(names)) != servers:
+        raise UsageError(f"servers={servers} needs as many distinct names (got {list(names)})")
     if servers == 1:  # the usual case: everything on one server, nothing to place
         return Placement(names, {n.name: names[0] for n in topology.nodes}, ())
     switches = _switch_order(topology)
@@ -101,6 +105,22 @@ def build_tunnels(fabric) -> None:
         for node, port, far in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a)):
             tunnel.add_vxlan_end(fabric.server_ns[on[node]], fabric.ns(node), port, i + 1, ip[on[node]],
                                  ip[on[far]], fabric.macs.get((node, port), addrs[(node, port)].mac), l.spec.mtu)
+
+
+def build_share_tunnels(fabric) -> None:
+    """A share's crossing links (testbed.network.share): for each link with one end on this server, that end as a
+    VXLAN device made in the namespace holding this server's NIC (``share.underlay_ns``, None: the builder's own)
+    from its underlay address to the far server's, VNI ``share.vni_base`` + link number, moved into its node."""
+    share, addrs = fabric.share, fabric.topology.addresses
+    on = fabric.placement.server_of
+    for i in fabric.placement.crossing:
+        l = fabric.topology.links[i]
+        for node, port, far in ((l.a, l.a_port, l.b), (l.b, l.b_port, l.a)):
+            if on[node] != share.server:
+                continue
+            tunnel.add_vxlan_end(share.underlay_ns, fabric.ns(node), port, share.vni_base + i + 1,
+                                 share.underlay[share.server], share.underlay[on[far]],
+                                 fabric.macs.get((node, port), addrs[(node, port)].mac), l.spec.mtu)
 
 
 SERVER_COLUMNS = ["server", "namespace", "nodes", "udp_in_datagrams", "udp_rcvbuf_errors", "udp_in_errors"]

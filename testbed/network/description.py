@@ -22,7 +22,7 @@ def describe(fabric, rps_mask: str) -> dict[str, Any]:
                                  f"{fabric.topology.links[i].b}:{fabric.topology.links[i].b_port} (VNI {i + 1})"
                                  for i in fabric.placement.crossing],
                      "how": "VXLAN over UDP 4789 between the servers' namespaces, underlay MTU 9000"}
-                    if fabric.server_ns else "one"),
+                    if fabric.server_ns else _share(fabric) if fabric.share is not None else "one"),
         "offloads": "off on every fabric interface (TSO/GSO/GRO and every other segmentation or receive "
                     "aggregation feature the veth offers), so queues hold wire-sized packets",
         "ipv6": "disabled in every namespace",
@@ -55,3 +55,16 @@ def describe(fabric, rps_mask: str) -> dict[str, Any]:
                                 if fabric.cc_default_failed else "")),
     }
     return d
+
+
+def _share(fabric) -> dict[str, Any]:
+    """A share of a fabric over servers that are machines (testbed.network.share): this server's nodes and its
+    ends of the crossing links."""
+    sh, links, on = fabric.share, fabric.topology.links, fabric.placement.server_of
+    return {"placer": "mininet.examples.cluster.SwitchBinPlacer (leaves with spines interleaved)",
+            "this_server": sh.server, "nodes": {s: fabric.placement.nodes_on(s) for s in fabric.placement.servers},
+            "underlay": dict(sh.underlay),
+            "tunnels": [f"{links[i].a}:{links[i].a_port} <-> {links[i].b}:{links[i].b_port} (VNI {sh.vni_base + i + 1})"
+                        for i in fabric.placement.crossing
+                        if sh.server in (on[links[i].a], on[links[i].b])],
+            "how": "VXLAN over UDP 4789 from this server's NIC to the far server's address"}

@@ -37,7 +37,7 @@ from typing import Any, Callable
 
 from testbed.errors import UsageError
 from testbed.network import description, impairment
-from testbed.network.cluster import build_servers, build_tunnels, place
+from testbed.network.cluster import build_servers, build_share_tunnels, build_tunnels, place
 from testbed.kernel import PREFIX, batch, linkfail, links, netns, qdisc, spray, sysctls
 from testbed.network.loadbalance import FlowletBalancing
 from testbed.network.portplan import PortPlan, plan_port
@@ -56,31 +56,39 @@ SHAPER_SLACK_MS = qdisc.SHAPER_SLACK_MS
 class Fabric:
     """Namespaces, links, routes and queues of one topology for one run (see the module docstring)."""
 
-    def __init__(self, topology, run_id: str, rxe: bool = False, servers: int = 1):
+    def __init__(self, topology, run_id: str, rxe: bool = False, servers: int = 1, share=None):
+        """``share``: build only one server's share of a fabric placed over machines (testbed.network.share.Share:
+        its nodes, the links among them, its ends of the crossing links as VXLAN over its NIC)."""
         if not _RUN_ID_RE.match(str(run_id)):
             raise UsageError(f"run id must be 1..12 characters [a-z0-9] (got {run_id!r})")
         self.topology = topology
         self.run_id = str(run_id)
-        self._ns = {n.name: f"{PREFIX}-{self.run_id}-{n.name}" for n in topology.nodes}
+        self.share = share
+        # split over servers (testbed.network.cluster): their namespaces, and the links that become tunnels
+        self.placement = share.placement if share is not None else place(topology, servers)
+        local = set(self.placement.nodes_on(share.server)) if share is not None else None
+        self._ns = {n.name: f"{PREFIX}-{self.run_id}-{n.name}" for n in topology.nodes
+                    if local is None or n.name in local}
         for name in self._ns.values():
             if len(name) > MAX_NS_NAME:
                 raise UsageError(f"namespace name {name!r} is longer than {MAX_NS_NAME} characters")
         self.role = {n.name: n.role for n in topology.nodes}
-        # split over servers (testbed.network.cluster): their namespaces, and the links that become tunnels
-        self.placement = place(topology, servers)
         self.server_ns = ({s: f"{PREFIX}-{self.run_id}-{s}" for s in self.placement.servers}
                           if servers > 1 else {})
         self.dcnet_ns = f"{PREFIX}-{self.run_id}-dcnet" if servers > 1 else ""
         # everything that can be wrong is checked here, before anything is created
-        self.port_plans: list[PortPlan] = [plan_port(ep) for ep in topology.egress_ports()]
+        self.port_plans: list[PortPlan] = [plan_port(ep) for ep in topology.egress_ports() if ep.node in self._ns]
         self.impaired = [(l, side) for l in topology.links for side in ("a", "b")
-                         if l.spec.delay_ms > 0 or l.spec.loss_percent > 0]
+                         if (l.spec.delay_ms > 0 or l.spec.loss_percent > 0) and (l.b if side == "a" else l.a)
+                         in self._ns]
         self.created: list[str] = []
         self.ifb: dict[tuple[str, str], str] = {}  # (receiving node, port) -> ifb device holding the netem
         self.offloads: dict[str, dict[str, bool]] = {}
         self.cc_default_failed: list[str] = []  # hosts where the namespace default cc could not be set
         self.pfc = None  # the run's PFC controller (testbed.pfc.run.start_pfc), for pause-storm faults
         lb = getattr(topology, "load_balancing", "ecmp")
+        if share is not None and lb != "ecmp":
+            raise UsageError(f"load_balancing={lb} is not built over servers yet (ECMP only)")
         groups = spray_groups(topology) if lb in ("spray", *FLOWLET_MODES) else ()
         self.spray = groups if lb == "spray" else ()
         self.macs = shared_macs(topology, groups)  # far ends of a spray or flowlet group share one MAC
@@ -126,8 +134,7 @@ class Fabric:
             on_teardown(self.teardown)
         topo = self.topology
         say(f"fabric: {len(self._ns)} namespaces, {len(topo.links)} links, {len(self.port_plans)} shaped ports")
-        for node in topo.nodes:
-            name = self._ns[node.name]
+        for name in self._ns.values():
             if state is not None:
                 state.add("namespaces", name)
             netns.create(name, inside=sysctls.set_before_interfaces)
@@ -175,7 +182,7 @@ class Fabric:
         crossing = set(self.placement.crossing)
         try:
             for i, l in enumerate(self.topology.links):
-                if i in crossing:
+                if i in crossing or l.a not in self._ns:
                     continue
                 if l.b not in fds:
                     fds[l.b] = os.open(netns.NETNS_DIR / self._ns[l.b], os.O_RDONLY)
@@ -189,10 +196,12 @@ class Fabric:
         finally:
             for fd in fds.values():
                 os.close(fd)
-        build_tunnels(self)
+        build_share_tunnels(self) if self.share is not None else build_tunnels(self)
         ifindex: dict[str, dict[str, int]] = {n: {} for n in iprs}
         for l in self.topology.links:
             for ifn, node in ((l.a_port, l.a), (l.b_port, l.b)):
+                if node not in self._ns:
+                    continue
                 netns.set_up(socks[node], ifn)
                 self.offloads[f"{node}:{ifn}"] = links.offloads_off_sock(socks[node], ifn)
                 ifindex[node][ifn] = netns.ifindex(socks[node], ifn)
@@ -201,10 +210,14 @@ class Fabric:
     def _addresses(self, iprs, ifindex) -> None:
         """`iprs`: per node, an IPRoute or a testbed.kernel.batch.Batch (the same call syntax)."""
         for (node, ifname), itf in self.topology.addresses.items():
+            if node not in self._ns:
+                continue
             iprs[node].addr("add", index=ifindex[node][ifname], address=itf.ip, prefixlen=itf.prefixlen)
 
     def _routes(self, iprs, ifindex) -> None:
         for r in self.topology.routes:
+            if r.node not in self._ns:
+                continue
             iprs[r.node].route("add", **linkfail.route_request(r, ifindex[r.node]))
 
     def _neighbours(self, iprs, ifindex) -> None:
@@ -219,7 +232,7 @@ class Fabric:
             for (node, port), (peer, peer_port) in (((l.a, l.a_port), (l.b, l.b_port)),
                                                     ((l.b, l.b_port), (l.a, l.a_port))):
                 far = addrs.get((peer, peer_port))
-                if far is None or (node, port) not in addrs:
+                if far is None or (node, port) not in addrs or node not in self._ns:
                     continue
                 iprs[node].neigh("add", dst=far.ip, lladdr=self.macs.get((peer, peer_port), far.mac),
                                  ifindex=ifindex[node][port], state=NUD_PERMANENT)
@@ -253,7 +266,7 @@ class Fabric:
         """One rxe (SoftRoCE) device per host on its fabric interface, created inside the host's namespace (its
         MTU follows the interface's). Recorded in ``state`` before creation so `testbed clean` finds it."""
         for (node, ifname) in self.topology.addresses:
-            if self.role.get(node) != "host" or node in self.rxe:
+            if self.role.get(node) != "host" or node in self.rxe or node not in self._ns:
                 continue
             dev = self.rxe_name(node)
             if state is not None:

@@ -1,0 +1,138 @@
+"""A fabric over servers that are machines: the placement made here, each server's share built there by its agent
+(docs/servers.md, issue 29).
+
+    links = [AgentLink.start(s) for s in serversfile.load(FILE)]     # one agent per server (ssh, or local)
+    with ServerFabric(topology, run_id, links) as fab:                # every share built, in parallel
+        fab.ns("h3"), fab.server_of("h3"), fab.counters()
+    # leaving the block: every server tears its share down (and an agent whose ssh session ends does so itself)
+
+What it stands for: Mininet's cluster edition (``MininetCluster``) places the network over its servers and starts
+each server's part over ssh; MaxiNet's frontend hands each worker its partition. Here each server's agent receives
+the description of its share (testbed.network.share) in one request and builds it with the same Fabric code a
+one-machine run uses; crossing links are VXLAN between the servers' own addresses (the servers file's
+``address=``, its MTU ``mtu=``). The namespaces on every server are named ``tb-<run>-<node>``, so a node's name
+and the server it is on are all it takes to reach it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from pathlib import Path
+
+from testbed.commands.serverlink import AgentError, AgentLink
+from testbed.errors import UsageError
+from testbed.kernel import PREFIX
+from testbed.network import share as shares
+
+#: the clock echo's UDP port on each server's address (the servers check uses 9319)
+CLOCK_PORT = 9320
+
+
+class ServerFabric:
+    """One run's fabric over the servers behind ``links`` (the first is the reference). ``underlay_ns``: per
+    server name, the namespace its agent should treat as its NIC's (default: the agent's own namespace)."""
+
+    def __init__(self, topology, run_id: str, links: list[AgentLink], underlay_ns: dict[str, str] | None = None):
+        self.topology = topology
+        self.run_id = run_id
+        self.links = {lk.server.name: lk for lk in links}
+        for lk in links:
+            if not lk.server.address:
+                raise UsageError(f"server {lk.server.name}: the servers file gives no address= for its tunnels")
+        self.underlay = {lk.server.name: lk.server.address for lk in links}
+        self.placement = shares.plan(topology, [(lk.server.name, lk.server.address, lk.server.mtu) for lk in links])
+        self.vni_base = shares.vni_base(run_id)
+        self.underlay_ns = dict(underlay_ns or {})
+        self.built: dict[str, dict] = {}   # server -> what its agent reported (build_s, kernel, namespaces, ...)
+        self.build_wall_s: dict[str, float] = {}
+        self.clocks: list[dict[str, dict]] = []   # each pass: server -> offset against the reference, its bound
+
+    def ns(self, node: str) -> str:
+        """The node's namespace on its server."""
+        return f"{PREFIX}-{self.run_id}-{node}"
+
+    def server_of(self, node: str) -> str:
+        return self.placement.server_of[node]
+
+    def build(self, timeout_s: float = 600.0) -> "ServerFabric":
+        """Every server builds its share at once (one thread per agent link); if one fails, every share built is
+        torn down and AgentError names the server."""
+        errors: dict[str, str] = {}
+
+        def one(name: str) -> None:
+            desc = shares.describe(self.topology, self.run_id, self.placement, name, self.underlay, self.vni_base)
+            t0 = time.monotonic()
+            try:
+                self.built[name] = self.links[name].call("build_share", timeout_s=timeout_s, share=desc,
+                                                         underlay_ns=self.underlay_ns.get(name))
+            except AgentError as e:
+                errors[name] = str(e)
+            self.build_wall_s[name] = time.monotonic() - t0
+
+        threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in self.links]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            self.teardown()
+            raise AgentError("; ".join(errors.values()))
+        return self
+
+    def clock(self, exchanges: int = 100) -> dict[str, dict]:
+        """One clock pass: each server's CLOCK_MONOTONIC offset against the reference's (the first server), with
+        its bound, measured by the agents over the servers' addresses (the server's agent runs the echo, the
+        reference's probes it: testbed.measure.clockprobe, analysis.clockoffset), as `testbed servers check`
+        does. Kept in :attr:`clocks` (a run takes one at its start and one at its end) and returned."""
+        names = list(self.links)
+        ref = self.links[names[0]]
+        out = {names[0]: {"offset_s": 0.0, "uncertainty_s": 0.0, "reference": True}}
+        for name in names[1:]:
+            self.links[name].call("clock_serve", bind=self.underlay[name], port=CLOCK_PORT, idle_s=60)
+            out[name] = ref.call("clock_probe", timeout_s=exchanges * 0.6 + 30, addr=self.underlay[name],
+                                 port=CLOCK_PORT, count=exchanges)
+        self.clocks.append(out)
+        return out
+
+    def counters(self) -> dict[str, dict]:
+        """Per server: its NIC namespace's UDP counters and its crossing ports' packet counters."""
+        return {name: lk.call("share_counters") for name, lk in self.links.items() if name in self.built}
+
+    def teardown(self) -> dict[str, list[str]]:
+        """Every server removes its share (a server whose agent is gone has removed it already: its agent tears
+        down at the end of its input)."""
+        removed = {}
+        for name, lk in self.links.items():
+            with contextlib.suppress(AgentError):
+                removed[name] = lk.call("teardown_share", timeout_s=120)["removed"]
+        self.built.clear()
+        return removed
+
+    def describe(self) -> dict:
+        """For the run's manifest: per server its kernel, nodes, set-up time (the agent's build and the request's
+        wall time) and the tunnels."""
+        return {"placement": {s: self.placement.nodes_on(s) for s in self.placement.servers},
+                "underlay": dict(self.underlay), "vni_base": self.vni_base,
+                "servers": {n: {"kernel": b.get("kernel"), "build_s": b.get("build_s"),
+                                "request_s": self.build_wall_s.get(n)} for n, b in self.built.items()}}
+
+    def record(self, path: str | Path) -> dict:
+        """Write servers.json for the run directory: per server its address, kernel, nodes, set-up time, clock
+        passes (offset against the reference and bound) and what its tunnels carried so far."""
+        counters = self.counters()
+        d = {"reference": next(iter(self.links)), "run_id": self.run_id, "vni_base": self.vni_base,
+             "servers": {n: {"address": self.underlay[n], "kernel": self.built.get(n, {}).get("kernel"),
+                             "nodes": self.placement.nodes_on(n), "build_s": self.built.get(n, {}).get("build_s"),
+                             "request_s": self.build_wall_s.get(n), "clock": [c[n] for c in self.clocks],
+                             "tunnels": counters.get(n)} for n in self.links}}
+        Path(path).write_text(json.dumps(d, indent=1) + "\n")
+        return d
+
+    def __enter__(self) -> "ServerFabric":
+        return self.build()
+
+    def __exit__(self, *exc) -> None:
+        self.teardown()

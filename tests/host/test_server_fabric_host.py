@@ -1,0 +1,109 @@
+"""A fabric over servers built by the servers' agents (testbed.commands.serverfabric, docs/servers.md), on one
+kernel: two agents, each started inside a namespace standing for a server's own network stack (its NIC on a wire
+between them), build their shares of a 2x2 leaf-spine with the crossing links as VXLAN between the NICs' addresses.
+The two-kernel version (one share in the lab VM) is tests/host/test_two_kernels_host.py. About 3 s."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+
+import pytest
+
+from tests.serverdrive import assert_delivered, transfer
+from testbed.commands.serverfabric import ServerFabric
+from testbed.commands.serverlink import AgentError, AgentLink, agent_command
+from testbed.kernel import links, netns
+from testbed.network.serversfile import parse
+from topologies.leafspine import uniform_leaf_spine
+
+SIZE_BYTES = 2_000_000
+
+
+@contextlib.contextmanager
+def two_servers():
+    """Two 'server' namespaces joined by a veth (198.19.0.1 and .2), an agent started inside each."""
+    rid = secrets.token_hex(2)
+    nics = [f"tb-{rid}-nic1", f"tb-{rid}-nic2"]
+    agents = []
+    try:
+        for n in nics:
+            netns.create(n)
+        links.add_veth(nics[0], "nic", nics[1], "nic")
+        for ns, addr in zip(nics, ("198.19.0.1", "198.19.0.2")):
+            links.add_address(ns, "nic", addr, 24)
+            with netns.ipr_in(ns) as ipr:
+                ipr.link("set", index=ipr.link_lookup(ifname="nic")[0], state="up")
+        servers = parse("server-1 localhost address=198.19.0.1\nserver-2 root@198.19.0.2\n")
+        agents = [AgentLink(s, netns.in_namespace(ns, agent_command())) for s, ns in zip(servers, nics)]
+        yield nics, agents
+    finally:
+        for a in agents:
+            a.close()
+        for n in nics:
+            netns.remove(n)
+
+
+def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel(tmp_path):
+    topo = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
+    run = secrets.token_hex(3)
+    with two_servers() as (nics, agents):
+        with ServerFabric(topo, run, agents) as fab:
+            d = fab.describe()
+            assert d["placement"] == {"server-1": ["h1", "leaf1", "spine1"], "server-2": ["h2", "leaf2", "spine2"]}
+            assert set(netns.list_ours()) >= {fab.ns(n) for n in ("h1", "h2", "leaf1", "leaf2", "spine1", "spine2")}
+            fab.clock(exchanges=20)
+            before = fab.counters()
+            out = transfer(fab, "h1", "h2", SIZE_BYTES)
+            seconds = assert_delivered(out, SIZE_BYTES)
+            after = fab.counters()
+            # the data went through the tunnels: VXLAN datagrams arrived at server-2's NIC, at least one per
+            # full-size segment, and its crossing ports received them
+            got = after["server-2"]["udp"]["InDatagrams"] - before["server-2"]["udp"]["InDatagrams"]
+            assert got >= SIZE_BYTES // 1450, (got, after)
+            rx = sum(p["rx_bytes"] for p in after["server-2"]["ports"].values())
+            assert rx >= SIZE_BYTES, after
+            assert seconds >= SIZE_BYTES * 8 / 20e6 * 0.9       # shaped: no faster than the 20 Mbit/s ports
+            fab.clock(exchanges=20)                              # a second pass binds the echo's port again
+            rec = fab.record(tmp_path / "servers.json")
+            s2 = json.loads((tmp_path / "servers.json").read_text())["servers"]["server-2"]
+            assert s2 == json.loads(json.dumps(rec["servers"]["server-2"]))
+            assert s2["kernel"] == os.uname().release and s2["nodes"] == ["h2", "leaf2", "spine2"]
+            for c in s2["clock"]:       # one kernel, one clock: each pass's bound holds zero
+                assert c["n"] >= 15 and abs(c["offset_s"]) <= c["uncertainty_s"] < 1e-3, c
+            assert len(s2["clock"]) == 2
+            assert s2["tunnels"]["udp"]["InDatagrams"] >= got
+        left = [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
+        assert left == [], left
+
+
+def test_a_share_is_removed_when_its_agent_loses_the_lab():
+    """The lab process dies (SIGKILL included): each agent's stdin closes and it removes its share."""
+    topo = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
+    run = secrets.token_hex(3)
+    with two_servers() as (nics, agents):
+        ServerFabric(topo, run, agents).build()
+        assert len([n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]) == 6
+        for a in agents:
+            a.proc.stdin.close()
+            assert a.proc.wait(timeout=30) == 0
+        assert [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")] == []
+
+
+def test_a_fabric_that_does_not_fit_the_nics_is_refused_before_any_agent_builds():
+    topo = uniform_leaf_spine(2, 2, 1, 20, 20)      # MTU 1500 over 1500-byte NICs
+    with two_servers() as (nics, agents):
+        before = set(netns.list_ours())
+        with pytest.raises(Exception, match="VXLAN leaves 1450"):
+            ServerFabric(topo, secrets.token_hex(3), agents)
+        assert set(netns.list_ours()) == before
+        # a share that fails on one server (its NIC's namespace is not there: the tunnel ends fail after its
+        # namespaces exist) is removed there, and the other server's, built, is removed too
+        fab = ServerFabric(uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450), secrets.token_hex(3), agents,
+                           underlay_ns={"server-2": "tb-zz99-nothere"})
+        with pytest.raises(AgentError, match="server-2: build_share") as e:
+            fab.build()
+        assert "server-1" not in str(e.value)
+        assert set(netns.list_ours()) == before

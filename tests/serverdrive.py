@@ -1,0 +1,74 @@
+"""What the fabric-over-servers tests do on a built fabric (testbed.commands.serverfabric): a TCP transfer between
+two hosts whose data is checked end to end (the receiver's SHA-256 of what arrived against the sender's of what it
+sent), each end run by its server's agent (`run` in the host's namespace), so the receiver may sit in another
+kernel."""
+
+from __future__ import annotations
+
+import sys
+import threading
+
+PORT = 5301
+
+RECEIVER = """
+import hashlib, socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); s.settimeout(float(sys.argv[3]))
+c, _ = s.accept(); c.settimeout(float(sys.argv[3])); h = hashlib.sha256(); n = 0
+while True:
+    b = c.recv(1 << 16)
+    if not b:
+        break
+    h.update(b); n += len(b)
+print(n, h.hexdigest())
+"""
+
+SENDER = """
+import hashlib, socket, sys, time
+dst, port, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+block = hashlib.sha512(b"testbed").digest() * 1024            # 64 KiB, the same on every run
+data = (block * (size // len(block) + 1))[:size]
+deadline = time.monotonic() + 60
+while True:                                                   # the receiver may still be starting (another kernel)
+    try:
+        c = socket.create_connection((dst, port), timeout=5); break
+    except OSError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.2)
+t0 = time.monotonic(); c.sendall(data); c.shutdown(socket.SHUT_WR); c.recv(1); c.close()
+print(len(data), hashlib.sha256(data).hexdigest(), time.monotonic() - t0)
+"""
+
+
+def transfer(fab, src: str, dst: str, size_bytes: int, timeout_s: float = 120.0) -> dict:
+    """``size_bytes`` over kernel TCP from host ``src`` to host ``dst`` of ``fab``, each end started by its own
+    server's agent; both ends' byte counts and digests, and the sender's seconds."""
+    dst_ip = fab.topology.host_ip(dst)
+    out: dict = {}
+
+    def receive() -> None:
+        try:
+            out["rx"] = fab.links[fab.server_of(dst)].call(
+                "run", timeout_s=timeout_s + 30, ns=fab.ns(dst), args={"timeout_s": timeout_s},
+                argv=[sys.executable, "-c", RECEIVER, dst_ip, str(PORT), str(timeout_s)])
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            out["rx_error"] = str(e)
+    t = threading.Thread(target=receive, daemon=True)
+    t.start()
+    out["tx"] = fab.links[fab.server_of(src)].call(
+        "run", timeout_s=timeout_s + 30, ns=fab.ns(src), args={"timeout_s": timeout_s},
+        argv=[sys.executable, "-c", SENDER, dst_ip, str(PORT), str(size_bytes)])
+    t.join(timeout_s + 60)
+    return out
+
+
+def assert_delivered(out: dict, size_bytes: int) -> float:
+    """Both ends ran clean and the receiver got exactly what was sent; the sender's seconds."""
+    assert "rx" in out, out
+    rx, tx = out["rx"], out["tx"]
+    assert rx["rc"] == 0 and tx["rc"] == 0, out
+    n_rx, digest_rx = rx["stdout"].split()
+    n_tx, digest_tx, seconds = tx["stdout"].split()
+    assert int(n_rx) == int(n_tx) == size_bytes and digest_rx == digest_tx, out
+    return float(seconds)
