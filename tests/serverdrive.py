@@ -44,6 +44,8 @@ print(len(data), hashlib.sha256(data).hexdigest(), time.monotonic() - t0)
 def transfer(fab, src: str, dst: str, size_bytes: int, timeout_s: float = 120.0) -> dict:
     """``size_bytes`` over kernel TCP from host ``src`` to host ``dst`` of ``fab``, each end started by its own
     server's agent; both ends' byte counts and digests, and the sender's seconds."""
+    # each agent answers one request at a time: a receiver's `run` would hold the agent the sender needs
+    assert fab.server_of(src) != fab.server_of(dst), f"{src} and {dst} are on one server: use a local transfer"
     dst_ip = fab.topology.host_ip(dst)
     out: dict = {}
 

@@ -266,6 +266,9 @@ def serve(stdin=None, stdout=None) -> int:
     except (KeyboardInterrupt, BrokenPipeError):
         pass
     finally:
+        if threading.current_thread() is threading.main_thread():  # a second signal must not cut the teardown short
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
         agent.teardown()
     return 0
 

@@ -33,7 +33,9 @@ CLOCK_PORT = 9320
 
 class ServerFabric:
     """One run's fabric over the servers behind ``links`` (the first is the reference). ``underlay_ns``: per
-    server name, the namespace its agent should treat as its NIC's (default: the agent's own namespace)."""
+    server name, the namespace its agent should treat as its NIC's (default: the agent's own namespace): for tests
+    that stand servers in for namespaces. The clock passes run in the agents' own namespaces, so with
+    ``underlay_ns`` they measure another path than the tunnels'."""
 
     def __init__(self, topology, run_id: str, links: list[AgentLink], underlay_ns: dict[str, str] | None = None):
         self.topology = topology
@@ -68,8 +70,8 @@ class ServerFabric:
             try:
                 self.built[name] = self.links[name].call("build_share", timeout_s=timeout_s, share=desc,
                                                          underlay_ns=self.underlay_ns.get(name))
-            except AgentError as e:
-                errors[name] = str(e)
+            except Exception as e:  # noqa: BLE001 - a thread's exception is otherwise lost: the share would be missing
+                errors[name] = str(e) if isinstance(e, AgentError) else f"{name}: {type(e).__name__}: {e}"
             self.build_wall_s[name] = time.monotonic() - t0
 
         threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in self.links]
@@ -77,6 +79,9 @@ class ServerFabric:
             t.start()
         for t in threads:
             t.join()
+        missing = [n for n in self.links if n not in self.built and n not in errors]
+        if missing:  # a thread that ended without an answer or an error (it cannot, but a missing share must not pass)
+            errors.update({n: f"{n}: no answer to build_share" for n in missing})
         if errors:
             self.teardown()
             raise AgentError("; ".join(errors.values()))

@@ -78,7 +78,7 @@ def add_vxlan_end(server_ns: str | None, node_ns: str, ifname: str, vni: int, lo
             idx = ipr.link_lookup(ifname=tmp)[0]
             try:
                 ipr.link("set", index=idx, net_ns_fd=fd, ifname=ifname)
-            except Exception:  # never leave it in the server's own namespace
+            except BaseException:  # never leave it in the server's own namespace (also on the agent's SIGTERM)
                 ipr.link("del", index=idx)
                 raise
     finally:

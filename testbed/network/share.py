@@ -56,6 +56,9 @@ def plan(topology, servers: list[tuple[str, str, int]]) -> Placement:
     with SwitchBinPlacer. UsageError (one line, before anything is built) when the fabric cannot be placed or a
     crossing link's frames would not fit the servers' MTU with VXLAN's 50 bytes."""
     names = tuple(s[0] for s in servers)
+    lb = getattr(topology, "load_balancing", "ecmp")
+    if lb != "ecmp":  # the agents would refuse it too, but only after every description was sent
+        raise UsageError(f"load_balancing={lb} is not built over servers yet (ECMP only)")
     placement = place(topology, len(servers), names)
     mtu = {name: m for name, _, m in servers}
     if len(topology.links) >= VNI_BLOCK:
@@ -91,6 +94,8 @@ def from_description(d: dict[str, Any], underlay_ns: str | None = None):
     if set(server_of) != {n.name for n in topology.nodes}:
         raise ValueError("the placement does not name exactly the topology's nodes")
     servers = tuple(d["servers"])
+    if d["server"] not in servers:
+        raise ValueError(f"the description is for server {d['server']!r}, which its placement does not name")
     if not set(server_of.values()) <= set(servers) or not set(servers) <= set(d["underlay"]):
         raise ValueError("the placement names a server without an underlay address")
     crossing = tuple(i for i, l in enumerate(topology.links) if server_of[l.a] != server_of[l.b])

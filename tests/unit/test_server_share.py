@@ -40,6 +40,8 @@ def test_the_description_survives_json_and_rebuilds_the_same_share():
     topo2, run_id, sh = share.from_description(d, underlay_ns="tb-x-nic")
     assert topo2 == topo and run_id == "ab12"
     assert (sh.server, sh.placement, sh.underlay, sh.underlay_ns) == ("rack2", p, under, "tb-x-nic")
+    with pytest.raises(ValueError, match="which its placement does not name"):
+        share.from_description({**d, "server": "rack9"})   # an empty share would have been built and reported
     d["server_of"].pop("h1")
     with pytest.raises(ValueError, match="exactly the topology's nodes"):
         share.from_description(d)
@@ -52,3 +54,11 @@ def test_each_run_has_its_own_vni_block_inside_24_bits():
     assert len(bases) > 190
     for b in bases:
         assert b % share.VNI_BLOCK == 0 and share.VNI_BLOCK <= b and b + share.VNI_BLOCK < (1 << 24) - 1
+
+
+def test_a_balancer_the_shares_cannot_build_is_refused_before_any_description_is_sent():
+    import dataclasses
+
+    topo = dataclasses.replace(uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450), load_balancing="spray")
+    with pytest.raises(UsageError, match="load_balancing=spray is not built over servers"):
+        share.plan(topo, SERVERS)
