@@ -126,6 +126,9 @@ class TrimRun:
         """Load and attach the program on every switch port (everything detached again if one fails)."""
         try:
             for plan in self.ports:
+                if len(plan.classes) > 1:
+                    raise UsageError(f"trim: {plan.node}:{plan.ifname} has {len(plan.classes)} classes; trimming "
+                                     "needs single-class switch ports (its threshold is the default class's buffer)")
                 buf = port_buffer_bytes(plan)
                 thr = threshold_for(plan, self.threshold_bytes)
                 if thr > buf:
