@@ -31,7 +31,7 @@ FAMILIES: tuple[str, ...] = (
     # dcqcn_stagger_s, dcqcn_convergence_s, dcqcn_joint_bins, dcqcn_jain_join: flows that start apart
     # (analysis.dcqcn.convergence)
     r"dcqcn(_[a-z0-9_]+)?",
-    r"uet_[a-z0-9_]+",                                    # UET's transport and trimming counters (analysis.uet)
+    r"uet_[a-z0-9_]+",                                    # UET's counters, uet_trimmed_unanswered (analysis.uet)
     r"sampler_[a-z0-9_]+",                                # the queue sampler's own timing
     rf"job_[A-Za-z][A-Za-z0-9_-]*_(step_ms|cct_ms)_{_PCT}",  # each job of a jobs run (scenarios/jobs.py)
     r"job_[A-Za-z][A-Za-z0-9_-]*_(overlap|leaves|bound_ms)",

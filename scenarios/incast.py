@@ -82,10 +82,21 @@ def _unfaithful(p: dict, q: dict, util: float, drops: int, tm: dict, bottleneck:
                             fidelity.machine_limited(util, drops, tm.get("tcp_timeouts", 0), bottleneck))
 
 
+def _transport_numbers(p: dict, run, tm: dict, delta: dict, receiver: str, trim_numbers: dict) -> dict:
+    """The transport's counters: kernel TCP's (tcp.csv, every host: the receiver sends only ACKs) and, over UET,
+    each host's UET counters (uet.csv) and the switches' trimming numbers (uet_trim: off unless trimming ran)."""
+    from analysis.uet import uet_metrics
+
+    out = {"tcp_retrans_segs": tm.get("tcp_retrans_segs", 0), "tcp_timeouts": tm.get("tcp_timeouts", 0),
+           "receiver_ce_packets": delta[receiver]["IpExtInCEPkts"], "transport": p["transport"]}
+    if p["transport"] == "uet":
+        out |= {**uet_metrics(run.uet), "uet_trim": "off"}
+    return out | trim_numbers
+
+
 def experiment(p: dict, lab) -> dict:
     from analysis import summary as asum
     from analysis.metrics import round_times
-    from analysis.uet import uet_metrics
 
     _, receiver, senders, bottleneck = build_spec(p, lab.seed)
     n, block, rounds = p["senders"], p["block_bytes"], p["rounds"]
@@ -130,9 +141,6 @@ def experiment(p: dict, lab) -> dict:
         "bottleneck_packets": sent_packets,
         "incast_loss_rate": drops / (drops + sent_packets) if drops + sent_packets else 0.0,
         "ecn_marks": marks,
-        "tcp_retrans_segs": tm.get("tcp_retrans_segs", 0),  # every host of tcp.csv (the receiver sends only ACKs)
-        "tcp_timeouts": tm.get("tcp_timeouts", 0),
-        "receiver_ce_packets": delta[receiver]["IpExtInCEPkts"],
         # the bottleneck's backlog (summed over classes) in the samples between the first start and the last end
         "queue_peak_bytes": backlog["bytes_max"],
         "queue_mean_bytes": backlog["bytes_mean"],
@@ -141,9 +149,7 @@ def experiment(p: dict, lab) -> dict:
         "cpu_busy_fraction": q["cpu_busy_fraction"],
         "fidelity_ok": not reasons,
         "fidelity_reasons": "; ".join(reasons),
-        "transport": p["transport"],
-        **(uet_metrics(run.uet) if p["transport"] == "uet" else {}),  # each host's UET counters (uet.csv)
-        **({"uet_trim": "off"} if p["transport"] == "uet" else {}), **trim_numbers,
+        **_transport_numbers(p, run, tm, delta, receiver, trim_numbers),
     }
 
 

@@ -48,6 +48,7 @@ class Trimmer:
 
     def __init__(self, obj: BpfObject):
         self.obj = obj
+        self.created_clsact = False  # install added the port's clsact (detach takes it off again)
 
     def stats(self) -> dict[str, int]:
         out = {}
@@ -90,19 +91,28 @@ def install(ipr, ifindex: int, rate_mbps: float, threshold_bytes: int, buffer_by
         t.set_rate(rate_mbps, threshold_bytes, buffer_bytes, trim_minor, port)
         with contextlib.suppress(Exception):  # a clsact already there (a balancer on the same port) is shared
             ipr.tc("add", "clsact", index=ifindex)
+            t.created_clsact = True
         ipr.tc("add-filter", "bpf", index=ifindex, parent=CLSACT_EGRESS, prio=FILTER_PRIO, protocol=ETH_P_ALL,
                fd=obj.program_fd(PROGRAM), name=PROGRAM, direct_action=True)
     except BaseException:
+        if t.created_clsact:  # the clsact this call added goes again
+            with contextlib.suppress(Exception):
+                ipr.tc("del", "clsact", index=ifindex)
         obj.close()
         raise
     return t
 
 
-def detach(ipr, ifindex: int) -> None:
-    """Take the program's filter off port `ifindex`'s egress (what :func:`install` attached at its priority); the
-    clsact qdisc stays (a balancer on the same port may share it). Closing the :class:`Trimmer` alone does not
-    detach: the filter holds its own reference to the program."""
-    ipr.tc("del-filter", "bpf", index=ifindex, parent=CLSACT_EGRESS, prio=FILTER_PRIO, protocol=ETH_P_ALL)
+def detach(ipr, ifindex: int, clsact: bool = False) -> None:
+    """Take the program's filter off port `ifindex`'s egress (what :func:`install` attached at its priority), and
+    the clsact qdisc too when `clsact` (install created it: :attr:`Trimmer.created_clsact`; one that was there
+    before, a balancer's, stays). Closing the :class:`Trimmer` alone does not detach: the filter holds its own
+    reference to the program."""
+    try:
+        ipr.tc("del-filter", "bpf", index=ifindex, parent=CLSACT_EGRESS, prio=FILTER_PRIO, protocol=ETH_P_ALL)
+    finally:
+        if clsact:
+            ipr.tc("del", "clsact", index=ifindex)
 
 
 __all__ = ["PROGRAM", "STATS", "Trimmer", "detach", "install", "ps_per_byte"]

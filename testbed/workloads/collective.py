@@ -241,9 +241,12 @@ class CollectiveJob:
                          ([it, k, rk, peer, ph, *[info.get(x, 0) for x in INFO_KEYS]]
                           for it, k, rk, peer, ph, info in res.tcp_info))
         if self.transport == "uet":  # each rank's transport counters (traffic.uet.UetTransport.totals())
-            hosts = self.plan.placement.hosts
-            rundir.write_csv("uet.csv", UET_COLUMNS, ((r, hosts[r], k, v) for r, res_r in sorted(res.per_rank.items())
-                                                      for k, v in sorted(_uet_counters(res_r).items())))
+            hosts, per_host = self.plan.placement.hosts, {}
+            for r, res_r in sorted(res.per_rank.items()):  # ranks on one host: their counters add up
+                mine = per_host.setdefault(hosts[r], {})
+                for k, v in _uet_counters(res_r).items():
+                    mine[k] = mine.get(k, 0) + v
+            self.lab.files.add_uet(rundir, per_host)  # appended beside any burst's rows, keyed by host
         if sampler is not None:
             sampler.write(rundir)
             self.queue_stats = sampler.stats()

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from analysis.load import load_csv
 from analysis.metrics import op_table, percentiles, round_times
 from analysis.summary import headline_ops
-from testbed.errors import UsageError
+from testbed.errors import RunFailed, UsageError
 from testbed.kernel import netns
 from testbed.kernel.qdisc import shape_loopback
 from testbed.workloads.collective import CollectiveJob
@@ -43,7 +43,8 @@ class TrafficFiles:
         self.lock = threading.Lock()
         self.flow_rows: list[tuple] = []
         self.round_rows: list[tuple] = []
-        self.uet_rows: list[tuple] = []
+        self.uet_rows: dict[str, list[tuple]] = {}  # per run directory (a collective job may have its own)
+        self.host_ids: dict[str, int] = {}  # uet.csv's rank column: one number per host for the whole lab
 
     def add_flows(self, rundir, stats: list[dict]) -> None:
         with self.lock:
@@ -64,11 +65,15 @@ class TrafficFiles:
             rundir.write_csv("rounds.csv", ROUNDS_COLUMNS, ((r, h, f"{s:.6f}", f"{e:.6f}", b)
                                                             for r, h, s, e, b in self.round_rows))
 
-    def add_uet(self, rundir, per_host: dict[str, dict[str, int]], ranks: dict[str, int]) -> None:
-        """A UET burst's transport counters per host (each burst adds its rows; analysis.uet sums them)."""
+    def add_uet(self, rundir, per_host: dict[str, dict[str, int]]) -> None:
+        """UET transport counters per host (each burst and collective job appends its rows; analysis.uet sums them
+        by host). The rank column is the host's number in this lab, the same in every burst and job."""
         with self.lock:
-            self.uet_rows += [(ranks[h], h, k, v) for h, c in per_host.items() for k, v in sorted(c.items())]
-            rundir.write_csv("uet.csv", UET_COLUMNS, self.uet_rows)
+            rows = self.uet_rows.setdefault(str(rundir.path), [])
+            for h in per_host:
+                self.host_ids.setdefault(h, len(self.host_ids))
+            rows += [(self.host_ids[h], h, k, v) for h, c in per_host.items() for k, v in sorted(c.items())]
+            rundir.write_csv("uet.csv", UET_COLUMNS, rows)
 
 
 def start_flows(lab, pairs: Sequence[tuple], duration_s: float | None, cc: str | None, src_ports, dscp: int,
@@ -114,11 +119,17 @@ def run_burst(lab, senders: Sequence, receiver, size_bytes: int, rounds: int, at
         lab.progress(f"burst: {rounds} round(s) of {len(names)} x {size_bytes} B -> {rname}")
         lab.start_workload()
         rows = inc.run(rounds, first_round=lab.files.next_round())
+        mismatches = getattr(inc, "mismatches", 0)  # UET checks each block it received against what was sent
         if transport == "uet":
-            lab.files.add_uet(lab.rundir, inc.per_host(), {h: i for i, h in enumerate([rname, *names])})
+            per_host = inc.per_host()
+            per_host[rname] = {**per_host.get(rname, {}), "block_mismatches": mismatches}
+            lab.files.add_uet(lab.rundir, per_host)
     finally:
         inc.close()
     lab.files.add_rounds(lab.rundir, rows)
+    if mismatches:
+        raise RunFailed(f"burst: {mismatches} block(s) arrived at {rname} different from what was sent "
+                        f"(uet.csv: block_mismatches)")
     return Burst(rows)
 
 

@@ -78,7 +78,8 @@ def check_run(p: dict, spec=None) -> None:
     the UET header the program cuts and a NACK answers), with pfc=on (a paused port stops draining while the
     program's virtual queue goes on: it would trim a lossless class that cannot drop anyway), with a load balancer
     other than ECMP (its filters on the leaf uplinks end the hook's chain before the trimming program; UET sprays
-    by entropy value itself), or a threshold above a switch port's buffer (`spec`: the topology, when known)."""
+    by entropy value itself), or, with `spec` (the topology, when known), ports with several classes (the threshold
+    and the virtual queue's cap are the default class's buffer) or a threshold above a switch port's buffer."""
     if p.get("trim", "auto") == "on":
         if p.get("transport") != "uet":
             raise UsageError(f"trim=on needs transport=uet (the switch trims UET data packets and the UET receiver "
@@ -93,6 +94,10 @@ def check_run(p: dict, spec=None) -> None:
         return
     roles = {n.name: n.role for n in spec.nodes}
     for plan in switch_ports([plan_port(ep) for ep in spec.egress_ports()], roles):
+        if len(plan.classes) > 1:
+            raise UsageError(f"trimming needs single-class switch ports (port {plan.node}:{plan.ifname} has "
+                             f"{len(plan.classes)} classes; its threshold is the default class's buffer, and UET's "
+                             "DSCP may pick another): use a topology without classes, or trim=off")
         buf = port_buffer_bytes(plan)
         if threshold_for(plan, p.get("trim_threshold_bytes", 0)) > buf:
             raise UsageError(f"trim_threshold_bytes ({p['trim_threshold_bytes']}) is above the buffer of switch "
@@ -121,6 +126,9 @@ class TrimRun:
         """Load and attach the program on every switch port (everything detached again if one fails)."""
         try:
             for plan in self.ports:
+                if len(plan.classes) > 1:
+                    raise UsageError(f"trim: {plan.node}:{plan.ifname} has {len(plan.classes)} classes; trimming "
+                                     "needs single-class switch ports (its threshold is the default class's buffer)")
                 buf = port_buffer_bytes(plan)
                 thr = threshold_for(plan, self.threshold_bytes)
                 if thr > buf:
@@ -145,7 +153,8 @@ class TrimRun:
         return dict(self._stats)
 
     def finish(self) -> dict:
-        """Write trim.csv, detach and unload; the uet_trim* numbers. Idempotent."""
+        """Write trim.csv, detach and unload; the uet_trim* numbers (uet_trim_threshold_bytes_min/_max: the
+        thresholds the ports trimmed at, half of each buffer with threshold_bytes=0). Idempotent."""
         if self._summary is not None:
             return dict(self._summary)
         try:
@@ -154,8 +163,9 @@ class TrimRun:
                                                                        for k, v in c.items()))
         finally:
             self.close()
-        self._summary = {**trim_metrics(load_csv(path, "trim")), "uet_trim": "on",
-                         "uet_trim_threshold_bytes": self.threshold_bytes}
+        thr = [threshold_for(pl, self.threshold_bytes) for pl in self.ports] or [0]
+        self._summary = {**trim_metrics(load_csv(path, "trim")), "uet_trim": "on",  # the ports' own thresholds
+                         "uet_trim_threshold_bytes_min": min(thr), "uet_trim_threshold_bytes_max": max(thr)}
         return dict(self._summary)
 
     def close(self) -> None:
@@ -165,7 +175,7 @@ class TrimRun:
                 self._stats = {k: t.stats() for k, (_i, t) in sorted(self.loaded.items())}
         for (node, _ifname), (idx, t) in list(self.loaded.items()):
             with contextlib.suppress(Exception), netns.ipr(self.fabric.ns(node)) as ipr:
-                ktrim.detach(ipr, idx)
+                ktrim.detach(ipr, idx, clsact=t.created_clsact)
             with contextlib.suppress(Exception):
                 t.close()
         self.loaded.clear()

@@ -1,7 +1,8 @@
 """Packet trimming as the Lab installs it (lab.trim(), what `--set trim=on` uses): the program's filter on the
 egress of every switch port and of no host NIC, a UET burst through a shallow receiver port trimmed and NACKed
 (the switch's count equals the receiver's), trim.csv and uet.csv written, and at finish() every filter detached
-from the still-running fabric. Counters only, no timing. About 3 s."""
+from the still-running fabric with the clsacts it added; a second burst appends its uet.csv rows, one number per host.
+Counters only, no timing. About 4 s."""
 
 from __future__ import annotations
 
@@ -31,24 +32,43 @@ def _trim_filters(lab) -> dict[tuple[str, str], int]:
     return out
 
 
+def _clsacts(lab) -> set[tuple[str, str]]:
+    """The ports with a clsact qdisc."""
+    out = set()
+    for node, ns, ifname in lab.ports():
+        with netns.ipr(ns) as ipr:
+            idx = ipr.link_lookup(ifname=ifname)[0]
+            if any(q.get_attr("TCA_KIND") == "clsact" for q in ipr.get_qdiscs(index=idx)):
+                out.add((node, ifname))
+    return out
+
+
 def test_trimming_goes_on_every_switch_port_trims_a_uet_incast_and_comes_off(tmp_path):
     before = set(netns.list_ours())
     topo = LeafSpineTopo(spines=1, leaves=2, hosts_per_leaf=2, host_rate_mbps=20, fabric_rate_mbps=40,
                          leaf_down_queue=QueueSpec("droptail", buffer_bytes=8000))
     with Lab(topo, out=tmp_path / "trim", quiet=True) as lab:
+        had = _clsacts(lab)
         tr = lab.trim()
         on = _trim_filters(lab)
         switch = {k for k in on if not k[0].startswith("h")}
         assert switch and all(on[k] == 1 for k in switch) and not any(on[k] for k in set(on) - switch), on
         lab.burst(["h2", "h3", "h4"], "h1", 32_000, rounds=3, transport="uet")
         s = tr.finish()
-        after = _trim_filters(lab)
+        after, clsacts = _trim_filters(lab), _clsacts(lab)
+        lab.burst(["h1"], "h4", 8_000, rounds=1, transport="uet")  # another burst: uet.csv gets its rows too
     assert not any(after.values()), after  # detached while the fabric still stood
+    assert clsacts == had, (clsacts, had)  # and the clsacts install added are gone
     print(s)
     assert s["uet_trim_ports"] == len(switch) and s["uet_trimmed_packets"] > 0, s
     with open(tmp_path / "trim" / "uet.csv") as f:
         rows = list(csv.DictReader(f))
-    got = {(r["host"], r["counter"]): int(r["value"]) for r in rows}
+    got: dict[tuple[str, str], int] = {}
+    for r in rows:  # summed over the two bursts (trimming was off in the second)
+        got[(r["host"], r["counter"])] = got.get((r["host"], r["counter"]), 0) + int(r["value"])
+    assert got[("h1", "block_mismatches")] == 0 and ("h4", "block_mismatches") in {(r["host"], r["counter"])
+                                                                                    for r in rows}
+    assert len({(r["rank"], r["host"]) for r in rows}) == len({r["host"] for r in rows}) == 4  # one number a host
     assert got[("h1", "trimmed_received")] == s["uet_trimmed_packets"], (got, s)  # every trimmed header arrived
     assert lab.summary.get("uet_trimmed_packets") == s["uet_trimmed_packets"]  # the lab's end put them in its summary
     assert not set(netns.list_ours()) - before

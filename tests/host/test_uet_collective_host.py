@@ -49,7 +49,7 @@ def test_a_uet_allreduce_is_verified_and_sprayed_over_both_spines(tmp_path):
         assert len(mine) == 2 and all(v >= 0.15 * sum(mine.values()) for v in mine.values()), mine
     # the run directory keeps the transport's and the switches' counters: every rank's, every switch port's
     # (2 leaves x (2 hosts + 2 spines) + 2 spines x 2 leaves = 12), trimming on by default with UET
-    assert s["uet_ranks"] == 4 and s["uet_data_packets"] > 0 and s["uet_acks_received"] > 0, s
+    assert s["uet_hosts"] == 4 and s["uet_data_packets"] > 0 and s["uet_acks_received"] > 0, s
     assert s["uet_trim"] == "on" and s["uet_trim_ports"] == 12, s
     with open(tmp_path / "uet" / "uet.csv") as f:
         assert {r["host"] for r in csv.DictReader(f)} == {"h1", "h2", "h3", "h4"}

@@ -62,6 +62,17 @@ def test_a_threshold_above_a_switch_port_buffer_is_refused_and_half_the_buffer_i
     assert threshold_for(plan("leaf1", LeafQueue("bfifo", 12_000)), 4_000) == 4_000
 
 
+def test_trimming_ports_with_several_classes_is_refused():
+    from topologies import ClassSpec, LeafSpineSpec, LinkSpec
+
+    spec = LeafSpineSpec(spines=1, leaves=2, hosts_per_leaf=1, host_link=LinkSpec(20), fabric_link=LinkSpec(20),
+                         classes=(ClassSpec("bulk", dscp=[0], weight=1, default=True),
+                                  ClassSpec("fast", dscp=[26], weight=1)))
+    with pytest.raises(UsageError, match="single-class switch ports"):
+        check_run({"transport": "uet", "trim": "on"}, spec)
+    check_run({"transport": "uet", "trim": "off"}, spec)
+
+
 def test_a_pfifo_buffer_counts_mtu_frames_and_hosts_do_not_trim():
     assert port_buffer_bytes(plan("s", LeafQueue("pfifo", 10))) == 15_140
     assert port_buffer_bytes(plan("s", LeafQueue("bfifo", 8_000))) == 8_000
@@ -95,10 +106,18 @@ def test_the_transport_numbers_sum_over_ranks_with_a_per_rank_breakdown():
     assert m["uet_trimmed_received"] == 7 and m["uet_nack_retransmits"] == 7 and m["uet_rto_events"] == 1
     assert m["uet_retransmitted_bytes"] == 4200 and m["uet_fast_retransmits"] == 0  # absent counters are 0
     assert m["uet_cc_nack_decrease"] == 3
-    assert m["uet_rto_events_by_rank"] == "1=1" and m["uet_nacks_received_by_rank"] == "1=4; 2=3"
-    assert m["uet_retransmit_fraction"] == pytest.approx(0.2) and m["uet_ranks"] == 3
+    assert m["uet_rto_events_by_host"] == "s1=1" and m["uet_nacks_received_by_host"] == "s1=4; s2=3"
+    assert m["uet_retransmit_fraction"] == pytest.approx(0.2) and m["uet_hosts"] == 3
+    assert m["uet_block_mismatches"] == 0
     assert all(known(k) for k in m), [k for k in m if not known(k)]
     assert uet_metrics(UET_ROWS.iloc[0:0]) == {}
+
+
+def test_trimmed_unanswered_counts_trimmed_headers_no_sender_resent():
+    assert uet_metrics(UET_ROWS)["uet_trimmed_unanswered"] == 0  # 7 headers received, 4 + 3 resent on a NACK
+    lost_nack = UET_ROWS.copy()
+    lost_nack.loc[lost_nack["counter"] == "nack_retransmits", "value"] = [4, 1]
+    assert uet_metrics(lost_nack)["uet_trimmed_unanswered"] == 2
 
 
 def test_the_switch_numbers_sum_over_ports_and_name_the_ports_that_trimmed():
@@ -109,7 +128,7 @@ def test_the_switch_numbers_sum_over_ports_and_name_the_ports_that_trimmed():
     assert m["uet_trimmed_packets"] == 9 and m["uet_trimmed_bytes_cut"] == 12_600 and m["uet_too_short_to_trim"] == 0
     assert m["uet_trimmed_by_port"] == "s2:r1=9" and m["uet_trim_vq_peak_bytes_max"] == 9000
     assert m["uet_trim_ports"] == 2
-    assert all(known(k) for k in m) and known("uet_trim") and known("uet_trim_threshold_bytes")
+    assert all(known(k) for k in m) and known("uet_trim") and known("uet_trim_threshold_bytes_max")
     assert trim_metrics(rows.iloc[0:0]) == {}
 
 
@@ -120,3 +139,25 @@ def test_a_run_directory_with_the_two_files_loads_them_with_their_schemas(tmp_pa
     run = load_run(tmp_path)
     assert len(run.uet) == len(UET_ROWS) and run.uet["value"].dtype == "int64"
     assert run.trim["value"].tolist() == [9] and uet_metrics(run.uet)["uet_data_packets"] == 40
+
+
+class _Dir:
+    """A run directory's write_csv into a dict (TrafficFiles only writes through it)."""
+
+    def __init__(self, path):
+        self.path, self.files = path, {}
+
+    def write_csv(self, name, columns, rows):
+        self.files[name] = (list(columns), list(rows))
+
+
+def test_uet_rows_of_two_bursts_append_and_keep_one_number_per_host():
+    from testbed.workloads.handles import TrafficFiles
+
+    files, d = TrafficFiles(), _Dir("/run")
+    files.add_uet(d, {"r1": {"trimmed_received": 2}, "s1": {"nack_retransmits": 2}})
+    files.add_uet(d, {"r2": {"trimmed_received": 1}, "s1": {"nack_retransmits": 1}})  # another receiver, s1 again
+    rows = d.files["uet.csv"][1]
+    assert {(r, h) for r, h, _k, _v in rows} == {(0, "r1"), (1, "s1"), (2, "r2")}
+    m = uet_metrics(pd.DataFrame(rows, columns=d.files["uet.csv"][0]))
+    assert m["uet_nack_retransmits"] == 3 and m["uet_trimmed_unanswered"] == 0 and m["uet_hosts"] == 3
