@@ -10,6 +10,7 @@ import math
 import pandas as pd
 import pytest
 
+from testbed.errors import UsageError
 from analysis.dcqcn import FAIR_JAIN, convergence, dcqcn_metrics, jain_last, lead_rates, starts
 
 COLUMNS = ["t_s", "host", "peer", "rqpn", "rc_kbps", "rt_kbps", "alpha", "rate_cuts", "cnp_received", "cnp_ignored"]
@@ -117,5 +118,18 @@ def test_an_incast_needs_a_start_and_a_message_count_per_sender():
 
     assert Incast().start_s == (0.0, 0.0) and Incast().messages == (MESSAGES, MESSAGES)
     for bad in ({"start_s": (0.0,)}, {"messages": (1, 2, 3)}, {"start_s": (0.0, -1.0)}, {"messages": (0, 5)}):
-        with pytest.raises(ValueError, match="one start"):
+        with pytest.raises(UsageError, match="one start"):
             Incast(**bad)
+
+
+def test_an_incast_refuses_senders_the_fabric_cannot_write_from_and_no_bottleneck():
+    from testbed.workloads.dcqcn_incast import Incast
+
+    assert Incast(senders=("h3", "h4", "h2")).messages == (24, 24, 24)
+    for senders in (("h3", "h9"), ("h3", "h1"), ("h3", "h3"), ()):
+        with pytest.raises(UsageError, match="distinct hosts among h2, h3, h4") as e:
+            Incast(senders=senders)
+        assert "\n" not in str(e.value)
+    for mbps in (0.0, -5.0, float("nan")):
+        with pytest.raises(UsageError, match="bottleneck_mbps must be > 0"):
+            Incast(bottleneck_mbps=mbps)
