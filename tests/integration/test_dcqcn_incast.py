@@ -68,10 +68,14 @@ CONVERGE = inc.Incast(start_s=(0.0, 1.0), messages=(100, 48), bottleneck_mbps=12
 
 def test_dcqcn_flows_that_start_apart_converge_to_a_fair_share(tmp_path):
     """The first writer alone at the line rate, the second joining about a second later: they come to a fair share
-    (Jain >= 0.9 in every later bin) and keep it. Measured in the lab VM with CONVERGE (docs/dcqcn.md,
-    "Convergence"; 6 runs of this test and 3 of scripts/dcqcn_converge.py): stagger 0.87-1.38 s, Jain in the
-    join's bin 0.65-0.97, convergence time 0-0.76 s in 7 runs and 4.2-5.2 s in 2 (a late unfair bin), Jain over
-    the last third 0.954-0.9995, 13-17 joint bins, no lossless drop. 28.2-32.4 s in the VM (n = 10)."""
+    and keep it (Jain over the last third of the 0.5 s bins from the join on >= JAIN_MIN). Measured in the lab VM
+    with CONVERGE after the bins were anchored at the join (docs/dcqcn.md, "Convergence"; 6 runs of this test in
+    two boots and 3 of scripts/dcqcn_converge.py re-evaluated): stagger 0.87-1.14 s where the test passed, Jain in
+    the first joint bin 0.948-1.00, convergence time (whole bins) 0 in 7, 1.0 in 1 and 7.0 in 1 (one late unfair
+    bin: why it is printed, not asserted), Jain over the last third of the joint bins 0.943-0.9997, 13-24 joint
+    bins, no lossless drop. 5 of the 6 test runs passed; the sixth, on a host loaded by other work, failed the
+    lead-rate premise (the first flow at 2540 kbit/s when the second QP appeared). 36.5-37.6 s in the VM (65.5 s
+    as the first test of a boot)."""
     dq = inc.run_incast(tmp_path / "converge", DcqcnSettings(), incast=CONVERGE)
     print({k: v for k, v in dq.items() if k not in ("rates", "counters")})
     assert dq["lossless_drops"] == 0 and not dq["sampler_errors"], dq["sampler_errors"][:3]
