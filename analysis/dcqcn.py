@@ -49,34 +49,52 @@ def sending(rates: pd.DataFrame) -> pd.Series:
     return state.diff().fillna(0).ne(0).any(axis=1).reindex(rates.index)
 
 
-def jain_sending(rates: pd.DataFrame, bin_s: float = 0.5) -> pd.DataFrame:
-    """Jain's index per ``bin_s`` bin (from the first sample) over the flows sending in it (:func:`sending` true
-    for one of its samples there), each at its mean Rc over its samples in the bin from its first sending sample to
-    its last (a flow that ended keeps its last Rc in the map: that frozen value would weigh in the bin it ended in);
-    bins with fewer than two such flows are left out. Columns: t_s (the bin's start), flows, jain."""
+def jain_sending(rates: pd.DataFrame, bin_s: float = 0.5, origin_s: float | None = None) -> pd.DataFrame:
+    """Jain's index per ``bin_s`` bin over the flows sending in it (:func:`sending` true for one of their samples
+    there). Bins start at ``origin_s`` seconds after the first sample (default: the first sample; bins before it
+    are left out). A flow counts from its first sending sample to its last (its span: a flow that ended keeps its
+    last Rc in the map, a flow not started yet sits at the line rate), and each counted flow's mean Rc is taken
+    only over the part of the bin inside every counted flow's span: a bin in which one flow starts or ends
+    compares the flows over the time they both ran, not one's solo samples with the other's. Bins with fewer than
+    two such flows are left out. Columns: t_s (the bin's start, from the first sample), flows, jain."""
     f = flows(rates)
+    out = pd.DataFrame(columns=["t_s", "flows", "jain"])
     if f.empty:
-        return pd.DataFrame(columns=["t_s", "flows", "jain"])
-    f = f.assign(active=sending(f), bin=((f["t_s"] - rates["t_s"].min()) // bin_s).astype(int))
+        return out
+    t0 = float(rates["t_s"].min())
+    origin = 0.0 if origin_s is None else float(origin_s)
+    f = f.assign(active=sending(f), bin=((f["t_s"] - t0 - origin) / bin_s + 1e-9) // 1)
     span = f[f["active"]].groupby("flow")["t_s"].agg(["min", "max"])  # from its first sending sample to its last
+    f = f[f["flow"].isin(span.index) & (f["bin"] >= 0)]
     f = f[f["t_s"].between(f["flow"].map(span["min"]), f["flow"].map(span["max"]))]
-    per_flow = f.groupby(["bin", "flow"]).agg(rc=("rc_kbps", "mean"), active=("active", "any")).reset_index()
-    per_flow = per_flow[per_flow["active"]]
-    out = per_flow.groupby("bin")["rc"].agg(flows="count", jain=jain_index).reset_index()
-    out["t_s"] = out["bin"] * bin_s
-    return out.loc[out["flows"] >= 2, ["t_s", "flows", "jain"]].reset_index(drop=True)
+    rows = []
+    for b, g in f.groupby("bin"):
+        live = g.groupby("flow")["active"].any()
+        live = live[live].index
+        if len(live) < 2:
+            continue
+        g = g[g["flow"].isin(live) & g["t_s"].between(span.loc[live, "min"].max(), span.loc[live, "max"].min())]
+        rc = g.groupby("flow")["rc_kbps"].mean()
+        if len(rc) >= 2:
+            rows.append((origin + int(b) * bin_s, len(rc), jain_index(rc)))
+    return pd.DataFrame(rows, columns=list(out.columns)) if rows else out
 
 
-def jain_last(rates: pd.DataFrame, bin_s: float = 0.5, fraction: float = LAST_FRACTION) -> float:
+def jain_last(rates: pd.DataFrame, bin_s: float = 0.5, fraction: float = LAST_FRACTION,
+              origin_s: float | None = None) -> float:
     """The summary's dcqcn_jain_last: the mean of :func:`jain_sending` (Jain's index of Rc over the flows sending
-    in a bin, bins with two or more of them) over the last ``fraction`` of the time those bins span. Bins where
-    the flows were idle do not count: their Rc is frozen where the last cut left it (flows all idle at R_min would
-    read 1.0). NaN when no bin had two flows sending."""
-    j = jain_sending(rates, bin_s=bin_s)
+    in a bin, bins with two or more of them, from ``origin_s``) over the last ``fraction`` of the time those bins
+    span. Bins where the flows were idle do not count: their Rc is frozen where the last cut left it (flows all idle
+    at R_min would read 1.0). NaN when no bin had two flows sending."""
+    return _last(jain_sending(rates, bin_s=bin_s, origin_s=origin_s), fraction)
+
+
+def _last(j: pd.DataFrame, fraction: float) -> float:
+    """The mean Jain's index of the bins of ``j`` in the last ``fraction`` of the time they span (NaN: no bin)."""
     if j.empty:
         return math.nan
     start = float(j["t_s"].min()) + (float(j["t_s"].max()) - float(j["t_s"].min())) * (1 - fraction)
-    return float(j[j["t_s"] >= start]["jain"].mean())
+    return float(j[j["t_s"] >= start - 1e-9]["jain"].mean())
 
 
 def starts(rates: pd.DataFrame) -> pd.Series:
@@ -105,28 +123,28 @@ def lead_rates(rates: pd.DataFrame, window_s: float = 0.5) -> pd.Series:
 
 def convergence(rates: pd.DataFrame, bin_s: float = 0.5, fair: float = FAIR_JAIN) -> dict:
     """How flows that start at different times come to share a port: ``stagger_s``, the time from the first flow's
-    start to the last one's (:func:`starts`); ``convergence_s``, the time from the last flow's start to the start
-    of the first bin of :func:`jain_sending` (bins of ``bin_s`` with two flows or more sending, Jain's index of
-    their Rc) at or after the bin of that start from which every later such bin has Jain >= ``fair``: 0 when the
-    share was fair from the join on, to ``bin_s`` of resolution; NaN when the last such bin is below ``fair``
-    (never converged) or no bin with two flows sending follows the join. ``joint_bins``: the bins counted (at or
-    after the join's); ``jain_join``: Jain's index in the first of them (how unequal the rates were at the join)."""
+    start to the last one's (:func:`starts`). The *joint bins* are :func:`jain_sending`'s bins of ``bin_s`` counted
+    from the last flow's start (the join) on, with two flows or more sending. ``convergence_s``: the time from the
+    join to the first joint bin from which every later joint bin has Jain >= ``fair``, in whole bins (0: fair from
+    the join on; the samples' times do not resolve it finer), NaN when the last joint bin is below ``fair`` (never
+    converged) or there is none. ``joint_bins``: how many; ``jain_join``: Jain's index in the first (how unequal
+    the rates were at the join); ``jain_joint_last``: Jain over the last third of them (:func:`jain_last`)."""
     s = starts(rates)
-    out = {"stagger_s": math.nan, "convergence_s": math.nan, "joint_bins": 0, "jain_join": math.nan}
+    out = {"stagger_s": math.nan, "convergence_s": math.nan, "joint_bins": 0, "jain_join": math.nan,
+           "jain_joint_last": math.nan}
     if len(s) < 2:
         return out
-    t0 = float(rates["t_s"].min())
-    join = float(s.iloc[-1]) - t0
+    join = float(s.iloc[-1]) - float(rates["t_s"].min())
     out["stagger_s"] = float(s.iloc[-1] - s.iloc[0])
-    j = jain_sending(rates, bin_s=bin_s)
-    j = j[j["t_s"] >= (join // bin_s) * bin_s - 1e-9].reset_index(drop=True)
+    j = jain_sending(rates, bin_s=bin_s, origin_s=join)
     out["joint_bins"] = len(j)
     if len(j):
         out["jain_join"] = float(j["jain"].iloc[0])
+        out["jain_joint_last"] = _last(j, LAST_FRACTION)
     unfair = j.index[j["jain"] < fair]
     first = 0 if len(unfair) == 0 else int(unfair.max()) + 1
     if first < len(j):
-        out["convergence_s"] = max(0.0, float(j["t_s"].iloc[first]) - join)
+        out["convergence_s"] = round((float(j["t_s"].iloc[first]) - join) / bin_s) * bin_s
     return out
 
 
@@ -134,7 +152,7 @@ def dcqcn_metrics(counters: pd.DataFrame, rates: pd.DataFrame) -> dict:
     """The summary's dcqcn_* keys: the counters summed over the hosts, per host the CNPs sent/received and the
     cuts, the flows' lowest and last rates, Jain's index over the last third of the bins in which two flows or more
     were sending (:func:`jain_last`), and how staggered flows converged (:func:`convergence`: dcqcn_stagger_s,
-    dcqcn_convergence_s, dcqcn_joint_bins, dcqcn_jain_join). Empty without dcqcn.csv rows."""
+    dcqcn_convergence_s, dcqcn_joint_bins, dcqcn_jain_join, dcqcn_jain_joint_last). Empty without dcqcn.csv rows."""
     if counters.empty:
         return {}
     by = counters.groupby(["host", "counter"])["value"].sum()

