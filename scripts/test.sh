@@ -20,7 +20,7 @@ lint() { local rc=0  # both tools, even when the first one fails
   return $rc; }
 step "lint (ruff, import-linter)" lint
 step "unit tests (host)" "$py" -m pytest -q -p no:cacheprovider tests/unit
-step "host tests (host kernel, root)" "$py" -m pytest -q -p no:cacheprovider tests/host
+step "host tests (host kernel, root)" "$py" -m pytest -q -p no:cacheprovider --durations=30 tests/host
 vm_suite() { "$PWD/.venv/bin/testbed" vm --timeout 2400 -- \
   "$py" -m pytest -q -p no:cacheprovider --durations=40 tests/integration tests/host/test_doctor_verdicts.py; }
 lab_vm_layer() { vm_suite; local rc=$?
