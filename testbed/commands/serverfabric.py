@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from testbed.commands.serverlink import AgentError, AgentLink
+from testbed.commands.serverlink import AgentError, AgentLink, clock_pass
 from testbed.errors import UsageError
 from testbed.kernel import PREFIX
 from testbed.network import share as shares
@@ -90,15 +90,13 @@ class ServerFabric:
     def clock(self, exchanges: int = 100) -> dict[str, dict]:
         """One clock pass: each server's CLOCK_MONOTONIC offset against the reference's (the first server), with
         its bound, measured by the agents over the servers' addresses (the server's agent runs the echo, the
-        reference's probes it: testbed.measure.clockprobe, analysis.clockoffset), as `testbed servers check`
-        does. Kept in :attr:`clocks` (a run takes one at its start and one at its end) and returned."""
+        reference's probes it: serverlink.clock_pass), as `testbed servers check` does. Kept in :attr:`clocks` (a
+        run takes one at its start and one at its end) and returned."""
         names = list(self.links)
         ref = self.links[names[0]]
         out = {names[0]: {"offset_s": 0.0, "uncertainty_s": 0.0, "reference": True}}
         for name in names[1:]:
-            self.links[name].call("clock_serve", bind=self.underlay[name], port=CLOCK_PORT, idle_s=60)
-            out[name] = ref.call("clock_probe", timeout_s=exchanges * 0.6 + 30, addr=self.underlay[name],
-                                 port=CLOCK_PORT, count=exchanges)
+            out[name] = clock_pass(ref, self.links[name], self.underlay[name], CLOCK_PORT, exchanges)
         self.clocks.append(out)
         return out
 

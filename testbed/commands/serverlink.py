@@ -152,3 +152,17 @@ class AgentLink:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def clock_pass(reference: AgentLink, server: AgentLink, address: str, port: int, exchanges: int = 100) -> dict:
+    """One clock pass of ``server`` against ``reference`` over ``address`` (the server's own, from the servers
+    file): the server's agent starts the UDP clock echo on ``address``:``port`` (it ends on the prober's STOP, after
+    60 s idle, or with the agent), the reference's agent ping-pongs it ``exchanges`` times 10 ms apart, each side
+    stamping with its own CLOCK_MONOTONIC, and keeps the fastest round trips (the minimum-delay filter:
+    testbed.measure.clockprobe, analysis.clockoffset.estimate). The NTP-style offset measurement between two
+    machines, done by the agents themselves. Returns the probe's numbers (analysis.clockoffset.Offset's fields with
+    ``sent`` and ``delay_median_s``): ``offset_s`` (the server's clock minus the reference's), ``uncertainty_s``
+    (its bound), ``n`` valid of ``sent`` exchanges, ``n_kept`` of them the fastest, ``delay_min_s``, ...;
+    AgentError when either agent fails."""
+    server.call("clock_serve", bind=address, port=port, idle_s=60)
+    return reference.call("clock_probe", timeout_s=exchanges * 0.6 + 30, addr=address, port=port, count=exchanges)

@@ -107,6 +107,8 @@ def _ping_ok(link, argv: list[str], ns: str | None = None) -> tuple[bool, str]:
 
 def _pair(rep: Report, ref: Server, s: Server, links: dict, args) -> None:
     """mtu, vxlan and clock between the reference and server ``s``."""
+    from testbed.commands.serverlink import clock_pass
+
     ref_link, link = links[ref.name], links[s.name]
     mtu = min(ref.mtu, s.mtu)
     size = mtu - 28
@@ -129,9 +131,7 @@ def _pair(rep: Report, ref: Server, s: Server, links: dict, args) -> None:
     finally:
         for lk in (ref_link, link):
             lk.call("vxlan_down")
-    link.call("clock_serve", bind=s.address, port=CLOCK_PORT, idle_s=60)
-    c = ref_link.call("clock_probe", timeout_s=args.exchanges * 0.6 + 30, addr=s.address, port=CLOCK_PORT,
-                      count=args.exchanges)
+    c = clock_pass(ref_link, link, s.address, CLOCK_PORT, args.exchanges)
     bound_us, limit_us = c["uncertainty_s"] * 1e6, args.max_offset_uncertainty_ms * 1e3
     rep.numbers[s.name]["clock"] = c
     rep.add(s.name, "clock", bound_us <= limit_us and c["n"] >= 3,

@@ -73,13 +73,35 @@ def threshold_for(plan: PortPlan, threshold_bytes: int) -> int:
     return threshold_bytes or port_buffer_bytes(plan) // 2
 
 
+def port_problem(plan: PortPlan, threshold_bytes: int) -> str | None:
+    """Why the trimming program cannot go on this switch port (one line), or None: the port has several classes
+    (the threshold and the virtual queue's cap are the default class's buffer, and UET's DSCP may pick another
+    class), or ``threshold_bytes`` is above its buffer (the queue never reaches it). :func:`check_run` refuses with
+    it before anything is built, :meth:`TrimRun.install` before anything is loaded."""
+    if len(plan.classes) > 1:
+        return (f"trimming needs single-class switch ports (port {plan.node}:{plan.ifname} has {len(plan.classes)} "
+                "classes; its threshold is the default class's buffer, and UET's DSCP may pick another): use a "
+                "topology without classes, or trim=off")
+    buf = port_buffer_bytes(plan)
+    if threshold_for(plan, threshold_bytes) > buf:
+        return (f"trim_threshold_bytes ({threshold_bytes}) is above the buffer of switch port {plan.node}:"
+                f"{plan.ifname} ({buf} bytes): the queue never reaches it")
+    return None
+
+
+def spec_switch_ports(spec) -> list[PortPlan]:
+    """The switch ports of a topology spec as the fabric will plan them, before anything is built."""
+    roles = {n.name: n.role for n in spec.nodes}
+    return switch_ports([plan_port(ep) for ep in spec.egress_ports()], roles)
+
+
 def check_run(p: dict, spec=None) -> None:
     """UsageError (one line) before anything exists: trim=on with another transport than UET (nothing else carries
     the UET header the program cuts and a NACK answers), with pfc=on (a paused port stops draining while the
     program's virtual queue goes on: it would trim a lossless class that cannot drop anyway), with a load balancer
     other than ECMP (its filters on the leaf uplinks end the hook's chain before the trimming program; UET sprays
-    by entropy value itself), or, with `spec` (the topology, when known), ports with several classes (the threshold
-    and the virtual queue's cap are the default class's buffer) or a threshold above a switch port's buffer."""
+    by entropy value itself), or, with `spec` (the topology, when known), a switch port that cannot trim
+    (:func:`port_problem`)."""
     if p.get("trim", "auto") == "on":
         if p.get("transport") != "uet":
             raise UsageError(f"trim=on needs transport=uet (the switch trims UET data packets and the UET receiver "
@@ -92,16 +114,10 @@ def check_run(p: dict, spec=None) -> None:
                              "entropy value itself, and a balancer's filters would run before the trimming program")
     if spec is None or not trim_wanted(p):
         return
-    roles = {n.name: n.role for n in spec.nodes}
-    for plan in switch_ports([plan_port(ep) for ep in spec.egress_ports()], roles):
-        if len(plan.classes) > 1:
-            raise UsageError(f"trimming needs single-class switch ports (port {plan.node}:{plan.ifname} has "
-                             f"{len(plan.classes)} classes; its threshold is the default class's buffer, and UET's "
-                             "DSCP may pick another): use a topology without classes, or trim=off")
-        buf = port_buffer_bytes(plan)
-        if threshold_for(plan, p.get("trim_threshold_bytes", 0)) > buf:
-            raise UsageError(f"trim_threshold_bytes ({p['trim_threshold_bytes']}) is above the buffer of switch "
-                             f"port {plan.node}:{plan.ifname} ({buf} bytes): the queue never reaches it")
+    for plan in spec_switch_ports(spec):
+        problem = port_problem(plan, p.get("trim_threshold_bytes", 0))
+        if problem:
+            raise UsageError(problem)
 
 
 def trim_needs(p: dict) -> tuple[str, ...]:
@@ -123,17 +139,14 @@ class TrimRun:
         self._stats: dict[tuple[str, str], dict[str, int]] | None = None
 
     def install(self) -> "TrimRun":
-        """Load and attach the program on every switch port (everything detached again if one fails)."""
+        """Load and attach the program on every switch port (UsageError before anything is loaded when a port cannot
+        trim: :func:`port_problem`; everything detached again if one fails)."""
+        problem = next(filter(None, (port_problem(pl, self.threshold_bytes) for pl in self.ports)), None)
+        if problem:
+            raise UsageError(problem)
         try:
             for plan in self.ports:
-                if len(plan.classes) > 1:
-                    raise UsageError(f"trim: {plan.node}:{plan.ifname} has {len(plan.classes)} classes; trimming "
-                                     "needs single-class switch ports (its threshold is the default class's buffer)")
-                buf = port_buffer_bytes(plan)
-                thr = threshold_for(plan, self.threshold_bytes)
-                if thr > buf:
-                    raise UsageError(f"trim: threshold {thr} bytes is above the buffer of {plan.node}:{plan.ifname} "
-                                     f"({buf} bytes)")
+                buf, thr = port_buffer_bytes(plan), threshold_for(plan, self.threshold_bytes)
                 ns = self.fabric.ns(plan.node)
                 idx = links.index(ns, plan.ifname)
                 with netns.ipr(ns) as ipr:
@@ -189,5 +202,5 @@ def start_trimming(fabric, rundir, on_teardown: Callable[[Callable[[], object]],
     return run.install()
 
 
-__all__ = ["TRIM_PARAMS", "TrimRun", "check_run", "port_buffer_bytes", "start_trimming", "switch_ports",
-           "threshold_for", "trim_needs", "trim_wanted"]
+__all__ = ["TRIM_PARAMS", "TrimRun", "check_run", "port_buffer_bytes", "port_problem", "spec_switch_ports",
+           "start_trimming", "switch_ports", "threshold_for", "trim_needs", "trim_wanted"]

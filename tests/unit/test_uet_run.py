@@ -4,11 +4,6 @@ analysis.uet's numbers from the raw files a run writes (uet.csv, trim.csv)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pandas as pd
 import pytest
 
@@ -18,10 +13,9 @@ from analysis.uet import trim_metrics, uet_metrics
 from testbed.errors import UsageError
 from testbed.kernel.qdisc import LeafQueue
 from testbed.network.portplan import PortPlan
-from testbed.workloads.trimming import check_run, port_buffer_bytes, switch_ports, threshold_for, trim_wanted
+from testbed.workloads.trimming import (check_run, port_buffer_bytes, port_problem, spec_switch_ports, switch_ports,
+                                       threshold_for, trim_wanted)
 from topologies import QueueSpec, uniform_leaf_spine
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan(node: str, queue: LeafQueue, mtu: int = 1500) -> PortPlan:
@@ -51,12 +45,31 @@ def test_what_cannot_work_is_refused_in_one_line(p, words):
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_port_problem_is_one_line_naming_the_port_and_none_for_a_port_that_can_trim():
+    """The wording of both port refusals, asserted here only (check_run, TrimRun.install and the CLI say it)."""
+    fine = plan("leaf1", LeafQueue("bfifo", 12_000))
+    assert port_problem(fine, 0) is None and port_problem(fine, 12_000) is None
+    assert port_problem(fine, 12_001) == ("trim_threshold_bytes (12001) is above the buffer of switch port leaf1:p "
+                                          "(12000 bytes): the queue never reaches it")
+    two = PortPlan("leaf1", "p", "x", "q", "leaf", 20.0, 1500, (*fine.classes, (0x20, "1:20", fine.classes[0][2], 0,
+                                                                               1.0, frozenset())), 0x10)
+    assert port_problem(two, 0) == ("trimming needs single-class switch ports (port leaf1:p has 2 classes; its "
+                                    "threshold is the default class's buffer, and UET's DSCP may pick another): use "
+                                    "a topology without classes, or trim=off")
+
+
+def _refusal(p: dict, spec) -> str:
+    with pytest.raises(UsageError) as e:
+        check_run(p, spec)
+    return str(e.value)
+
+
 def test_a_threshold_above_a_switch_port_buffer_is_refused_and_half_the_buffer_is_the_default():
     spec = uniform_leaf_spine(1, 2, 1, 20.0, 20.0, switch_queue=QueueSpec("droptail", buffer_bytes=12_000),
                               host_queue=QueueSpec("droptail", buffer_bytes=64_000))
     check_run({"transport": "uet", "trim_threshold_bytes": 12_000}, spec)
-    with pytest.raises(UsageError, match="above the buffer of switch port"):
-        check_run({"transport": "uet", "trim_threshold_bytes": 12_001}, spec)
+    first = spec_switch_ports(spec)[0]
+    assert _refusal({"transport": "uet", "trim_threshold_bytes": 12_001}, spec) == port_problem(first, 12_001)
     check_run({"transport": "tcp", "trim_threshold_bytes": 99_999}, spec)  # no trimming: nothing to check
     assert threshold_for(plan("leaf1", LeafQueue("bfifo", 12_000)), 0) == 6_000
     assert threshold_for(plan("leaf1", LeafQueue("bfifo", 12_000)), 4_000) == 4_000
@@ -68,9 +81,24 @@ def test_trimming_ports_with_several_classes_is_refused():
     spec = LeafSpineSpec(spines=1, leaves=2, hosts_per_leaf=1, host_link=LinkSpec(20), fabric_link=LinkSpec(20),
                          classes=(ClassSpec("bulk", dscp=[0], weight=1, default=True),
                                   ClassSpec("fast", dscp=[26], weight=1)))
-    with pytest.raises(UsageError, match="single-class switch ports"):
-        check_run({"transport": "uet", "trim": "on"}, spec)
+    first = spec_switch_ports(spec)[0]
+    assert len(first.classes) == 2
+    assert _refusal({"transport": "uet", "trim": "on"}, spec) == port_problem(first, 0)
     check_run({"transport": "uet", "trim": "off"}, spec)
+
+
+def test_install_refuses_a_port_that_cannot_trim_before_loading_anything():
+    """The Lab API's guard (lab.trim() skips check_run): the same message, raised before any program is loaded."""
+    from types import SimpleNamespace
+
+    from testbed.workloads.trimming import TrimRun
+
+    ports = [plan("leaf1", LeafQueue("bfifo", 64_000)), plan("spine1", LeafQueue("bfifo", 12_000))]
+    fabric = SimpleNamespace(port_plans=ports, role={"leaf1": "leaf", "spine1": "spine"})
+    run = TrimRun(fabric, None, threshold_bytes=12_001)
+    with pytest.raises(UsageError) as e:
+        run.install()
+    assert str(e.value) == port_problem(ports[1], 12_001) and run.loaded == {}
 
 
 def test_a_pfifo_buffer_counts_mtu_frames_and_hosts_do_not_trim():
@@ -80,14 +108,24 @@ def test_a_pfifo_buffer_counts_mtu_frames_and_hosts_do_not_trim():
     assert [p.node for p in switch_ports(plans, {"h1": "host", "leaf1": "leaf"})] == ["leaf1"]
 
 
-def test_the_cli_refuses_trimming_a_tcp_run_with_exit_status_2(tmp_path):
+def _first_port_problem(spec, threshold_bytes: int) -> str:
+    return next(filter(None, (port_problem(pl, threshold_bytes) for pl in spec_switch_ports(spec))))
+
+
+@pytest.mark.parametrize("sets, want", [
+    (["trim=on"], lambda spec: _refusal({"trim": "on", "transport": "tcp"}, None)),
+    (["transport=uet", "trim_threshold_bytes=99999999"], lambda spec: _first_port_problem(spec, 99_999_999)),
+])
+def test_the_cli_refuses_what_cannot_trim_in_that_one_line_with_exit_status_2(sets, want, tmp_path, capsys):
+    """In-process (the runner's imports are paid once for both cases, not by a new interpreter each)."""
+    from scenarios import incast
+    from testbed.cli import main
+    from testbed.params import resolve
+    from testbed.workloads.bottleneck import build_spec
+
     out = tmp_path / "never"
-    r = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "incast", "--set", "trim=on", "--out", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert r.returncode == 2, r.stderr
-    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "trim=on needs transport=uet" in lines[0]
+    assert main(["run", "incast", *[a for s in sets for a in ("--set", s)], "--out", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines() == [f"testbed: {want(build_spec(resolve(incast.PARAMS, sets))[0])}"]
     assert not out.exists()
 
 
