@@ -14,7 +14,9 @@ rounds/queues; a collective run ops):
 * CDFs of collective completion time and of incast round time (the latter with the ideal and ideal + RTOmin
   drawn), queue occupancy of the busiest ports with the buffer / K / XOFF-XON levels, drops and marks at their
   times and phases shaded, the PFC pause timeline when ``pfc.csv`` has rows, DCQCN's rates and Jain's index over
-  time when ``dcqcn_rates.csv`` has rows (:mod:`analysis.dcqcn`);
+  time when ``dcqcn_rates.csv`` has rows (:mod:`analysis.dcqcn`), the UET panel when ``uet.csv`` has rows (each host's
+  losses by how they were found and the trimmed headers it received; with ``trim.csv`` each switch port's trims and
+  virtual-queue peak: :mod:`analysis.uetplot`);
 * fidelity details; when the run made a packet capture (``wire_*`` keys in ``summary.json``, see
   :mod:`analysis.capture`): the wire's counts beside the end hosts' counters (:func:`wire_table`);
 * the long tables (the slowest ops when they stand out, queues, host counters that moved, pauses), the run's
@@ -246,6 +248,10 @@ def _plots(run: Run, ops_tab: pd.DataFrame | None, qstats: pd.DataFrame | None, 
         p = plot_rates(run.dcqcn_rates, files_dir / "dcqcn.png", t0=t0)
         figs.append((p, "DCQCN: the current rate Rc of each QP that received CNPs (top) and Jain's index over "
                         "those flows per 0.5 s (bottom; 1 = equal shares)"))
+    if len(run.uet):
+        from .uetplot import uet_panel
+
+        figs.append(uet_panel(run, files_dir / "uet.png"))
     from . import topopicture
 
     if (p := topopicture.draw_topology(run, files_dir / "topology.png")) is not None:

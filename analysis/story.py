@@ -8,7 +8,10 @@ the manifest's parameters), so a reader sees what happened and why before any ta
 * a collective run: how much of an op was waiting for a late rank (the spread of the ranks' start times, each
   rank's ``wait_s``) and how much was transfer; when the network dropped, marked or paused nothing, the late rank
   is named as the cause instead of a list of what did not happen;
-* any run: drops, ECN marks and PFC pauses per port (the switch queues' counters), faults from events.csv.
+* any run: drops, ECN marks and PFC pauses per port (the switch queues' counters), faults from events.csv;
+* a run over UET (uet.csv, trim.csv): how its senders found their losses (timer, SACK rule, NACK), what the switch
+  ports trimmed and whether every trimmed header was answered, whether a retransmission timer expired
+  (:func:`analysis.uet.sentences`); its timer expiries, not TCP's, decide whether a slow incast round waited one.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import pandas as pd
 from . import metrics as m
 from .correlate import op_groups
 from .load import Run
+from .uet import per_port, trim_metrics, uet_metrics
+from .uet import sentences as uet_sentences
 
 __all__ = ["KEY_NUMBERS", "Story", "collective_sentences", "event_times", "incast_ideal_ms", "incast_sentences",
            "key_numbers", "late_rank", "network_sentence", "rto_min_ms", "rto_rounds", "tell"]
@@ -263,17 +268,21 @@ def rto_min_ms(run: Run) -> float | None:
 def tell(run: Run, vals: dict, qdeltas: pd.DataFrame | None) -> Story:
     """The run's story (sentences) and its key numbers."""
     net, clean = network_sentence(run, qdeltas)
+    uet = {**uet_metrics(run.uet), **trim_metrics(run.trim)} if len(run.uet) else {}
     said: list[str] = []
     if len(run.rounds):
         td = m.tcp_deltas(run.tcp) if len(run.tcp) else None
         no_timeouts = td is not None and (td["counter"] == "TcpExtTCPTimeouts").any() and \
             not td.loc[td["counter"] == "TcpExtTCPTimeouts", "delta"].sum()
+        if uet:  # over UET the timeouts are its own timer's expiries (the incast sets its floor to rto_min_ms)
+            no_timeouts = (no_timeouts or td is None) and not uet["uet_rto_events"]
         # slow rounds without a single TCP timeout were not RTOmin rounds: tell their times only
         said += incast_sentences(run.rounds, run.queues, incast_ideal_ms(run), None if no_timeouts else rto_min_ms(run))
     if len(run.ops):
         said += collective_sentences(run.ops, clean, op_groups(run.manifest))
     if net:
         said.append(net)
+    said += uet_sentences(uet, per_port(run.trim))
     if not said:
         said.append(_flows_sentence(run, vals))
     return Story(said, key_numbers(run, vals))

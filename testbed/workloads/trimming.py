@@ -14,8 +14,9 @@ no strict-priority class of its own is added (see docs/uet.md, "Not done yet").
 
 ``threshold_bytes`` (``--set trim_threshold_bytes``): a port trims while its virtual queue holds at least this;
 0 means half of each port's buffer (the leaf queue of its default class). File: ``trim.csv`` (``node, port,
-counter, value``: each port's program counters and its virtual queue's peak at the end); the summary's numbers are
-analysis.uet.trim_metrics over it. The programs are detached at :meth:`TrimRun.finish` or at teardown.
+counter, value``: each port's program counters and its virtual queue's peak at the end, and the threshold and
+buffer it trimmed with: threshold_bytes, buffer_bytes); the summary's numbers are analysis.uet.trim_metrics over
+it. The programs are detached at :meth:`TrimRun.finish` or at teardown.
 
 Scenarios take :data:`TRIM_PARAMS`; :func:`trim_wanted` resolves ``trim=auto``; :func:`check_run` refuses what
 cannot work before anything is built.
@@ -135,6 +136,7 @@ class TrimRun:
         self.progress = progress or (lambda _m: None)
         self.ports = switch_ports(fabric.port_plans, fabric.role)
         self.loaded: dict[tuple[str, str], tuple[int, ktrim.Trimmer]] = {}
+        self.limits: dict[tuple[str, str], dict[str, int]] = {}  # per port: threshold_bytes, buffer_bytes
         self._summary: dict | None = None
         self._stats: dict[tuple[str, str], dict[str, int]] | None = None
 
@@ -149,6 +151,7 @@ class TrimRun:
                 buf, thr = port_buffer_bytes(plan), threshold_for(plan, self.threshold_bytes)
                 ns = self.fabric.ns(plan.node)
                 idx = links.index(ns, plan.ifname)
+                self.limits[(plan.node, plan.ifname)] = {"threshold_bytes": thr, "buffer_bytes": buf}
                 with netns.ipr(ns) as ipr:
                     self.loaded[(plan.node, plan.ifname)] = (idx, ktrim.install(ipr, idx, plan.rate_mbps, thr, buf))
         except BaseException:
@@ -166,19 +169,20 @@ class TrimRun:
         return dict(self._stats)
 
     def finish(self) -> dict:
-        """Write trim.csv, detach and unload; the uet_trim* numbers (uet_trim_threshold_bytes_min/_max: the
-        thresholds the ports trimmed at, half of each buffer with threshold_bytes=0). Idempotent."""
+        """Write trim.csv (each port's counters and its threshold and buffer), detach and unload; the uet_trim*
+        numbers (analysis.uet.trim_metrics; uet_trim_threshold_bytes_min/_max: the thresholds the ports trimmed at,
+        half of each buffer with threshold_bytes=0). Idempotent."""
         if self._summary is not None:
             return dict(self._summary)
         try:
             counters = self.counters()
-            path = self.rundir.write_csv("trim.csv", COUNTER_COLUMNS, ((n, i, k, v) for (n, i), c in counters.items()
-                                                                       for k, v in c.items()))
+            path = self.rundir.write_csv("trim.csv", COUNTER_COLUMNS,
+                                         ((n, i, k, v) for (n, i), c in counters.items()
+                                          for k, v in {**c, **self.limits.get((n, i), {})}.items()))
         finally:
             self.close()
-        thr = [threshold_for(pl, self.threshold_bytes) for pl in self.ports] or [0]
-        self._summary = {**trim_metrics(load_csv(path, "trim")), "uet_trim": "on",  # the ports' own thresholds
-                         "uet_trim_threshold_bytes_min": min(thr), "uet_trim_threshold_bytes_max": max(thr)}
+        self._summary = {"uet_trim_threshold_bytes_min": 0, "uet_trim_threshold_bytes_max": 0,  # no port
+                         **trim_metrics(load_csv(path, "trim")), "uet_trim": "on"}
         return dict(self._summary)
 
     def close(self) -> None:

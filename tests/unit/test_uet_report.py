@@ -1,0 +1,153 @@
+"""The report of a UET run, on hand-made run directories (tests.unit.test_report_story's incast, plus uet.csv and
+trim.csv): the story's UET sentences with their numbers (trimming answered by NACKs; losses found by the timer;
+trimmed headers left unanswered; trimming on with nothing trimmed), a UET timer expiry counting as a timeout for
+the incast's RTOmin rounds, the UET panel (with and without the switch ports' row), and a run without uet.csv
+getting neither."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.report import write_report
+from analysis.uet import per_host, per_port
+from tests.unit.test_report_story import incast_run, sentences
+
+UCOLS = ["rank", "host", "counter", "value"]
+TCOLS = ["node", "port", "counter", "value"]
+
+
+def add_uet(run: Path, per_sender: dict[str, dict[str, int]], trimmed_received: int = 0) -> Path:
+    """uet.csv: receiver h1 (the trimmed headers it got, ACKs), then each sender's counters, as two appends (every
+    burst writes its rows: the analysis sums them)."""
+    rows = [(0, "h1", "trimmed_received", trimmed_received), (0, "h1", "acks_sent", 160)]
+    for i, (host, counters) in enumerate(per_sender.items(), start=1):
+        half = {k: v // 2 for k, v in counters.items()}
+        rows += [(i, host, k, v) for k, v in half.items()]
+        rows += [(i, host, k, v - half[k]) for k, v in counters.items()]
+    pd.DataFrame(rows, columns=UCOLS).to_csv(run / "uet.csv", index=False)
+    return run
+
+
+def add_trim(run: Path, ports: dict[str, tuple[int, int]], buffer_bytes: int | None = 8000) -> Path:
+    """trim.csv: per "node:port", (trimmed packets, virtual queue peak bytes), and each port's buffer with half of
+    it as its threshold (None: a file written before trim.csv had them)."""
+    rows = []
+    for name, (trimmed, peak) in ports.items():
+        node, port = name.split(":")
+        rows += [(node, port, "packets", 500), (node, port, "trimmed_packets", trimmed),
+                 (node, port, "vq_peak_bytes", peak)]
+        if buffer_bytes:
+            rows += [(node, port, "threshold_bytes", buffer_bytes // 2), (node, port, "buffer_bytes", buffer_bytes)]
+    pd.DataFrame(rows, columns=TCOLS).to_csv(run / "trim.csv", index=False)
+    return run
+
+
+def zero_tcp_timeouts(run: Path) -> None:
+    """tcp.csv as a UET incast records it: TCP carried nothing, so it never timed out."""
+    pd.DataFrame([("h5", "before", "TcpExtTCPTimeouts", 2), ("h5", "after", "TcpExtTCPTimeouts", 2)],
+                 columns=["host", "phase", "counter", "value"]).to_csv(run / "tcp.csv", index=False)
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+SENT = {"h2": 40, "h3": 40, "h4": 40, "h5": 40}
+
+
+def trimmed_run(run: Path, nack=(10, 8, 7, 5), received=30, ports=None, buffer_bytes: int | None = 8000) -> Path:
+    """Trim on: 4 senders x 40 packets, every loss a trimmed packet resent on a NACK."""
+    incast_run(run, rto_rounds=())
+    add_uet(run, {h: {"data_packets": d, "retransmitted_packets": r, "nack_retransmits": r, "nacks_received": r}
+                  for (h, d), r in zip(SENT.items(), nack)}, trimmed_received=received)
+    return add_trim(run, ports or {"leaf1:h1": (30, 7900), "spine1:leaf1": (0, 1200)}, buffer_bytes)
+
+
+def timer_run(run: Path) -> Path:
+    """Trim off: the incast's 3 RTOmin rounds (drops at leaf1:h1), h5's timer expired 3 times."""
+    incast_run(run)
+    zero_tcp_timeouts(run)
+    return add_uet(run, {"h2": {"data_packets": 40, "retransmitted_packets": 4, "fast_retransmits": 4},
+                         "h5": {"data_packets": 40, "retransmitted_packets": 6, "rto_retransmits": 6,
+                                "rto_events": 3}})
+
+
+def test_trimming_answered_by_nacks_is_told_with_its_numbers(tmp_path):
+    said = sentences(trimmed_run(tmp_path / "on"))
+    assert said[-2] == ("The UET senders sent 160 data packets and 30 retransmissions (18.8% of the data packets); "
+                        "they found 0 losses by the timer, 0 by the SACK rule and 30 by a NACK.")
+    assert said[-1] == ("30 packets were trimmed at switch ports (all at leaf1:h1) and all 30 were answered by NACK "
+                        "resends; no retransmission timer expired.")
+
+
+def test_losses_found_by_the_timer_are_told_and_make_the_slow_rounds_rtomin_rounds(tmp_path):
+    said = sentences(timer_run(tmp_path / "off"))
+    # TCP carried nothing and never timed out; UET's own timer did: the slow rounds are RTOmin rounds
+    assert said[0].startswith("3 of 10 incast rounds took 216-226 ms against an ideal 32 ms; each had a sender that "
+                              "waited RTOmin (200 ms) after drops at leaf1:h1"), said
+    assert said[-2] == ("The UET senders sent 80 data packets and 10 retransmissions (12.5% of the data packets); "
+                        "they found 6 losses by the timer, 4 by the SACK rule and 0 by a NACK.")
+    assert said[-1] == "3 retransmission timer expiries: 6 losses were found by timeout."
+
+
+def test_slow_uet_rounds_without_a_timer_expiry_are_not_blamed_on_rtomin(tmp_path):
+    run = incast_run(tmp_path / "i")
+    zero_tcp_timeouts(run)
+    add_uet(run, {"h5": {"data_packets": 40}})
+    said = sentences(run)
+    assert said[0].startswith("All 10 incast rounds took 33-226 ms") and "RTOmin" not in said[0], said
+    assert said[-2] == "The UET senders sent 40 data packets and resent none."
+    assert said[-1] == "No retransmission timer expired."
+
+
+def test_unanswered_headers_and_the_busiest_port_are_named(tmp_path):
+    run = trimmed_run(tmp_path / "u", nack=(10, 8, 7, 2), received=28,
+                      ports={"leaf1:h1": (20, 7900), "spine1:leaf1": (10, 6000)})
+    assert sentences(run)[-1] == ("30 packets were trimmed at switch ports (most at leaf1:h1: 20); the receivers got "
+                                  "28 trimmed headers and the senders resent 27 on a NACK (1 trimmed header "
+                                  "unanswered); no retransmission timer expired.")
+    run = trimmed_run(tmp_path / "z", nack=(0, 0, 0, 0), received=0, ports={"leaf1:h1": (0, 900), "s:p": (0, 0)})
+    assert sentences(run)[-1] == ("Trimming was on at 2 switch ports but no port's queue reached its threshold "
+                                  "(nothing trimmed); no retransmission timer expired.")
+
+
+def test_the_panel_has_a_row_for_the_hosts_and_one_for_the_ports_with_trim_csv(tmp_path):
+    _, md = write_report(trimmed_run(tmp_path / "on"), tmp_path / "r_on")
+    text = md.read_text()
+    png = tmp_path / "r_on" / "report_files" / "uet.png"
+    assert png.exists() and "report_files/uet.png" in text
+    assert "Ultra Ethernet (uet.csv, 5 hosts)" in text and "2 switch ports carried the trimming program" in text
+    assert "as a share of the port's own buffer" in text and "all 30 were answered by NACK resends" in text
+    _, md = write_report(trimmed_run(tmp_path / "old", buffer_bytes=None), tmp_path / "r_old")
+    assert "trimming program" in md.read_text() and "share of the port" not in md.read_text()  # kB then
+    _, md = write_report(timer_run(tmp_path / "off"), tmp_path / "r_off")
+    one_row = tmp_path / "r_off" / "report_files" / "uet.png"
+    assert "trimming program" not in md.read_text()
+    (w2, h2), (w1, h1) = png_size(png), png_size(one_row)
+    assert w1 == w2 == 900 and h2 == 700 and h1 == 370  # 3.3 in a row + 0.4 at 100 dpi
+
+
+def test_a_run_without_uet_csv_gets_no_panel_and_no_uet_sentences(tmp_path):
+    run = incast_run(tmp_path / "tcp", rto_rounds=())
+    add_trim(run, {"leaf1:h1": (0, 0)})  # a stray trim.csv alone does not make a UET run
+    _, md = write_report(run, tmp_path / "r")
+    assert not (tmp_path / "r" / "report_files" / "uet.png").exists()
+    assert "UET" not in md.read_text() and not any("UET" in s or "trim" in s for s in sentences(run))
+
+
+def test_per_host_and_per_port_sum_the_appended_rows_in_reading_order():
+    rows = pd.DataFrame([(1, "h10", "rto_events", 1), (2, "h2", "rto_events", 2), (1, "h10", "rto_events", 3),
+                         (3, "h9", "custom", 5)], columns=UCOLS)
+    t = per_host(rows)
+    assert list(t.index) == ["h2", "h9", "h10"] and t["rto_events"].tolist() == [2, 0, 4]
+    assert t.at["h9", "custom"] == 5 and t.at["h9", "data_packets"] == 0
+    ports = per_port(pd.DataFrame([("s1", "a", "vq_peak_bytes", 9), ("s2", "b", "trimmed_packets", 3),
+                                   ("s1", "a", "trimmed_packets", 3)], columns=TCOLS))
+    assert ports.to_dict("records") == [
+        {"port": "s1:a", "trimmed_packets": 3, "vq_peak_bytes": 9, "threshold_bytes": 0, "buffer_bytes": 0},
+        {"port": "s2:b", "trimmed_packets": 3, "vq_peak_bytes": 0, "threshold_bytes": 0, "buffer_bytes": 0}]
