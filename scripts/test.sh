@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install what is needed, then
 #   0. lint: ruff and the layering contracts (import-linter, pyproject.toml);
-#   1. unit tests of pure logic, on the host;
+#   1. unit tests of pure logic, on the host, one pytest-xdist worker per CPU (they share no state);
 #   2. host tests (root, host kernel): CLI refusals, doctor's verdicts against the stock tools, the lab VM itself;
 #   3. integration tests that need the real kernel features, inside ONE lab-VM boot.
 # Exit status: 0 only when every layer passed.
@@ -19,7 +19,7 @@ lint() { local rc=0  # both tools, even when the first one fails
   "$PWD/.venv/bin/lint-imports" --no-cache || rc=1
   return $rc; }
 step "lint (ruff, import-linter)" lint
-step "unit tests (host)" "$py" -m pytest -q -p no:cacheprovider tests/unit
+step "unit tests (host)" "$py" -m pytest -q -p no:cacheprovider -n auto tests/unit
 step "host tests (host kernel, root)" "$py" -m pytest -q -p no:cacheprovider --durations=30 tests/host
 vm_suite() { "$PWD/.venv/bin/testbed" vm --timeout 2400 -- \
   "$py" -m pytest -q -p no:cacheprovider --durations=40 tests/integration tests/host/test_doctor_verdicts.py; }
