@@ -22,11 +22,18 @@ from dataclasses import asdict, dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
-from scipy import stats as _st
 
 LEVEL = 0.95
 #: the fewest runs per side for which a two-sided Mann-Whitney test can reach p < 0.05 (4 vs 4: p = 2/70 = 0.029)
 MIN_RUNS_FOR_VERDICT = 4
+
+
+def _st():
+    """scipy.stats, imported at its first use: it takes ~0.5 s, and every `testbed` command imports this module (the
+    runner's repeats, the canary's rules), also one that only refuses bad input in one line."""
+    from scipy import stats
+
+    return stats
 
 
 def _clean(values: Iterable[float]) -> np.ndarray:
@@ -65,12 +72,12 @@ def median_interval(sorted_values: Sequence[float], level: float = LEVEL) -> tup
         return math.nan, math.nan, 0.0
     best_k = 1
     for k in range(1, n // 2 + 1):
-        cov = 1.0 - 2.0 * _st.binom.cdf(k - 1, n, 0.5)
+        cov = 1.0 - 2.0 * _st().binom.cdf(k - 1, n, 0.5)
         if cov >= level:
             best_k = k
         else:
             break
-    coverage = 1.0 - 2.0 * _st.binom.cdf(best_k - 1, n, 0.5)
+    coverage = 1.0 - 2.0 * _st().binom.cdf(best_k - 1, n, 0.5)
     return x[best_k - 1], x[n - best_k], float(coverage)
 
 
@@ -121,7 +128,7 @@ def _ratio_interval(a: np.ndarray, b: np.ndarray, level: float) -> tuple[float, 
             return np.where(my == 0, np.where(mx == 0, 1.0, np.inf), mx / np.where(my == 0, 1, my))
 
     with np.errstate(divide="ignore", invalid="ignore"):
-        res = _st.bootstrap((a, b), ratio, paired=False, vectorized=True, confidence_level=level,
+        res = _st().bootstrap((a, b), ratio, paired=False, vectorized=True, confidence_level=level,
                             n_resamples=4000, method="percentile", random_state=np.random.default_rng(20261204))
     ci = res.confidence_interval
     return float(ci.low), float(ci.high)
@@ -139,7 +146,7 @@ def runs_needed(a: np.ndarray, b: np.ndarray, level: float = LEVEL, power: float
         return None
     if spread == 0:
         return MIN_RUNS_FOR_VERDICT
-    z = _st.norm.ppf(1 - (1 - level) / 2) + _st.norm.ppf(power)
+    z = _st().norm.ppf(1 - (1 - level) / 2) + _st().norm.ppf(power)
     n = 2 * (z * spread / delta) ** 2 / (3 / math.pi)
     return max(MIN_RUNS_FOR_VERDICT, int(math.ceil(n)))
 
@@ -153,7 +160,7 @@ def compare(a_values: Iterable[float], b_values: Iterable[float], level: float =
     ratio = (ea.median / eb.median) if eb.median != 0 else (1.0 if ea.median == 0 else math.inf)
     low, high = _ratio_interval(a, b, level)
     if a.size >= 2 and b.size >= 2 and not (np.all(a == a[0]) and np.all(b == a[0])):
-        p = float(_st.mannwhitneyu(a, b, alternative="two-sided", method="auto").pvalue)
+        p = float(_st().mannwhitneyu(a, b, alternative="two-sided", method="auto").pvalue)
     else:
         p = 1.0
     alpha = 1 - level
