@@ -167,7 +167,8 @@ def test_the_switch_numbers_sum_over_ports_and_name_the_ports_that_trimmed():
     assert m["uet_trimmed_by_port"] == "s2:r1=9" and m["uet_trim_vq_peak_bytes_max"] == 9000
     assert m["uet_trim_ports"] == 2
     assert all(known(k) for k in m) and known("uet_trim") and known("uet_trim_threshold_bytes_max")
-    assert "uet_trim_threshold_bytes_min" not in m  # a trim.csv written before the ports' limits were in it
+    # a trim.csv written before the ports' limits were in it
+    assert "uet_trim_threshold_bytes_min" not in m and "uet_trim_ports_at_threshold" not in m
     assert trim_metrics(rows.iloc[0:0]) == {}
     limits = pd.DataFrame([("s2", "r1", "threshold_bytes", 4000), ("s2", "r1", "buffer_bytes", 8000),
                            ("s1", "s2", "threshold_bytes", 131072), ("s1", "s2", "buffer_bytes", 262144)],
@@ -175,6 +176,7 @@ def test_the_switch_numbers_sum_over_ports_and_name_the_ports_that_trimmed():
     m = trim_metrics(pd.concat([rows, limits]))
     assert (m["uet_trim_threshold_bytes_min"], m["uet_trim_threshold_bytes_max"]) == (4000, 131072)
     assert m["uet_trimmed_packets"] == 9 and m["uet_trim_ports"] == 2  # the limits are no counters
+    assert m["uet_trim_ports_at_threshold"] == 1  # s2:r1 peaked at 7000 over its 4000; s1:s2 stayed below
 
 
 def test_a_run_directory_with_the_two_files_loads_them_with_their_schemas(tmp_path):
