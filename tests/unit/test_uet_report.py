@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.load import load_run
 from analysis.report import write_report
 from analysis.uet import per_host, per_port
+from analysis.uetplot import _ports, uet_panel
 from analysis.uet import sentences as uet_sentences
 from tests.unit.test_report_story import collective_run, incast_run, sentences
 
@@ -195,6 +197,39 @@ def test_the_panel_has_a_row_for_the_hosts_and_one_for_the_ports_with_trim_csv(t
     assert "trimming program" not in md.read_text()
     (w2, h2), (w1, h1) = png_size(png), png_size(one_row)
     assert w1 == w2 == 900 and h2 == 700 and h1 == 370  # 3.3 in a row + 0.4 at 100 dpi
+
+
+def test_the_caption_counts_one_host_and_one_port_in_the_singular(tmp_path):
+    run = incast_run(tmp_path / "one", rto_rounds=())
+    pd.DataFrame([(0, "h5", "data_packets", 40)], columns=UCOLS).to_csv(run / "uet.csv", index=False)
+    add_trim(run, {"leaf1:h1": (0, 900)})
+    _, caption = uet_panel(load_run(run), tmp_path / "p.png")
+    assert "(uet.csv, 1 host)" in caption and "1 switch port carried the trimming program" in caption, caption
+
+
+def _threshold_dashes(trim: pd.DataFrame, most: int) -> tuple[bool, int]:
+    from matplotlib.figure import Figure
+
+    ax = Figure().add_subplot()
+    share = _ports(ax, trim, most)
+    return share, sum(ln.get_label() == "trimming threshold" for a in ax.figure.axes for ln in a.get_lines())
+
+
+def test_the_share_of_buffer_is_decided_over_the_ports_drawn_and_the_caption_follows_it(tmp_path):
+    ports = {f"leaf{i}:h1": (20 - i, 7000) for i in range(9)}  # the 9th (fewest trimmed) is not drawn with 8
+    run = trimmed_run(tmp_path / "s", ports=ports)
+    rows = pd.read_csv(run / "trim.csv")
+    rows = rows[~((rows["node"] == "leaf8") & (rows["counter"] == "buffer_bytes"))]  # its buffer unknown
+    rows.to_csv(run / "trim.csv", index=False)
+    assert _threshold_dashes(rows, 8) == (True, 1)
+    _, caption = uet_panel(load_run(run), tmp_path / "p.png")
+    assert "as a share of the port's own buffer" in caption
+    assert _threshold_dashes(rows, 9) == (False, 0)  # thresholds known, a buffer not: kB, and no dash in kB
+    no_buf = rows[rows["counter"] != "buffer_bytes"]
+    assert _threshold_dashes(no_buf, 8) == (False, 0)
+    no_buf.to_csv(run / "trim.csv", index=False)
+    _, caption = uet_panel(load_run(run), tmp_path / "q.png")
+    assert "right axis, in kB)" in caption and "share of the port" not in caption, caption
 
 
 def test_a_run_without_uet_csv_gets_no_panel_and_no_uet_sentences(tmp_path):
