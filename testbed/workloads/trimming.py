@@ -170,8 +170,9 @@ class TrimRun:
 
     def finish(self) -> dict:
         """Write trim.csv (each port's counters and its threshold and buffer), detach and unload; the uet_trim*
-        numbers (analysis.uet.trim_metrics; uet_trim_threshold_bytes_min/_max: the thresholds the ports trimmed at,
-        half of each buffer with threshold_bytes=0). Idempotent."""
+        numbers as analysis.uet.trim_metrics defines them (uet_trim_threshold_bytes_min/_max: the thresholds the
+        ports trimmed at, half of each buffer with threshold_bytes=0; without a switch port only uet_trim) and
+        uet_trim=on. Idempotent."""
         if self._summary is not None:
             return dict(self._summary)
         try:
@@ -181,8 +182,7 @@ class TrimRun:
                                           for k, v in {**c, **self.limits.get((n, i), {})}.items()))
         finally:
             self.close()
-        self._summary = {"uet_trim_threshold_bytes_min": 0, "uet_trim_threshold_bytes_max": 0,  # no port
-                         **trim_metrics(load_csv(path, "trim")), "uet_trim": "on"}
+        self._summary = {**trim_metrics(load_csv(path, "trim")), "uet_trim": "on"}
         return dict(self._summary)
 
     def close(self) -> None:
