@@ -91,14 +91,15 @@ def test_install_refuses_a_port_that_cannot_trim_before_loading_anything():
     """The Lab API's guard (lab.trim() skips check_run): the same message, raised before any program is loaded."""
     from types import SimpleNamespace
 
-    from testbed.workloads.trimming import TrimRun
+    from testbed.workloads.trimming import LAB_NAMES, TrimRun
 
     ports = [plan("leaf1", LeafQueue("bfifo", 64_000)), plan("spine1", LeafQueue("bfifo", 12_000))]
     fabric = SimpleNamespace(port_plans=ports, role={"leaf1": "leaf", "spine1": "spine"})
     run = TrimRun(fabric, None, threshold_bytes=12_001)
     with pytest.raises(UsageError) as e:
         run.install()
-    assert str(e.value) == port_problem(ports[1], 12_001) and run.loaded == {}
+    assert str(e.value) == port_problem(ports[1], 12_001, LAB_NAMES) and run.loaded == {}
+    assert str(e.value).startswith("lab.trim()'s threshold_bytes (12001) is above")  # the name its caller used
 
 
 class _FakeTrimmer:
