@@ -26,7 +26,7 @@ import pandas as pd
 from . import metrics as m
 from .correlate import op_groups
 from .load import Run
-from .uet import per_port, trim_metrics, uet_metrics
+from .uet import network_note, network_troubled, per_port, trim_metrics, uet_metrics
 from .uet import sentences as uet_sentences
 
 __all__ = ["KEY_NUMBERS", "Story", "collective_sentences", "event_times", "incast_ideal_ms", "incast_sentences",
@@ -269,13 +269,14 @@ def tell(run: Run, vals: dict, qdeltas: pd.DataFrame | None) -> Story:
     """The run's story (sentences) and its key numbers."""
     net, clean = network_sentence(run, qdeltas)
     uet = {**uet_metrics(run.uet), **trim_metrics(run.trim)} if len(run.uet) else {}
+    net, clean = network_note(net, uet), clean and not network_troubled(uet)  # trims and resends are losses
     said: list[str] = []
     if len(run.rounds):
         td = m.tcp_deltas(run.tcp) if len(run.tcp) else None
         no_timeouts = td is not None and (td["counter"] == "TcpExtTCPTimeouts").any() and \
             not td.loc[td["counter"] == "TcpExtTCPTimeouts", "delta"].sum()
         if uet:  # over UET the timeouts are its own timer's expiries (the incast sets its floor to rto_min_ms)
-            no_timeouts = (no_timeouts or td is None) and not uet["uet_rto_events"]
+            no_timeouts = not uet["uet_rto_events"]
         # slow rounds without a single TCP timeout were not RTOmin rounds: tell their times only
         said += incast_sentences(run.rounds, run.queues, incast_ideal_ms(run), None if no_timeouts else rto_min_ms(run))
     if len(run.ops):

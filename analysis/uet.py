@@ -99,8 +99,10 @@ def trim_metrics(counters: pd.DataFrame) -> dict:
     """The switches' uet_* keys from trim.csv's rows: :data:`TRIM_TOTALS` summed over the ports
     (uet_trimmed_packets, ...), the ports that trimmed with their counts (uet_trimmed_by_port: "node:port=n; ..."),
     the largest virtual-queue peak (uet_trim_vq_peak_bytes_max), how many ports carried the program
-    (uet_trim_ports) and, when the rows have them, the smallest and largest threshold the ports trimmed at
-    (uet_trim_threshold_bytes_min/_max). Empty without rows."""
+    (uet_trim_ports) and, when the rows have the ports' thresholds, the smallest and largest threshold the ports
+    trimmed at (uet_trim_threshold_bytes_min/_max) and how many ports' virtual queues reached their threshold
+    (uet_trim_ports_at_threshold); these three are absent without thresholds (a file written before them, or a run
+    with no switch port). Empty without rows."""
     if counters.empty:
         return {}
     out: dict = {f"uet_{name}": _sum(counters, "counter", name) for name in TRIM_TOTALS}
@@ -114,6 +116,8 @@ def trim_metrics(counters: pd.DataFrame) -> dict:
     thr = counters.loc[counters["counter"] == "threshold_bytes", "value"]
     if len(thr):
         out["uet_trim_threshold_bytes_min"], out["uet_trim_threshold_bytes_max"] = int(thr.min()), int(thr.max())
+        t = per_port(counters)
+        out["uet_trim_ports_at_threshold"] = int((t["vq_peak_bytes"] >= t["threshold_bytes"]).sum())
     return out
 
 
@@ -128,10 +132,11 @@ def _plural(n: int, one: str, many: str) -> str:
 def _resend_sentence(m: dict) -> str:
     """What the senders sent again, and how they found each loss (:data:`CAUSES`)."""
     data, resent = m.get("uet_data_packets", 0), m.get("uet_retransmitted_packets", 0)
-    text = f"The UET senders sent {_n(data)} data packets"
+    text = f"The UET senders sent {_plural(data, 'data packet', 'data packets')}"
     if not resent and not any(m.get(f"uet_{c}", 0) for c, _ in CAUSES):
         return text + " and resent none."
-    share = f" ({resent / data:.1%} of the data packets)" if data else ""
+    frac = m.get("uet_retransmit_fraction")
+    share = f" ({frac:.1%} of the data packets)" if frac is not None else ""
     n = [m.get(f"uet_{c}", 0) for c, _ in CAUSES]
     found = [f"{_plural(n[0], 'loss', 'losses')} by the {CAUSES[0][1]}",
              *(f"{_n(v)} by {'a' if what == 'NACK' else 'the'} {what}" for v, (_c, what) in zip(n[1:], CAUSES[1:]))]
@@ -139,23 +144,63 @@ def _resend_sentence(m: dict) -> str:
             f"{', '.join(found[:-1])} and {found[-1]}.")
 
 
+def _nothing_trimmed(m: dict) -> str:
+    """Trimming on, nothing trimmed: no port's queue reached its threshold only when no packet was found too short
+    to trim (the program counts those only at or above the threshold) and, where trim.csv has the thresholds, no
+    port's virtual queue peaked at its threshold."""
+    ports, short = _plural(m.get("uet_trim_ports", 0), "switch port", "switch ports"), m.get("uet_too_short_to_trim", 0)
+    if not short and not m.get("uet_trim_ports_at_threshold", 0):
+        return f"trimming was on at {ports} but no port's queue reached its threshold (nothing trimmed)"
+    why = f" ({_plural(short, 'packet', 'packets')} too short to trim)" if short else ""
+    return f"trimming was on at {ports} but nothing was trimmed{why}"
+
+
+def _answered(trimmed: int, got: int, nack: int, unanswered: int) -> str:
+    """The receivers' trimmed headers and the senders' NACK resends, after "N packets were trimmed ..."."""
+    if trimmed == got == nack:
+        return " and it was answered by a NACK resend" if trimmed == 1 else \
+            f" and all {_n(trimmed)} were answered by NACK resends"
+    text = (f"; the receivers got {_plural(got, 'trimmed header', 'trimmed headers')} and the senders resent "
+            f"{_n(nack)} on a NACK")
+    if unanswered > 0:
+        return text + f" ({_plural(unanswered, 'trimmed header', 'trimmed headers')} unanswered)"
+    lost = trimmed - got
+    return text + (f" ({_plural(lost, 'trimmed header', 'trimmed headers')} did not reach "
+                   f"{'its receiver' if lost == 1 else 'their receivers'})" if lost > 0 else "")
+
+
 def _trim_clause(m: dict, top: tuple[str, int] | None) -> str:
     """Trimmed at the switch ports, the headers received, the NACK resends ("" without trimming)."""
     trimmed, got = m.get("uet_trimmed_packets"), m.get("uet_trimmed_received", 0)
     nack, unanswered = m.get("uet_nack_retransmits", 0), m.get("uet_trimmed_unanswered", 0)
     if trimmed is None:  # no trim.csv: no switch trimmed in this run, or it was not recorded
-        return f"the receivers got {_n(got)} trimmed headers and their senders resent {_n(nack)} on a NACK" if got \
-            else ""
+        if not got:
+            return ""
+        text = (f"the receivers got {_plural(got, 'trimmed header', 'trimmed headers')} and their senders resent "
+                f"{_n(nack)} on a NACK")
+        return text + (f" ({_plural(unanswered, 'trimmed header', 'trimmed headers')} unanswered)" if unanswered > 0
+                       else "")
     if not trimmed:
-        return (f"trimming was on at {_plural(m.get('uet_trim_ports', 0), 'switch port', 'switch ports')} but no "
-                "port's queue reached its threshold (nothing trimmed)")
+        return _nothing_trimmed(m)
     where = f" (most at {top[0]}: {_n(top[1])})" if top and top[1] < trimmed else f" (all at {top[0]})" if top else ""
-    text = f"{_n(trimmed)} packets were trimmed at switch ports{where}"
-    if trimmed == got == nack:
-        return text + f" and all {_n(trimmed)} were answered by NACK resends"
-    text += f"; the receivers got {_n(got)} trimmed headers and the senders resent {_n(nack)} on a NACK"
-    return text + (f" ({_plural(unanswered, 'trimmed header', 'trimmed headers')} unanswered)" if unanswered > 0
-                   else "")
+    verb = "packet was" if trimmed == 1 else "packets were"
+    return f"{_n(trimmed)} {verb} trimmed at switch ports{where}" + _answered(trimmed, got, nack, unanswered)
+
+
+def network_note(net: str, m: dict) -> str:
+    """The network sentence (analysis.story) on a run whose switch ports trimmed (``m``: the uet_* keys): a trimmed
+    packet is a loss the network caused, told in the UET sentences that follow."""
+    if not m.get("uet_trimmed_packets") or not net:
+        return net
+    nothing = "The network dropped, ECN-marked and paused nothing."
+    if net.startswith(nothing):
+        return nothing[:-1] + "; its switch ports trimmed packets instead (below)." + net[len(nothing):]
+    return net + " The switch ports also trimmed packets (below)."
+
+
+def network_troubled(m: dict) -> bool:
+    """Whether UET saw the network lose packets (``m``: the uet_* keys): a switch port trimmed, or a sender resent."""
+    return bool(m.get("uet_trimmed_packets") or m.get("uet_retransmitted_packets"))
 
 
 def sentences(m: dict, ports: pd.DataFrame | None = None) -> list[str]:
@@ -180,5 +225,5 @@ def sentences(m: dict, ports: pd.DataFrame | None = None) -> list[str]:
     return out
 
 
-__all__ = ["BY_HOST", "CAUSES", "TOTALS", "TRIM_TOTALS", "per_host", "per_port", "sentences", "trim_metrics",
-           "uet_metrics"]
+__all__ = ["BY_HOST", "CAUSES", "TOTALS", "TRIM_TOTALS", "network_note", "network_troubled", "per_host", "per_port",
+           "sentences", "trim_metrics", "uet_metrics"]

@@ -8,7 +8,7 @@ and, when the switch ports trimmed, what each port trimmed and how full its trim
 * bottom (trim.csv, :func:`analysis.uet.per_port`): per switch port, the packets its program cut to their headers
   (bars) and its virtual queue's peak (diamonds, right axis, labelled in kB), as a share of the port's own buffer
   with its trimming threshold beside it (a port trims while its virtual queue is above the threshold; the buffer
-  caps it) when trim.csv has them, else in kB.
+  caps it) when trim.csv has the buffers of every port drawn, else in kB without the threshold.
 """
 
 from __future__ import annotations
@@ -65,10 +65,11 @@ def _hosts(ax, counters: pd.DataFrame, most: int) -> None:
                 color="gray")
 
 
-def _ports(ax, trim: pd.DataFrame, most: int) -> None:
-    """Packets trimmed per port (bars) and, on the right axis, its virtual queue's peak (diamonds, labelled in kB)
-    with its threshold (dark grey dash): as a share of the port's own buffer when trim.csv has the buffers (ports of
-    different buffers on one scale), else in kB."""
+def _ports(ax, trim: pd.DataFrame, most: int) -> bool:
+    """Packets trimmed per port (bars) and, on the right axis, its virtual queue's peak (diamonds, labelled in kB):
+    as a share of the port's own buffer with its threshold (dark grey dash) when trim.csv has the buffers of every
+    port shown (ports of different buffers on one scale), else in kB without the threshold. Returns whether it drew
+    the shares (the caption says what was drawn)."""
     t = per_port(trim)
     shown = t.head(most)
     x = np.arange(len(shown))
@@ -87,19 +88,21 @@ def _ports(ax, trim: pd.DataFrame, most: int) -> None:
         right.annotate(f"{b / 1e3:.1f} kB", (xi, y), xytext=(6, 0), textcoords="offset points", va="center",
                        fontsize="x-small")
     thr = shown["threshold_bytes"].to_numpy(float)
-    if (thr > 0).any():
+    if share and (thr > 0).any():
         right.plot(x[thr > 0], (thr * scale)[thr > 0], "_", color="dimgray", markersize=28, markeredgewidth=2.5,
                    label="trimming threshold")
     right.set_ylabel("virtual queue peak (% of the port's buffer)" if share else "virtual queue peak (kB)")
     right.set_ylim(0, 105 if share else None)
     handles = [h for a in (ax, right) for h in a.get_legend_handles_labels()[0]]
     ax.legend(handles, [h.get_label() for h in handles], fontsize="small", loc="upper right")
+    return share
 
 
 def plot_uet(counters: pd.DataFrame, trim: pd.DataFrame, path: str | Path, *, most: int = MOST_BARS,
-             most_ports: int = MOST_PORTS) -> Path:
+             most_ports: int = MOST_PORTS) -> tuple[Path, bool]:
     """The UET panel (see the module docstring): one row for uet.csv's hosts, a second for trim.csv's ports when it
-    has rows."""
+    has rows. Returns the PNG's path and whether the ports' row drew its peaks as shares of their buffers with
+    their thresholds (False: in kB, or no ports' row)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -109,8 +112,7 @@ def plot_uet(counters: pd.DataFrame, trim: pd.DataFrame, path: str | Path, *, mo
     FigureCanvasAgg(fig)
     axes = [fig.add_subplot(rows, 1, 1 + i) for i in range(rows)]
     _hosts(axes[0], counters, most)
-    if rows == 2:
-        _ports(axes[1], trim, most_ports)
+    share = _ports(axes[1], trim, most_ports) if rows == 2 else False
     for ax in axes:  # packet counts (not the twin axis's kB)
         ax.grid(True, axis="y", alpha=0.3)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -118,21 +120,22 @@ def plot_uet(counters: pd.DataFrame, trim: pd.DataFrame, path: str | Path, *, mo
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, format="png")
-    return path
+    return path, share
 
 
 def uet_panel(run: Run, path: str | Path) -> tuple[Path, str]:
     """The report's UET panel for a run with uet.csv rows: :func:`plot_uet` and its caption."""
-    p = plot_uet(run.uet, run.trim, path)
-    caption = (f"Ultra Ethernet (uet.csv, {run.uet['host'].nunique()} hosts): per host, the losses its senders "
+    p, share = plot_uet(run.uet, run.trim, path)
+    hosts = run.uet["host"].nunique()
+    caption = (f"Ultra Ethernet (uet.csv, {hosts} host{'' if hosts == 1 else 's'}): per host, the losses its senders "
                "found, stacked by how: their retransmission timer expired (red; such a loss waited at least the "
                "timer's floor), the SACK rule (orange), a NACK of a trimmed packet (blue); beside them (hatched) the "
                "trimmed headers it received, each to be answered by one NACK resend at its sender")
     if len(run.trim):
-        ports = per_port(run.trim)
-        share = bool((ports["buffer_bytes"] > 0).all())
-        caption += (f". Below (trim.csv, {len(ports)} switch ports carried the trimming program): the packets each "
+        n = len(per_port(run.trim))
+        caption += (f". Below (trim.csv, {n} switch port{' carried' if n == 1 else 's carried'} the trimming "
+                    "program): the packets each "
                     "port cut to their headers (bars) and its virtual queue's peak (diamonds, right axis"
                     + (", as a share of the port's own buffer, the virtual queue's cap; dark grey dash: the port's "
-                       "trimming threshold" if share else "") + ")")
+                       "trimming threshold" if share else ", in kB") + ")")
     return p, caption

@@ -74,18 +74,20 @@ def threshold_for(plan: PortPlan, threshold_bytes: int) -> int:
     return threshold_bytes or port_buffer_bytes(plan) // 2
 
 
-def port_problem(plan: PortPlan, threshold_bytes: int) -> str | None:
+def port_problem(plan: PortPlan, threshold_bytes: int, what: tuple[str, str] = ("trim_threshold_bytes", "trim=off")
+                 ) -> str | None:
     """Why the trimming program cannot go on this switch port (one line), or None: the port has several classes
     (the threshold and the virtual queue's cap are the default class's buffer, and UET's DSCP may pick another
     class), or ``threshold_bytes`` is above its buffer (the queue never reaches it). :func:`check_run` refuses with
-    it before anything is built, :meth:`TrimRun.install` before anything is loaded."""
+    it before anything is built, :meth:`TrimRun.install` before anything is loaded. ``what``: the threshold's name
+    and how to turn trimming off, as the caller knows them (the ``--set`` parameters, or the Lab API's)."""
     if len(plan.classes) > 1:
         return (f"trimming needs single-class switch ports (port {plan.node}:{plan.ifname} has {len(plan.classes)} "
                 "classes; its threshold is the default class's buffer, and UET's DSCP may pick another): use a "
-                "topology without classes, or trim=off")
+                f"topology without classes, or {what[1]}")
     buf = port_buffer_bytes(plan)
     if threshold_for(plan, threshold_bytes) > buf:
-        return (f"trim_threshold_bytes ({threshold_bytes}) is above the buffer of switch port {plan.node}:"
+        return (f"{what[0]} ({threshold_bytes}) is above the buffer of switch port {plan.node}:"
                 f"{plan.ifname} ({buf} bytes): the queue never reaches it")
     return None
 
@@ -126,6 +128,10 @@ def trim_needs(p: dict) -> tuple[str, ...]:
     return ("qdisc:clsact",) if trim_wanted(p) else ()
 
 
+#: the threshold's and trimming's names to a Lab API user (lab.trim(threshold_bytes=...)), in port_problem's lines
+LAB_NAMES = ("lab.trim()'s threshold_bytes", "no lab.trim()")
+
+
 class TrimRun:
     """The trimming program on every switch port of a fabric (see the module docstring)."""
 
@@ -143,7 +149,7 @@ class TrimRun:
     def install(self) -> "TrimRun":
         """Load and attach the program on every switch port (UsageError before anything is loaded when a port cannot
         trim: :func:`port_problem`; everything detached again if one fails)."""
-        problem = next(filter(None, (port_problem(pl, self.threshold_bytes) for pl in self.ports)), None)
+        problem = next(filter(None, (port_problem(pl, self.threshold_bytes, LAB_NAMES) for pl in self.ports)), None)
         if problem:
             raise UsageError(problem)
         try:
@@ -170,8 +176,9 @@ class TrimRun:
 
     def finish(self) -> dict:
         """Write trim.csv (each port's counters and its threshold and buffer), detach and unload; the uet_trim*
-        numbers (analysis.uet.trim_metrics; uet_trim_threshold_bytes_min/_max: the thresholds the ports trimmed at,
-        half of each buffer with threshold_bytes=0). Idempotent."""
+        numbers as analysis.uet.trim_metrics defines them (uet_trim_threshold_bytes_min/_max: the thresholds the
+        ports trimmed at, half of each buffer with threshold_bytes=0; without a switch port only uet_trim) and
+        uet_trim=on. Idempotent."""
         if self._summary is not None:
             return dict(self._summary)
         try:
@@ -181,8 +188,7 @@ class TrimRun:
                                           for k, v in {**c, **self.limits.get((n, i), {})}.items()))
         finally:
             self.close()
-        self._summary = {"uet_trim_threshold_bytes_min": 0, "uet_trim_threshold_bytes_max": 0,  # no port
-                         **trim_metrics(load_csv(path, "trim")), "uet_trim": "on"}
+        self._summary = {**trim_metrics(load_csv(path, "trim")), "uet_trim": "on"}
         return dict(self._summary)
 
     def close(self) -> None:
@@ -206,5 +212,5 @@ def start_trimming(fabric, rundir, on_teardown: Callable[[Callable[[], object]],
     return run.install()
 
 
-__all__ = ["TRIM_PARAMS", "TrimRun", "check_run", "port_buffer_bytes", "port_problem", "spec_switch_ports",
+__all__ = ["LAB_NAMES", "TRIM_PARAMS", "TrimRun", "check_run", "port_buffer_bytes", "port_problem", "spec_switch_ports",
            "start_trimming", "switch_ports", "threshold_for", "trim_needs", "trim_wanted"]

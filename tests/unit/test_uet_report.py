@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.load import load_run
 from analysis.report import write_report
 from analysis.uet import per_host, per_port
-from tests.unit.test_report_story import incast_run, sentences
+from analysis.uetplot import _ports, uet_panel
+from analysis.uet import sentences as uet_sentences
+from tests.unit.test_report_story import collective_run, incast_run, sentences
 
 UCOLS = ["rank", "host", "counter", "value"]
 TCOLS = ["node", "port", "counter", "value"]
@@ -116,6 +119,70 @@ def test_unanswered_headers_and_the_busiest_port_are_named(tmp_path):
                                   "(nothing trimmed); no retransmission timer expired.")
 
 
+def test_a_count_of_one_is_told_in_the_singular():
+    m = {"uet_hosts": 2, "uet_data_packets": 1, "uet_retransmitted_packets": 1, "uet_nack_retransmits": 1,
+         "uet_retransmit_fraction": 1.0, "uet_trimmed_packets": 1, "uet_trimmed_received": 1, "uet_rto_events": 0}
+    said = uet_sentences(m)
+    assert said[0].startswith("The UET senders sent 1 data packet and 1 retransmission (100.0% of the data packets)")
+    assert said[1] == ("1 packet was trimmed at switch ports and it was answered by a NACK resend; no retransmission "
+                       "timer expired.")
+    one = uet_sentences({**m, "uet_trimmed_packets": None, "uet_nack_retransmits": 0, "uet_trimmed_unanswered": 1})
+    assert one[1].startswith("The receivers got 1 trimmed header and their senders resent 0 on a NACK (1 trimmed "
+                             "header unanswered)"), one
+
+
+def test_the_retransmit_share_is_the_summary_key_not_a_second_computation():
+    m = {"uet_hosts": 1, "uet_data_packets": 160, "uet_retransmitted_packets": 30, "uet_retransmit_fraction": 0.5}
+    assert "(50.0% of the data packets)" in uet_sentences(m)[0]
+
+
+def test_nothing_trimmed_blames_no_threshold_only_when_no_queue_reached_it():
+    base = {"uet_hosts": 1, "uet_data_packets": 5, "uet_trimmed_packets": 0, "uet_trim_ports": 1}
+    assert uet_sentences({**base, "uet_too_short_to_trim": 0, "uet_trim_ports_at_threshold": 0})[1].startswith(
+        "Trimming was on at 1 switch port but no port's queue reached its threshold (nothing trimmed)")
+    assert uet_sentences({**base, "uet_too_short_to_trim": 3})[1].startswith(
+        "Trimming was on at 1 switch port but nothing was trimmed (3 packets too short to trim);")
+    assert uet_sentences({**base, "uet_trim_ports_at_threshold": 1})[1].startswith(
+        "Trimming was on at 1 switch port but nothing was trimmed;")
+
+
+def test_trimmed_headers_that_never_reached_a_receiver_are_said(tmp_path):
+    run = trimmed_run(tmp_path / "lost", nack=(10, 8, 7, 3), received=28)
+    assert sentences(run)[-1] == ("30 packets were trimmed at switch ports (all at leaf1:h1); the receivers got 28 "
+                                  "trimmed headers and the senders resent 28 on a NACK (2 trimmed headers did not "
+                                  "reach their receivers); no retransmission timer expired.")
+
+
+def test_without_trim_csv_unanswered_headers_are_said(tmp_path):
+    run = trimmed_run(tmp_path / "n", nack=(10, 8, 7, 2), received=30)
+    (run / "trim.csv").unlink()
+    assert sentences(run)[-1] == ("The receivers got 30 trimmed headers and their senders resent 27 on a NACK "
+                                  "(3 trimmed headers unanswered); no retransmission timer expired.")
+
+
+def test_tcp_timeouts_do_not_make_uet_rounds_rtomin_rounds(tmp_path):
+    """TCP timed out (its own traffic), UET's timer never expired: the slow rounds are no RTOmin rounds."""
+    run = incast_run(tmp_path / "t")
+    pd.DataFrame([("h5", "before", "TcpExtTCPTimeouts", 2), ("h5", "after", "TcpExtTCPTimeouts", 5)],
+                 columns=["host", "phase", "counter", "value"]).to_csv(run / "tcp.csv", index=False)
+    add_uet(run, {"h5": {"data_packets": 40}})
+    said = sentences(run)
+    assert said[0].startswith("All 10 incast rounds took 33-226 ms") and "RTOmin (200 ms)" not in said[0], said
+
+
+def test_a_collective_whose_switches_trimmed_does_not_blame_the_straggler_alone(tmp_path):
+    run = collective_run(tmp_path / "c", late_ms=600.0, late_rank=2)
+    add_uet(run, {"h2": {"data_packets": 40, "retransmitted_packets": 5, "nack_retransmits": 5}}, trimmed_received=5)
+    add_trim(run, {"spine1:leaf1": (5, 7000)})
+    said = sentences(run)
+    assert "Rank 2 (h3) was late" in said[0] and "not the network" not in said[0], said
+    assert said[1] == ("The network dropped, ECN-marked and paused nothing; its switch ports trimmed packets instead "
+                       "(below).")
+    resent = collective_run(tmp_path / "r", late_ms=600.0, late_rank=2)  # no trimming, but a sender resent
+    add_uet(resent, {"h2": {"data_packets": 40, "retransmitted_packets": 2, "fast_retransmits": 2}})
+    assert "not the network" not in sentences(resent)[0]
+
+
 def test_the_panel_has_a_row_for_the_hosts_and_one_for_the_ports_with_trim_csv(tmp_path):
     _, md = write_report(trimmed_run(tmp_path / "on"), tmp_path / "r_on")
     text = md.read_text()
@@ -130,6 +197,39 @@ def test_the_panel_has_a_row_for_the_hosts_and_one_for_the_ports_with_trim_csv(t
     assert "trimming program" not in md.read_text()
     (w2, h2), (w1, h1) = png_size(png), png_size(one_row)
     assert w1 == w2 == 900 and h2 == 700 and h1 == 370  # 3.3 in a row + 0.4 at 100 dpi
+
+
+def test_the_caption_counts_one_host_and_one_port_in_the_singular(tmp_path):
+    run = incast_run(tmp_path / "one", rto_rounds=())
+    pd.DataFrame([(0, "h5", "data_packets", 40)], columns=UCOLS).to_csv(run / "uet.csv", index=False)
+    add_trim(run, {"leaf1:h1": (0, 900)})
+    _, caption = uet_panel(load_run(run), tmp_path / "p.png")
+    assert "(uet.csv, 1 host)" in caption and "1 switch port carried the trimming program" in caption, caption
+
+
+def _threshold_dashes(trim: pd.DataFrame, most: int) -> tuple[bool, int]:
+    from matplotlib.figure import Figure
+
+    ax = Figure().add_subplot()
+    share = _ports(ax, trim, most)
+    return share, sum(ln.get_label() == "trimming threshold" for a in ax.figure.axes for ln in a.get_lines())
+
+
+def test_the_share_of_buffer_is_decided_over_the_ports_drawn_and_the_caption_follows_it(tmp_path):
+    ports = {f"leaf{i}:h1": (20 - i, 7000) for i in range(9)}  # the 9th (fewest trimmed) is not drawn with 8
+    run = trimmed_run(tmp_path / "s", ports=ports)
+    rows = pd.read_csv(run / "trim.csv")
+    rows = rows[~((rows["node"] == "leaf8") & (rows["counter"] == "buffer_bytes"))]  # its buffer unknown
+    rows.to_csv(run / "trim.csv", index=False)
+    assert _threshold_dashes(rows, 8) == (True, 1)
+    _, caption = uet_panel(load_run(run), tmp_path / "p.png")
+    assert "as a share of the port's own buffer" in caption
+    assert _threshold_dashes(rows, 9) == (False, 0)  # thresholds known, a buffer not: kB, and no dash in kB
+    no_buf = rows[rows["counter"] != "buffer_bytes"]
+    assert _threshold_dashes(no_buf, 8) == (False, 0)
+    no_buf.to_csv(run / "trim.csv", index=False)
+    _, caption = uet_panel(load_run(run), tmp_path / "q.png")
+    assert "right axis, in kB)" in caption and "share of the port" not in caption, caption
 
 
 def test_a_run_without_uet_csv_gets_no_panel_and_no_uet_sentences(tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis.load import load_run
+from analysis.load import load_csv, load_run
 from analysis.metricnames import known
 from analysis.uet import trim_metrics, uet_metrics
 from testbed.errors import UsageError
@@ -91,14 +91,58 @@ def test_install_refuses_a_port_that_cannot_trim_before_loading_anything():
     """The Lab API's guard (lab.trim() skips check_run): the same message, raised before any program is loaded."""
     from types import SimpleNamespace
 
-    from testbed.workloads.trimming import TrimRun
+    from testbed.workloads.trimming import LAB_NAMES, TrimRun
 
     ports = [plan("leaf1", LeafQueue("bfifo", 64_000)), plan("spine1", LeafQueue("bfifo", 12_000))]
     fabric = SimpleNamespace(port_plans=ports, role={"leaf1": "leaf", "spine1": "spine"})
     run = TrimRun(fabric, None, threshold_bytes=12_001)
     with pytest.raises(UsageError) as e:
         run.install()
-    assert str(e.value) == port_problem(ports[1], 12_001) and run.loaded == {}
+    assert str(e.value) == port_problem(ports[1], 12_001, LAB_NAMES) and run.loaded == {}
+    assert str(e.value).startswith("lab.trim()'s threshold_bytes (12001) is above")  # the name its caller used
+
+
+class _FakeTrimmer:
+    """A loaded program's stand-in: its counters as ktrim.Trimmer.stats() returns them."""
+
+    def __init__(self, stats: dict[str, int]):
+        self._s, self.created_clsact = stats, False
+
+    def stats(self) -> dict[str, int]:
+        return dict(self._s)
+
+    def close(self) -> None:
+        pass
+
+
+class _FakeRunDir:
+    def __init__(self, path):
+        self.path = path
+
+    def write_csv(self, name, columns, rows):
+        pd.DataFrame([tuple(r) for r in rows], columns=columns).to_csv(self.path / name, index=False)
+        return self.path / name
+
+
+def test_finish_writes_each_ports_limits_and_leaves_the_empty_case_to_trim_metrics(tmp_path):
+    from types import SimpleNamespace
+
+    from testbed.workloads.trimming import TrimRun
+
+    ports = [plan("leaf1", LeafQueue("bfifo", 64_000)), plan("spine1", LeafQueue("bfifo", 12_000))]
+    run = TrimRun(SimpleNamespace(port_plans=ports, role={"leaf1": "leaf", "spine1": "spine"}), _FakeRunDir(tmp_path))
+    for pl, (trimmed, peak) in zip(ports, ((7, 40_000), (0, 1_000))):
+        key = (pl.node, pl.ifname)
+        run.loaded[key] = (1, _FakeTrimmer({"trimmed_packets": trimmed, "vq_peak_bytes": peak}))
+        run.limits[key] = {"threshold_bytes": threshold_for(pl, 0), "buffer_bytes": port_buffer_bytes(pl)}
+    s = run.finish()
+    rows = load_csv(tmp_path / "trim.csv", "trim")
+    limits = rows[rows["counter"].isin(["threshold_bytes", "buffer_bytes"])]
+    assert sorted(limits["value"]) == [6_000, 12_000, 32_000, 64_000] and run.loaded == {}
+    assert (s["uet_trim_threshold_bytes_min"], s["uet_trim_threshold_bytes_max"]) == (6_000, 32_000)
+    assert s == {**trim_metrics(rows), "uet_trim": "on"} and s["uet_trim_ports_at_threshold"] == 1
+    none = TrimRun(SimpleNamespace(port_plans=[], role={}), _FakeRunDir(tmp_path)).finish()
+    assert none == {"uet_trim": "on"}  # no port: no threshold, rather than a made-up 0
 
 
 def test_a_pfifo_buffer_counts_mtu_frames_and_hosts_do_not_trim():
@@ -167,7 +211,8 @@ def test_the_switch_numbers_sum_over_ports_and_name_the_ports_that_trimmed():
     assert m["uet_trimmed_by_port"] == "s2:r1=9" and m["uet_trim_vq_peak_bytes_max"] == 9000
     assert m["uet_trim_ports"] == 2
     assert all(known(k) for k in m) and known("uet_trim") and known("uet_trim_threshold_bytes_max")
-    assert "uet_trim_threshold_bytes_min" not in m  # a trim.csv written before the ports' limits were in it
+    # a trim.csv written before the ports' limits were in it
+    assert "uet_trim_threshold_bytes_min" not in m and "uet_trim_ports_at_threshold" not in m
     assert trim_metrics(rows.iloc[0:0]) == {}
     limits = pd.DataFrame([("s2", "r1", "threshold_bytes", 4000), ("s2", "r1", "buffer_bytes", 8000),
                            ("s1", "s2", "threshold_bytes", 131072), ("s1", "s2", "buffer_bytes", 262144)],
@@ -175,6 +220,7 @@ def test_the_switch_numbers_sum_over_ports_and_name_the_ports_that_trimmed():
     m = trim_metrics(pd.concat([rows, limits]))
     assert (m["uet_trim_threshold_bytes_min"], m["uet_trim_threshold_bytes_max"]) == (4000, 131072)
     assert m["uet_trimmed_packets"] == 9 and m["uet_trim_ports"] == 2  # the limits are no counters
+    assert m["uet_trim_ports_at_threshold"] == 1  # s2:r1 peaked at 7000 over its 4000; s1:s2 stayed below
 
 
 def test_a_run_directory_with_the_two_files_loads_them_with_their_schemas(tmp_path):
