@@ -1,6 +1,6 @@
 """The server agent: one long-lived process per server, what the reference server's lab talks to (docs/servers.md).
 
-    python -m testbed.commands.serveragent        # started over the server's ssh connection, or locally
+    python -m testbed.commands.serveragent [--lease-s S]   # over the server's ssh connection, or locally
 
 It speaks JSON lines on stdin/stdout, one request and one reply per line, as MaxiNet's worker answers RPCs but over
 ssh's own pipe (no port, no password of its own)::
@@ -17,7 +17,10 @@ check), clean (testbed clean on this server: only the project's tb- objects), qu
 
 **It tears down what it made when its stdin closes**: a lab killed on the reference server (SIGKILL included)
 closes the ssh session, the agent reads EOF, removes its namespaces and ends its echoes; SIGTERM and SIGHUP (sshd's
-when the connection drops) do the same.
+when the connection drops) do the same. **And when the lab goes silent** (``--lease-s S``, what AgentLink.start
+asks for): a link that stops carrying packets without closing (a cable pulled, a firewall that starts dropping)
+leaves sshd waiting for its keepalive for hours; the lab renews its lease with a ping every S/3 s, and an agent
+that has no request for S s while idle tears down and ends with status 1 (:class:`Lease`).
 """
 
 from __future__ import annotations
@@ -243,34 +246,75 @@ def handle(agent: Agent, line: str) -> dict:
         return {"id": rid, "ok": False, "error": f"{type(e).__name__}: {text[0] if text else ''}"}
 
 
-def serve(stdin=None, stdout=None) -> int:
-    """Answer requests until ``quit`` or end of input; then tear down what was made."""
+class Lease:
+    """The lab's lease on this agent, as a DHCP lease or a Kubernetes node lease: renewed by every request, it runs
+    out after ``lease_s`` without one while the agent is idle (a request being served keeps it). Then the agent
+    sends itself SIGTERM, so :func:`serve` tears down as for sshd's SIGHUP. Needs the main thread (signals)."""
+
+    def __init__(self, lease_s: float):
+        self.lease_s = float(lease_s)
+        self.expired = False
+        self._last = time.monotonic()
+        self._busy = False
+        self._stop = threading.Event()
+        threading.Thread(target=self._watch, name="lease", daemon=True).start()
+
+    def begin(self) -> None:
+        self._busy, self._last = True, time.monotonic()
+
+    def end(self) -> None:
+        self._busy, self._last = False, time.monotonic()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(1.0, self.lease_s / 4)):
+            if not self._busy and time.monotonic() - self._last > self.lease_s:
+                self.expired = True
+                print(f"serveragent: no request for {self.lease_s:g} s (the lab's lease ran out): tearing down",
+                      file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+
+def serve(stdin=None, stdout=None, lease_s: float | None = None) -> int:
+    """Answer requests until ``quit`` or end of input; then tear down what was made. With ``lease_s``, also when no
+    request came for that long while idle (:class:`Lease`; main thread only): status 1 then, else 0."""
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     agent = Agent()
+    lease = None
 
     def _end(signum, frame):
         raise KeyboardInterrupt
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _end)
+        lease = Lease(lease_s) if lease_s else None
     try:
         for line in stdin:
             if not line.strip():
                 continue
+            if lease:
+                lease.begin()
             if _is_quit(line):
                 stdout.write(json.dumps({"id": _id(line), "ok": True, "result": "bye"}) + "\n")
                 stdout.flush()
                 break
             stdout.write(json.dumps(handle(agent, line)) + "\n")
             stdout.flush()
+            if lease:
+                lease.end()
     except (KeyboardInterrupt, BrokenPipeError):
         pass
     finally:
         if threading.current_thread() is threading.main_thread():  # a second signal must not cut the teardown short
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
+        if lease:
+            lease.stop()
         agent.teardown()
-    return 0
+    return 1 if lease and lease.expired else 0
 
 
 def _is_quit(line: str) -> bool:
@@ -287,5 +331,17 @@ def _id(line: str):
         return None
 
 
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="serveragent", description="a server's agent (JSON lines on stdin/stdout)")
+    ap.add_argument("--lease-s", type=float, default=None,
+                    help="tear down when no request came for this long while idle (the lab renews it)")
+    a = ap.parse_args(argv)
+    if a.lease_s is not None and a.lease_s <= 0:
+        ap.error("--lease-s must be > 0")
+    return serve(lease_s=a.lease_s)
+
+
 if __name__ == "__main__":
-    sys.exit(serve())
+    sys.exit(main())

@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from testbed.network.serversfile import Server
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 AGENT_MODULE = "testbed.commands.serveragent"
+#: the lease AgentLink.start asks its agent for (testbed.commands.serveragent.Lease): renewed by a ping every third
+#: of it, so an agent whose lab went silent (the link, not the ssh session, gone) tears down within half a minute
+LEASE_S = 30.0
 
 
 class AgentError(RuntimeError):
@@ -42,19 +46,25 @@ def ssh_argv(server: Server, connect_timeout_s: float = 10.0) -> list[str]:
     return ["ssh", "-F", "/dev/null", "-T", *[f"-o{k}={v}" for k, v in opts.items()], *server.ssh_destination()]
 
 
-def agent_command(python: str = sys.executable, root: Path = PROJECT_ROOT) -> list[str]:
+def agent_command(python: str = sys.executable, root: Path = PROJECT_ROOT, lease_s: float | None = None) -> list[str]:
     """The agent's command line on a server with this checkout and interpreter at the same paths (the lab VM runs
-    this machine's filesystem; other servers are installed by scripts/install.sh at the same path)."""
-    return ["env", f"PYTHONPATH={root}", python, "-m", AGENT_MODULE]
+    this machine's filesystem; other servers are installed by scripts/install.sh at the same path); with
+    ``lease_s``, the agent tears down after that long without a request (serveragent.Lease)."""
+    return ["env", f"PYTHONPATH={root}", python, "-m", AGENT_MODULE,
+            *(["--lease-s", f"{lease_s:g}"] if lease_s else [])]
 
 
 class AgentLink:
-    """A running agent and its pipe: :meth:`call` sends one request and waits for its reply."""
+    """A running agent and its pipe: :meth:`call` sends one request and waits for its reply (one at a time: a lock).
+    ``heartbeat_s``: a thread pings the agent that often while no call is under way, renewing the lease its command
+    line asked for (:func:`agent_command`'s ``lease_s``); :meth:`stop_heartbeat` ends it (a lab gone silent)."""
 
-    def __init__(self, server: Server, argv: list[str]):
+    def __init__(self, server: Server, argv: list[str], heartbeat_s: float | None = None):
         self.server = server
         self.argv = argv
         self._next_id = 0
+        self._lock = threading.Lock()
+        self._beat = threading.Event()
         t0 = time.monotonic()
         # stderr into an unlinked file, not a pipe: nobody reads it while the agent runs, and a pipe that fills
         # (64 KiB of warnings or a traceback) would block the agent and time out every call
@@ -69,18 +79,44 @@ class AgentLink:
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
         self._pending = b""      # what was read past the last complete line (replies are read with os.read)
         self.started_s = time.monotonic() - t0
+        if heartbeat_s:
+            threading.Thread(target=self._heartbeat, args=(heartbeat_s,), name=f"lease-{server.name}",
+                             daemon=True).start()
 
     @classmethod
-    def start(cls, server: Server, connect_timeout_s: float = 10.0) -> "AgentLink":
-        """The server's agent: a local subprocess for ``localhost``, else over ssh."""
-        cmd = agent_command()
+    def start(cls, server: Server, connect_timeout_s: float = 10.0, lease_s: float | None = LEASE_S) -> "AgentLink":
+        """The server's agent: a local subprocess for ``localhost``, else over ssh; leased for ``lease_s`` and
+        renewed every third of it (None: no lease, the agent lives until its stdin closes)."""
+        cmd = agent_command(lease_s=lease_s)
+        beat = lease_s / 3 if lease_s else None
         if server.local:
-            return cls(server, cmd)
-        return cls(server, ssh_argv(server, connect_timeout_s) + [shlex.join(cmd)])
+            return cls(server, cmd, heartbeat_s=beat)
+        return cls(server, ssh_argv(server, connect_timeout_s) + [shlex.join(cmd)], heartbeat_s=beat)
+
+    def _heartbeat(self, every_s: float) -> None:
+        """Ping every ``every_s`` while no call holds the link (a call renews the lease itself); ends with the link,
+        on :meth:`stop_heartbeat`, or when a ping fails (the next call reports why)."""
+        while not self._beat.wait(every_s):
+            if not self._lock.acquire(blocking=False):
+                continue
+            try:
+                self._call("ping", timeout_s=max(5.0, every_s))
+            except AgentError:
+                return
+            finally:
+                self._lock.release()
+
+    def stop_heartbeat(self) -> None:
+        """Stop renewing the agent's lease: it tears down once the lease runs out (what a lab gone silent causes)."""
+        self._beat.set()
 
     def call(self, op: str, timeout_s: float = 60.0, args: dict | None = None, **kw):
         """The result of ``op`` on the server with arguments ``args`` and ``kw`` (``args`` carries one named like
         this method's own, e.g. run's ``timeout_s``); AgentError when it failed, timed out or the agent is gone."""
+        with self._lock:
+            return self._call(op, timeout_s, args, **kw)
+
+    def _call(self, op: str, timeout_s: float = 60.0, args: dict | None = None, **kw):
         args = {**(args or {}), **kw}
         self._next_id += 1
         rid = self._next_id
@@ -128,6 +164,7 @@ class AgentLink:
 
     def close(self, grace_s: float = 10.0) -> None:
         """quit, then end of input (the agent tears down on either), then SIGTERM/SIGKILL to its process group."""
+        self.stop_heartbeat()
         if self.proc.poll() is None:
             with contextlib.suppress(AgentError, ValueError, OSError):
                 self.call("quit", timeout_s=grace_s)

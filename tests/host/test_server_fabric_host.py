@@ -23,8 +23,9 @@ SIZE_BYTES = 2_000_000
 
 
 @contextlib.contextmanager
-def two_servers():
-    """Two 'server' namespaces joined by a veth (198.19.0.1 and .2), an agent started inside each."""
+def two_servers(lease_s: float | None = None):
+    """Two 'server' namespaces joined by a veth (198.19.0.1 and .2), an agent started inside each (leased for
+    ``lease_s``, not renewed: a lab that goes silent)."""
     rid = secrets.token_hex(2)
     nics = [f"tb-{rid}-nic1", f"tb-{rid}-nic2"]
     agents = []
@@ -37,7 +38,8 @@ def two_servers():
             with netns.ipr_in(ns) as ipr:
                 ipr.link("set", index=ipr.link_lookup(ifname="nic")[0], state="up")
         servers = parse("server-1 localhost address=198.19.0.1\nserver-2 root@198.19.0.2\n")
-        agents = [AgentLink(s, netns.in_namespace(ns, agent_command())) for s, ns in zip(servers, nics)]
+        agents = [AgentLink(s, netns.in_namespace(ns, agent_command(lease_s=lease_s)))
+                  for s, ns in zip(servers, nics)]
         yield nics, agents
     finally:
         for a in agents:
@@ -89,6 +91,19 @@ def test_a_share_is_removed_when_its_agent_loses_the_lab():
         for a in agents:
             a.proc.stdin.close()
             assert a.proc.wait(timeout=30) == 0
+        assert [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")] == []
+
+
+def test_a_share_is_removed_when_its_lab_goes_silent():
+    """The link goes quiet without closing (the lab frozen, a cable pulled: no EOF, no SIGHUP until sshd's keepalive
+    hours later): once no request came for the lease, each agent removes its share and ends with status 1."""
+    topo = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
+    run = secrets.token_hex(3)
+    with two_servers(lease_s=2.0) as (nics, agents):
+        ServerFabric(topo, run, agents).build()
+        assert len([n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]) == 6
+        for a in agents:                       # the pipes stay open: only the requests stop
+            assert a.proc.wait(timeout=30) == 1
         assert [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")] == []
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -15,6 +16,7 @@ import pytest
 from testbed import cli
 from testbed.commands import serveragent, servers
 from testbed.commands.serverlink import AgentError, AgentLink, ssh_argv
+from testbed.commands.serverlink import agent_command as serveragent_command
 from testbed.network.serversfile import parse
 from testbed.vm import sshd
 
@@ -65,6 +67,35 @@ def test_agent_ends_and_tears_down_at_end_of_input():
     link.proc.stdin.close()                                   # the ssh session closing
     assert link.proc.wait(timeout=20) == 0
     link.close()
+
+
+def test_a_silent_lab_loses_its_lease_and_the_agent_tears_down():
+    """The link goes silent without closing (no EOF, no SIGHUP): no request for lease_s while idle, and the agent
+    ends by itself with status 1, saying why; a link that renews its lease keeps the agent past several leases."""
+    server = parse("s1 localhost")[0]
+    link = AgentLink(server, serveragent_command(lease_s=1.0))  # no heartbeat: the lab gone silent
+    try:
+        link.call("ping")
+        t0 = time.monotonic()
+        assert link.proc.wait(timeout=15) == 1
+        assert 1.0 <= time.monotonic() - t0 < 10
+        link._stderr.seek(0)
+        assert "lease ran out" in link._stderr.read().decode()
+    finally:
+        link.close()
+    with AgentLink(server, serveragent_command(lease_s=1.0), heartbeat_s=0.3) as beating:
+        time.sleep(3.5)                                       # three and a half leases, renewed
+        assert beating.proc.poll() is None and beating.call("ping")["pid"] == beating.proc.pid
+        beating.stop_heartbeat()
+        assert beating.proc.wait(timeout=15) == 1             # ... until the renewals stop
+    with AgentLink.start(server) as started:                 # what a run's links ask for
+        assert started.argv[-2:] == ["--lease-s", "30"]
+
+
+def test_agent_refuses_a_bad_lease_in_one_line():
+    r = subprocess.run(serveragent_command(lease_s=None) + ["--lease-s", "0"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "--lease-s must be > 0" in r.stderr
 
 
 def test_ssh_argv_is_batch_mode_with_the_servers_key_and_known_hosts_beside_it():
