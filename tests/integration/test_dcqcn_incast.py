@@ -80,8 +80,8 @@ def test_dcqcn_flows_that_start_apart_converge_to_a_fair_share(tmp_path):
     from the join 0.882-0.9997 (median 0.99; below JAIN_MIN once). The low runs are DCQCN's own: in the 0.925 one
     the late flow joined with alpha = 1 against the first one's decayed 0.93, so its cuts were deeper, and 4 of the
     first flow's 25 CNPs fell inside its cut interval (the late one's: none), so it was cut 25 times to 21 and ran
-    at ~3.0 against ~5.2 Mbit/s over the last third. 11-24 joint bins, no lossless drop in any. About 30 s per run
-    in the VM."""
+    at ~3.0 against ~5.2 Mbit/s over the last third. 11-24 joint bins, no lossless drop in any. About 40 s per run
+    in the VM (the 3: 121.5 s; Jain 0.999, 0.943, 0.922)."""
     runs = [inc.run_incast(tmp_path / f"converge-{i}", DcqcnSettings(), incast=CONVERGE)
             for i in range(CONVERGE_RUNS)]
     for dq in runs:
