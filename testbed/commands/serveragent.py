@@ -256,26 +256,33 @@ class Lease:
         self.expired = False
         self._last = time.monotonic()
         self._busy = False
+        self._mutex = threading.Lock()   # a request starting and the lease running out: one or the other
         self._stop = threading.Event()
         threading.Thread(target=self._watch, name="lease", daemon=True).start()
 
-    def begin(self) -> None:
-        self._busy, self._last = True, time.monotonic()
+    def begin(self) -> bool:
+        """A request arrived: False when the lease has already run out (it must not be served)."""
+        with self._mutex:
+            self._busy, self._last = True, time.monotonic()
+            return not self.expired
 
     def end(self) -> None:
-        self._busy, self._last = False, time.monotonic()
+        with self._mutex:
+            self._busy, self._last = False, time.monotonic()
 
     def stop(self) -> None:
         self._stop.set()
 
     def _watch(self) -> None:
         while not self._stop.wait(min(1.0, self.lease_s / 4)):
-            if not self._busy and time.monotonic() - self._last > self.lease_s:
+            with self._mutex:
+                if self._busy or time.monotonic() - self._last <= self.lease_s:
+                    continue
                 self.expired = True
-                print(f"serveragent: no request for {self.lease_s:g} s (the lab's lease ran out): tearing down",
-                      file=sys.stderr, flush=True)
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
+            print(f"serveragent: no request for {self.lease_s:g} s (the lab's lease ran out): tearing down",
+                  file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            return
 
 
 def serve(stdin=None, stdout=None, lease_s: float | None = None) -> int:
@@ -295,8 +302,8 @@ def serve(stdin=None, stdout=None, lease_s: float | None = None) -> int:
         for line in stdin:
             if not line.strip():
                 continue
-            if lease:
-                lease.begin()
+            if lease and not lease.begin():
+                break
             if _is_quit(line):
                 stdout.write(json.dumps({"id": _id(line), "ok": True, "result": "bye"}) + "\n")
                 stdout.flush()

@@ -79,9 +79,11 @@ class AgentLink:
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
         self._pending = b""      # what was read past the last complete line (replies are read with os.read)
         self.started_s = time.monotonic() - t0
+        self._beat_thread = None
         if heartbeat_s:
-            threading.Thread(target=self._heartbeat, args=(heartbeat_s,), name=f"lease-{server.name}",
-                             daemon=True).start()
+            self._beat_thread = threading.Thread(target=self._heartbeat, args=(heartbeat_s,),
+                                                 name=f"lease-{server.name}", daemon=True)
+            self._beat_thread.start()
 
     @classmethod
     def start(cls, server: Server, connect_timeout_s: float = 10.0, lease_s: float | None = LEASE_S) -> "AgentLink":
@@ -94,15 +96,20 @@ class AgentLink:
         return cls(server, ssh_argv(server, connect_timeout_s) + [shlex.join(cmd)], heartbeat_s=beat)
 
     def _heartbeat(self, every_s: float) -> None:
-        """Ping every ``every_s`` while no call holds the link (a call renews the lease itself); ends with the link,
-        on :meth:`stop_heartbeat`, or when a ping fails (the next call reports why)."""
+        """Ping every ``every_s`` while no call holds the link (a call renews the lease itself); ends on
+        :meth:`stop_heartbeat` or when the agent's process (or its ssh) has ended. A ping that fails otherwise (a
+        slow agent, a late or garbled reply) is tried again next time: giving up would let the lease of a live lab
+        run out."""
         while not self._beat.wait(every_s):
             if not self._lock.acquire(blocking=False):
                 continue
             try:
+                if self._beat.is_set():          # close() began while this waited
+                    return
                 self._call("ping", timeout_s=max(5.0, every_s))
-            except AgentError:
-                return
+            except Exception:  # noqa: BLE001 - see above; the next call reports a real failure
+                if self.proc.poll() is not None:
+                    return
             finally:
                 self._lock.release()
 
@@ -165,6 +172,8 @@ class AgentLink:
     def close(self, grace_s: float = 10.0) -> None:
         """quit, then end of input (the agent tears down on either), then SIGTERM/SIGKILL to its process group."""
         self.stop_heartbeat()
+        if self._beat_thread is not None and self._beat_thread is not threading.current_thread():
+            self._beat_thread.join(timeout=grace_s + 10)   # a ping under way ends before the pipes close
         if self.proc.poll() is None:
             with contextlib.suppress(AgentError, ValueError, OSError):
                 self.call("quit", timeout_s=grace_s)

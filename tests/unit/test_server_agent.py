@@ -75,21 +75,32 @@ def test_a_silent_lab_loses_its_lease_and_the_agent_tears_down():
     server = parse("s1 localhost")[0]
     link = AgentLink(server, serveragent_command(lease_s=1.0))  # no heartbeat: the lab gone silent
     try:
-        link.call("ping")
         t0 = time.monotonic()
+        link.call("ping")
         assert link.proc.wait(timeout=15) == 1
         assert 1.0 <= time.monotonic() - t0 < 10
         link._stderr.seek(0)
         assert "lease ran out" in link._stderr.read().decode()
     finally:
         link.close()
-    with AgentLink(server, serveragent_command(lease_s=1.0), heartbeat_s=0.3) as beating:
-        time.sleep(3.5)                                       # three and a half leases, renewed
+    with AgentLink(server, serveragent_command(lease_s=2.0), heartbeat_s=0.4) as beating:
+        time.sleep(5.0)                                       # two and a half leases, renewed
         assert beating.proc.poll() is None and beating.call("ping")["pid"] == beating.proc.pid
         beating.stop_heartbeat()
         assert beating.proc.wait(timeout=15) == 1             # ... until the renewals stop
     with AgentLink.start(server) as started:                 # what a run's links ask for
         assert started.argv[-2:] == ["--lease-s", "30"]
+
+
+def test_a_call_that_times_out_does_not_end_the_renewals():
+    """A slow agent (a call that timed out while the agent still works on it) is not a gone one: the heartbeat goes
+    on, and the lease of a live lab does not run out."""
+    server = parse("s1 localhost")[0]
+    with AgentLink(server, serveragent_command(lease_s=2.0), heartbeat_s=0.4) as link:
+        with pytest.raises(AgentError, match="no answer"):
+            link.call("run", timeout_s=0.5, argv=["sleep", "3"])
+        time.sleep(6.0)                                       # the sleep's 3 s, then more than a lease idle
+        assert link.proc.poll() is None and link.call("ping")["pid"] == link.proc.pid
 
 
 def test_agent_refuses_a_bad_lease_in_one_line():
