@@ -73,15 +73,15 @@ CONVERGE_RUNS = 3
 
 
 def test_dcqcn_flows_that_start_apart_converge_to_a_fair_share(tmp_path):
-    """The first writer alone at the line rate, the second joining about a second later: they come to a fair share
-    and keep it; the claim is the typical run's, so CONVERGE_RUNS runs (a fabric each) and medians. Measured in the
-    lab VM with CONVERGE (docs/dcqcn.md, "Convergence"; 20 runs: this test's, scripts/dcqcn_converge.py's, one CI
-    run): stagger 0.87-1.74 s, Jain in the first joint bin 0.81-1.00, Jain over the last third of the 0.5 s bins
-    from the join 0.882-0.9997 (median 0.99; below JAIN_MIN once). The low runs are DCQCN's own: in the 0.925 one
-    the late flow joined with alpha = 1 against the first one's decayed 0.93, so its cuts were deeper, and 4 of the
-    first flow's 25 CNPs fell inside its cut interval (the late one's: none), so it was cut 25 times to 21 and ran
-    at ~3.0 against ~5.2 Mbit/s over the last third. 11-24 joint bins, no lossless drop in any. About 40 s per run
-    in the VM (the 3: 121.5 s; Jain 0.999, 0.943, 0.922)."""
+    """The first writer alone at the line rate, the second joining about a second later: they come to a fair share and
+    keep it; the claim is the typical run's, so CONVERGE_RUNS runs (a fabric each) and medians. Measured in the lab
+    VM with CONVERGE (docs/dcqcn.md, "Convergence"; 23 runs: this test's single runs, scripts/dcqcn_converge.py's,
+    one CI run and the 3 of this test's first pass): stagger 0.50-1.74 s, Jain in the first joint bin 0.81-1.00,
+    Jain over the last third of the 0.5 s bins from the join 0.882-0.9997 (median 0.99; below JAIN_MIN once). The
+    low runs are DCQCN's own: in the 0.925 one the late flow joined with alpha = 1 against the first one's decayed
+    0.93, so its cuts were deeper, and 4 of the first flow's 25 CNPs fell inside its cut interval (the late one's:
+    none), so it was cut 25 times to 21 and ran at ~3.0 against ~5.2 Mbit/s over the last third. 11-24 joint bins,
+    no lossless drop in any. About 40 s per run in the VM (the 3: 121.5 s; Jain 0.999, 0.943, 0.922)."""
     runs = [inc.run_incast(tmp_path / f"converge-{i}", DcqcnSettings(), incast=CONVERGE)
             for i in range(CONVERGE_RUNS)]
     for dq in runs:
@@ -91,14 +91,17 @@ def test_dcqcn_flows_that_start_apart_converge_to_a_fair_share(tmp_path):
         first, late = starts(dq["rates"]).index  # exactly two flows, in the order they began to send
         assert first.startswith("h3>") and late.startswith("h4>"), (first, late)
         assert dq["dcqcn_joint_bins"] >= 4, dq["dcqcn_joint_bins"]
-    # the premises, in the typical run: the late one really started later (writers 1 s apart: 0.87-1.74 s seen)
-    # and the first flow had the port to itself at the line rate in the second before the late flow's QP appeared
-    # (the highest of its Rc samples there, within 5 %: a starved sampler may list the late QP after it sent)
+    # the premises, per run: the late one really started later (writers 1 s apart: 0.50-1.74 s seen) and the first
+    # flow had the port to itself at the line rate in the second before the late flow's QP appeared (the highest of
+    # its Rc samples there, within 5 %: a starved sampler may list the late QP after it sent). A run that misses
+    # them (flows that began together are fair trivially) does not count; two of the three must hold them
     line_kbps = runs[0]["line_rate_kbps"]
     lead = [lead_rates(dq["rates"], window_s=1.0) for dq in runs]
-    assert median([dq["dcqcn_stagger_s"] for dq in runs]) >= 0.5, [dq["dcqcn_stagger_s"] for dq in runs]
-    assert median([x.max() if len(x) else 0.0 for x in lead]) >= 0.95 * line_kbps, [list(x) for x in lead]
-    # ... and they came to a fair share and kept it: Jain over the last third of the bins from the join on (the
-    # convergence time is printed, not asserted: it turns on whether the single last joint bin reads >= 0.9)
-    jains = [dq["dcqcn_jain_joint_last"] for dq in runs]
+    premised = [dq for dq, x in zip(runs, lead)
+                if dq["dcqcn_stagger_s"] >= 0.5 and len(x) and x.max() >= 0.95 * line_kbps]
+    assert len(premised) >= 2, [(dq["dcqcn_stagger_s"], list(x)) for dq, x in zip(runs, lead)]
+    # ... and they came to a fair share and kept it: Jain over the last third of the bins from the join on, the
+    # median over the runs that held the premises (the convergence time is printed, not asserted: it turns on
+    # whether the single last joint bin reads >= 0.9)
+    jains = [dq["dcqcn_jain_joint_last"] for dq in premised]
     assert median(jains) >= JAIN_MIN, jains
