@@ -149,8 +149,9 @@ def convergence(rates: pd.DataFrame, bin_s: float = 0.5, fair: float = FAIR_JAIN
 
 
 def dcqcn_metrics(counters: pd.DataFrame, rates: pd.DataFrame) -> dict:
-    """The summary's dcqcn_* keys: the counters summed over the hosts, per host the CNPs sent/received and the
-    cuts, the flows' lowest and last rates, Jain's index over the last third of the bins in which two flows or more
+    """The summary's dcqcn_* keys: the counters summed over the hosts, per host the CNPs sent/received and the cuts,
+    the flows' lowest and last rates (with no flow, i.e. no CNP at all, the lowest is every mapped QP's: a run whose
+    queues never reached K still has it), Jain's index over the last third of the bins in which two flows or more
     were sending (:func:`jain_last`), and how staggered flows converged (:func:`convergence`: dcqcn_stagger_s,
     dcqcn_convergence_s, dcqcn_joint_bins, dcqcn_jain_join, dcqcn_jain_joint_last). Empty without dcqcn.csv rows."""
     if counters.empty:
@@ -169,6 +170,8 @@ def dcqcn_metrics(counters: pd.DataFrame, rates: pd.DataFrame) -> dict:
         last = f.sort_values("t_s").groupby("flow").tail(1)
         out["dcqcn_rate_kbps_min"] = int(f["rc_kbps"].min())
         out["dcqcn_rate_kbps_last_mean"] = float(last["rc_kbps"].mean())
+    elif len(rates):   # no QP got a CNP, so none was cut: the lowest rate is every mapped QP's, the line rate
+        out["dcqcn_rate_kbps_min"] = int(pd.to_numeric(rates["rc_kbps"], errors="coerce").min())
     j = jain_last(rates)
     out["dcqcn_jain_last"] = None if math.isnan(j) else j
     for k, v in convergence(rates).items():

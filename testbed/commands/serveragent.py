@@ -292,8 +292,11 @@ def serve(stdin=None, stdout=None, lease_s: float | None = None) -> int:
     agent = Agent()
     lease = None
 
+    stopping = []   # set once the loop is left: a signal then (the lease's own) must not cut the teardown short
+
     def _end(signum, frame):
-        raise KeyboardInterrupt
+        if not stopping:
+            raise KeyboardInterrupt
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, _end)
@@ -303,6 +306,7 @@ def serve(stdin=None, stdout=None, lease_s: float | None = None) -> int:
             if not line.strip():
                 continue
             if lease and not lease.begin():
+                stopping.append(True)
                 break
             if _is_quit(line):
                 stdout.write(json.dumps({"id": _id(line), "ok": True, "result": "bye"}) + "\n")
@@ -315,6 +319,7 @@ def serve(stdin=None, stdout=None, lease_s: float | None = None) -> int:
     except (KeyboardInterrupt, BrokenPipeError):
         pass
     finally:
+        stopping.append(True)
         if threading.current_thread() is threading.main_thread():  # a second signal must not cut the teardown short
             for sig in (signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)

@@ -137,6 +137,16 @@ def test_the_summary_numbers_come_from_the_counters_and_the_flows_rates():
     assert jain_last(rates.iloc[:30]) < 0.9  # the first second: far apart
 
 
+def test_a_run_without_a_cnp_still_has_its_lowest_rate_the_line_rate():
+    """K above every queue's peak: no QP got a CNP, so no flow; the lowest rate is still reported (every mapped QP
+    at the line rate), so a lab statement on it has its metric (lab 17's K above XOFF saw 2-8 CNPs a run)."""
+    counters = pd.DataFrame([("h1", "cnp_sent", 0), ("h3", "rate_cuts", 0)], columns=["host", "counter", "value"])
+    rates = rates_frame([(100 + i * 0.1, h, "h2", q, 20000, 20000, 1.0, 0, 0, 0)
+                         for i in range(5) for h, q in (("h1", 17), ("h3", 18))])
+    m = dcqcn_metrics(counters, rates)
+    assert m["dcqcn_flows"] == 0 and m["dcqcn_rate_kbps_min"] == 20000 and "dcqcn_rate_kbps_last_mean" not in m
+
+
 def test_no_counters_no_numbers():
     assert dcqcn_metrics(pd.DataFrame(columns=["host", "counter", "value"]), rates_frame([])) == {}
 

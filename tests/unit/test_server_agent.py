@@ -98,8 +98,10 @@ def test_a_call_that_times_out_does_not_end_the_renewals():
     server = parse("s1 localhost")[0]
     with AgentLink(server, serveragent_command(lease_s=2.0), heartbeat_s=0.4) as link:
         with pytest.raises(AgentError, match="no answer"):
-            link.call("run", timeout_s=0.5, argv=["sleep", "3"])
-        time.sleep(6.0)                                       # the sleep's 3 s, then more than a lease idle
+            link.call("run", timeout_s=0.5, argv=["sleep", "7"])
+        # the agent sleeps 7 s: the first ping's 5 s wait runs out too (before: the heartbeat ended there), then the
+        # agent answers the pings queued behind the sleep and idles more than a lease, renewed
+        time.sleep(10.0)
         assert link.proc.poll() is None and link.call("ping")["pid"] == link.proc.pid
 
 
