@@ -121,6 +121,21 @@ def lead_rates(rates: pd.DataFrame, window_s: float = 0.5) -> pd.Series:
     return lead["rc_kbps"].reset_index(drop=True)
 
 
+def cut_and_recovered(rates: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """Per flow of :func:`flows`, from the last flow's start (the join, :func:`starts`) on: its lowest Rc and its
+    highest Rc after that lowest (kbit/s), i.e. how deep DCQCN cut it once the port was shared and how far it came
+    back. Empty with no flow."""
+    s = starts(rates)
+    if s.empty:
+        return {}
+    f = flows(rates)
+    out = {}
+    for flow, g in f[f["t_s"] >= float(s.iloc[-1])].sort_values("t_s").groupby("flow"):
+        rc = g["rc_kbps"].astype(float).reset_index(drop=True)
+        out[flow] = (float(rc.min()), float(rc[int(rc.idxmin()):].max()))
+    return out
+
+
 def convergence(rates: pd.DataFrame, bin_s: float = 0.5, fair: float = FAIR_JAIN) -> dict:
     """How flows that start at different times come to share a port: ``stagger_s``, the time from the first flow's
     start to the last one's (:func:`starts`). The *joint bins* are :func:`jain_sending`'s bins of ``bin_s`` counted

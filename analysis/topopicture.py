@@ -23,7 +23,6 @@ mean position of its neighbours below unless that would crowd its tier, then the
 from __future__ import annotations
 
 import math
-import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,7 @@ from matplotlib.text import Text
 
 from .load import Run, RunDirError, load_run
 from .metrics.queues import port_counter_deltas
+from .names import natural_key
 
 __all__ = ["BY", "NothingToDraw", "TopologyPicture", "Layout", "draw", "draw_topology", "figure", "hottest",
            "layout", "picture", "port_values"]
@@ -84,11 +84,6 @@ class TopologyPicture:
     title: str
 
 
-def _natural(name: str) -> tuple:
-    """Sort key: ``h2`` before ``h10``."""
-    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
-
-
 def _hosts(ports: pd.DataFrame) -> list[str]:
     """Nodes that are hosts: those with a ``host_nic`` egress; a topology whose tiers do not say (a graph from a
     Mininet Topo names every tier ``port``) has its hosts as the nodes with one port (hosts attach by one link)."""
@@ -96,7 +91,7 @@ def _hosts(ports: pd.DataFrame) -> list[str]:
     if not hosts:
         degree = ports.groupby("node").size()
         hosts = set(degree[degree == 1].index)
-    return sorted(hosts, key=_natural)
+    return sorted(hosts, key=natural_key)
 
 
 def _spread(nodes: list[str], bary: dict[str, float]) -> dict[str, float]:
@@ -122,27 +117,27 @@ def layout(ports: pd.DataFrame) -> Layout:
     todo = deque(hosts)
     while todo:  # breadth-first from every host at once: a node's tier is its distance to the nearest host
         v = todo.popleft()
-        for w in sorted(nbrs[v], key=_natural):
+        for w in sorted(nbrs[v], key=natural_key):
             if w not in tier:
                 tier[w] = tier[v] + 1
                 todo.append(w)
     top = max(tier.values())
-    for v in sorted(nbrs, key=_natural):  # not connected to any host: one tier above everything
+    for v in sorted(nbrs, key=natural_key):  # not connected to any host: one tier above everything
         tier.setdefault(v, top + 1)
     ntiers = max(tier.values()) + 1
-    members = [sorted((v for v in tier if tier[v] == t), key=_natural) for t in range(ntiers)]
+    members = [sorted((v for v in tier if tier[v] == t), key=natural_key) for t in range(ntiers)]
     x: dict[str, float] = {}
     if ntiers > 1:
         edge = {v: i for i, v in enumerate(members[1])}
-        members[0].sort(key=lambda h: (min((edge[w] for w in nbrs[h] if w in edge), default=len(edge)), _natural(h)))
+        members[0].sort(key=lambda h: (min((edge[w] for w in nbrs[h] if w in edge), default=len(edge)), natural_key(h)))
     x.update(_spread(members[0], {}))
     for t in range(1, ntiers):
         bary = {v: float(np.mean([x[w] for w in nbrs[v] if tier[w] == t - 1]))
                 for v in members[t] if any(tier[w] == t - 1 for w in nbrs[v])}
-        members[t].sort(key=lambda v: (bary.get(v, 2.0), _natural(v)))
+        members[t].sort(key=lambda v: (bary.get(v, 2.0), natural_key(v)))
         x.update(_spread(members[t], bary))
-    links = sorted({tuple(sorted((a, b), key=_natural)) for a, b in zip(ports["node"], ports["peer"])},
-                   key=lambda ab: (_natural(ab[0]), _natural(ab[1])))
+    links = sorted({tuple(sorted((a, b), key=natural_key)) for a, b in zip(ports["node"], ports["peer"])},
+                   key=lambda ab: (natural_key(ab[0]), natural_key(ab[1])))
     return Layout(tier=tier, xy={v: (x[v], float(tier[v])) for v in tier}, order=members,
                   links=[(a, b) for a, b in links], hosts=members[0])
 
@@ -196,7 +191,7 @@ def port_values(queues: pd.DataFrame, ports: pd.DataFrame, by: str) -> pd.DataFr
 def hottest(values: pd.DataFrame, k: int = HOTTEST_LABELLED) -> pd.DataFrame:
     """The ``k`` ports with the largest value above zero, largest first (ties: natural order of node, port)."""
     v = values[values["value"] > 0]
-    keys = [(-float(r.value), _natural(r.node), _natural(r.port)) for r in v.itertuples()]
+    keys = [(-float(r.value), natural_key(r.node), natural_key(r.port)) for r in v.itertuples()]
     return v.iloc[sorted(range(len(v)), key=keys.__getitem__)[:k]]
 
 

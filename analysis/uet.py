@@ -18,9 +18,9 @@
 
 from __future__ import annotations
 
-import re
-
 import pandas as pd
+
+from .names import natural_key
 
 #: the transport counters summed over the hosts into the summary (uet_<name>); a counter no host incremented is 0
 TOTALS = ("data_packets", "retransmitted_packets", "retransmitted_bytes", "nack_retransmits", "fast_retransmits",
@@ -39,11 +39,6 @@ def _sum(df: pd.DataFrame, key: str, name: str) -> int:
     return int(df.loc[df[key] == name, "value"].sum())
 
 
-def _natural(name: str) -> tuple:
-    """h2 before h10."""
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
-
-
 def per_host(counters: pd.DataFrame) -> pd.DataFrame:
     """uet.csv's counters per host, summed over its rows (every burst and job, every rank of the host): one row per
     host (index ``host``, natural order), one column per counter of :data:`TOTALS` (0 where absent) and any other
@@ -54,7 +49,7 @@ def per_host(counters: pd.DataFrame) -> pd.DataFrame:
                                                                        aggfunc="sum", fill_value=0)
     t = t.reindex(columns=list(dict.fromkeys([*TOTALS, *t.columns])), fill_value=0).astype("int64")
     t.columns.name = None
-    return t.loc[sorted(t.index, key=_natural)]
+    return t.loc[sorted(t.index, key=natural_key)]
 
 
 def per_port(trim: pd.DataFrame) -> pd.DataFrame:

@@ -1,13 +1,14 @@
-"""Two kernels on one box over a wire (benchmarks/two_kernels.py, docs/servers.md): the lab VM booted from a
-project namespace with its NIC's tap there, pings across the wire and across a VXLAN crossing link, the guest
-clock's offset measured over the wire, and nothing left, also when the run is sent SIGTERM mid-boot; then the VM as
-a server reached over ssh: its own sshd on the wire and `testbed servers check` / `clean` through the agents.
+"""Two kernels on one box over a wire (docs/servers.md): the lab VM booted from a project namespace with its NIC's
+tap there, and nothing left when the run is sent SIGTERM mid-boot (benchmarks/two_kernels.py, which also pings
+across the wire and a VXLAN link and measures the guest clock's offset: a documented command, its figures in
+docs/servers.md); then the VM as a server reached over ssh: its own sshd on the wire, `testbed servers check` /
+`clean` through the agents, the guest clock's offset (its bound under 2 ms, and minus the offset, the host's clock
+at the guest's boot, between the VM's launch and its sshd listening) and a fabric across both kernels.
 
-One VM boot per test (about 45 s, 10 s and 120 s under software emulation; the servers test boots a VM of its own
-because its guest runs sshd, not the benchmark's echo). Measured over 3 runs (docs/servers.md): every
-ping arrived, the offset's bound was 267-324 us with the fastest exchange 552-712 us; the 2 ms limit below leaves
-room for a machine 3x busier, and the offset's sanity check (minus the offset, the host's clock at the guest's boot,
-lies between the VM's launch and its echo answering) holds whatever the load."""
+One VM boot per test (about 10 s and 120 s under software emulation). The benchmark's full run (ping, tunnel and two
+clock passes: 43-57 s with its own boot) left CI's host layer: the servers test crosses the same wire and tunnel
+with pings and a verified transfer, and makes the same clock checks. Measured over 3 runs of the benchmark
+(docs/servers.md): every ping arrived, the offset's bound was 267-324 us with the fastest exchange 552-712 us."""
 
 from __future__ import annotations
 
@@ -57,30 +58,6 @@ def qemu_gone(within_s: float = 10.0) -> bool:
 def vm_folders_with_our_tap() -> list[Path]:
     """testbed vm's results folders (/tmp/testbed-vm-*) of a VM given the benchmark's tap."""
     return [p.parent for p in Path("/tmp").glob("testbed-vm-*/guest.sh") if "TESTBED_VM_TAP" in p.read_text()]
-
-
-def test_two_kernels_ping_tunnel_and_share_one_clock(tmp_path):
-    out = tmp_path / "two.json"
-    folders_before = set(vm_folders_with_our_tap())
-    r = subprocess.run([*BENCH, "--exchanges", "100", "--gap-s", "5", "--out", str(out)], capture_output=True,
-                       text=True, timeout=600, cwd=ROOT)
-    assert r.returncode == 0, r.stderr[-3000:]
-    d = json.loads(out.read_text())
-    assert d["vm_status"] == 0
-    assert d["ping_wire"]["received"] == d["ping_wire"]["sent"] == 20, d["ping_wire"]
-    assert d["ping_vxlan"]["received"] == d["ping_vxlan"]["sent"] == 10, d["ping_vxlan"]
-    for k in ("clock_start", "clock_end"):
-        c = d[k]
-        assert c["n"] >= 95 and c["n_invalid"] == 0, c
-        assert 0 < c["uncertainty_s"] < 2e-3, c
-    assert d["guest_clock_began_s"]["between"], d["guest_clock_began_s"]
-    # both passes measure the same clock: their bounds overlap, give or take a drift of 100 ppm
-    a, b = d["clock_start"], d["clock_end"]
-    slack_s = a["uncertainty_s"] + b["uncertainty_s"] + 1e-4 * (b["at_s"] - a["at_s"])
-    assert abs(a["offset_s"] - b["offset_s"]) <= slack_s, (a, b)
-    assert not set(d["namespaces"]) & set(netns.list_ours()), netns.list_ours()
-    assert qemu_gone(), qemu_with_our_tap()
-    assert set(vm_folders_with_our_tap()) <= folders_before
 
 
 def test_sigterm_mid_boot_leaves_nothing():
@@ -162,6 +139,7 @@ class SshdVm:
     wire: str
     keys: object
     servers: Path            # server-1 localhost, server-2 the VM
+    launched_s: float        # this machine's CLOCK_MONOTONIC when the VM was launched
     sshd_after_s: float
 
     def cli(self, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -213,7 +191,7 @@ def sshd_vm(tmp_path: Path):
         with netns.ipr_in(wire) as ipr:
             ipr.link("set", index=ipr.link_lookup(ifname="tbvm0")[0], state="up")
         _ssh_port_open(wire, 240, vm)
-        yield SshdVm(wire, keys, servers, time.monotonic() - launched)
+        yield SshdVm(wire, keys, servers, launched, time.monotonic() - launched)
     finally:
         keys.stop_file.touch()
         if vm is not None:
@@ -249,6 +227,10 @@ def _all_checks_pass(vm: SshdVm, numbers: Path) -> None:
     assert len(kernels) == 2 and kernels[0] != kernels[1], kernels   # two kernels
     n = json.loads(numbers.read_text())["numbers"]["server-2"]
     assert 0 < n["clock"]["uncertainty_s"] < 2e-3 and n["clock"]["n"] >= 95 and len(n["agent_rtt_s"]) == 20, n
+    # the offset is the guest's clock minus this one's, and the guest's CLOCK_MONOTONIC began near 0 at its boot: so
+    # minus the offset (this machine's clock at the guest's boot) lies between the VM's launch and its sshd listening
+    booted_s, unc_s = -n["clock"]["offset_s"], n["clock"]["uncertainty_s"]
+    assert vm.launched_s - unc_s <= booted_s <= vm.launched_s + vm.sshd_after_s + unc_s, (vm, n["clock"])
     print(json.dumps({"sshd_after_s": vm.sshd_after_s, "reach_s": n["reach_s"], "agent_rtt_s": n["agent_rtt_s"],
                       "clock": n["clock"]}))
     assert not _agents_running(_BEFORE), _agents_running(_BEFORE)

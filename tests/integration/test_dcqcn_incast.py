@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from statistics import median
 
-from analysis.dcqcn import flows, lead_rates, starts
+from analysis.dcqcn import cut_and_recovered, lead_rates, starts
 from testbed.workloads import dcqcn_incast as inc
 from testbed.workloads.dcqcn import DcqcnSettings
 
@@ -68,22 +68,12 @@ def test_dcqcn_cuts_the_pauses_of_a_lossless_incast_and_shares_the_port_fairly(t
 #: seconds (docs/dcqcn.md, "Convergence")
 CONVERGE = inc.Incast(start_s=(0.0, 1.0), messages=(100, 48), bottleneck_mbps=12.0)
 #: the convergence runs per test: one run's Jain over the last third fell below JAIN_MIN in 1 of 20 (0.882, in CI;
-#: the others 0.925-0.9997), so the claim is the median's: P(2 of 3 below) ~ 3 x 0.05^2 < 1 %
+#: the others 0.925-0.9997), so the claim is the median's: P(2 of 3 below) ~ 3 x 0.05^2 < 1 %. The test stops after
+#: two counted runs that both read fair (the median of three is then fair whatever the third reads): ~2 runs usually
 CONVERGE_RUNS = 3
 #: a run counts when its late flow began at least this long after the first (the samples are 50 ms apart; the
 #: writers are launched 1 s apart and began 0.50-1.74 s apart in 23 runs: perftest's start-up in the VM varies)
 STAGGER_MIN_S = 0.3
-
-
-def cut_and_recovered(rates) -> dict:
-    """Per flow, from the last flow's start (the join) on: its lowest Rc, and its highest Rc after that lowest."""
-    join = float(starts(rates).iloc[-1])
-    f = flows(rates)
-    out = {}
-    for flow, g in f[f["t_s"] >= join].sort_values("t_s").groupby("flow"):
-        rc = g["rc_kbps"].astype(float).reset_index(drop=True)
-        out[flow] = (float(rc.min()), float(rc[int(rc.idxmin()):].max()))
-    return out
 
 
 def test_dcqcn_flows_that_start_apart_converge_to_a_fair_share(tmp_path):
@@ -95,27 +85,33 @@ def test_dcqcn_flows_that_start_apart_converge_to_a_fair_share(tmp_path):
     low runs are DCQCN's own: in the 0.925 one the late flow joined with alpha = 1 against the first one's decayed
     0.93, so its cuts were deeper, and 4 of the first flow's 25 CNPs fell inside its cut interval (the late one's:
     none), so it was cut 25 times to 21 and ran at ~3.0 against ~5.2 Mbit/s over the last third. 11-24 joint bins,
-    no lossless drop in any. About 40 s per run in the VM (the 3: 121.5 s; Jain 0.999, 0.943, 0.922)."""
-    runs = [inc.run_incast(tmp_path / f"converge-{i}", DcqcnSettings(), incast=CONVERGE)
-            for i in range(CONVERGE_RUNS)]
-    for dq in runs:
+    no lossless drop in any. About 30-40 s per run in the VM (the 3: 121.5 s; Jain 0.999, 0.943, 0.922); the test
+    stops at two runs when both count and read fair."""
+    runs, premised = [], []
+    for i in range(CONVERGE_RUNS):
+        dq = inc.run_incast(tmp_path / f"converge-{i}", DcqcnSettings(), incast=CONVERGE)
+        runs.append(dq)
         print({k: v for k, v in dq.items() if k not in ("rates", "counters")})
         # counters, every run: the lossless class stayed lossless, two flows, in the order they were launched
         assert dq["lossless_drops"] == 0 and not dq["sampler_errors"], dq["sampler_errors"][:3]
         first, late = starts(dq["rates"]).index  # exactly two flows, in the order they began to send
         assert first.startswith("h3>") and late.startswith("h4>"), (first, late)
         assert dq["dcqcn_joint_bins"] >= 4, dq["dcqcn_joint_bins"]
-    # the premises, per run: the late one really started later (writers 1 s apart: 0.50-1.74 s seen) and the first
-    # flow had the port to itself at the line rate in the second before the late flow's QP appeared (the highest of
-    # its Rc samples there, within 5 %: a starved sampler may list the late QP after it sent). A run that misses
-    # them (flows that began together are fair trivially) does not count; two of the three must hold them
-    line_kbps = runs[0]["line_rate_kbps"]
-    lead = [lead_rates(dq["rates"], window_s=1.0) for dq in runs]
-    premised = [dq for dq, x in zip(runs, lead)
-                if dq["dcqcn_stagger_s"] >= STAGGER_MIN_S and len(x) and x.max() >= 0.95 * line_kbps]
-    assert len(premised) >= 2, [(dq["dcqcn_stagger_s"], list(x)) for dq, x in zip(runs, lead)]
+        # the premises, per run: the late one really started later (writers 1 s apart: 0.50-1.74 s seen) and the
+        # first flow had the port to itself at the line rate in the second before the late flow's QP appeared (the
+        # highest of its Rc samples there, within 5 %: a starved sampler may list the late QP after it sent). A run
+        # that misses them (flows that began together are fair trivially) does not count
+        lead = lead_rates(dq["rates"], window_s=1.0)
+        if dq["dcqcn_stagger_s"] >= STAGGER_MIN_S and len(lead) and lead.max() >= 0.95 * dq["line_rate_kbps"]:
+            premised.append(dq)
+        # decided early: two counted runs both fair make the median of three fair whatever the third reads
+        if len(premised) == 2 and min(p["dcqcn_jain_joint_last"] for p in premised) >= JAIN_MIN:
+            break
+    # two of the runs must hold the premises
+    assert len(premised) >= 2, [(dq["dcqcn_stagger_s"], list(lead_rates(dq["rates"], window_s=1.0))) for dq in runs]
     # DCQCN acted, or two flows never cut (or stuck at R_min) would read fair trivially: after the join each flow
     # was cut below half the line and came back above 0.3 of it (23 runs: lowest 1000-1875, then 5000-10000 kbit/s)
+    line_kbps = runs[0]["line_rate_kbps"]
     for dq in premised:
         for flow, (low, back) in cut_and_recovered(dq["rates"]).items():
             assert low <= 0.5 * line_kbps and back >= 0.3 * line_kbps, (flow, low, back, line_kbps)

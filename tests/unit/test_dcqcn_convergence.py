@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from testbed.errors import UsageError
-from analysis.dcqcn import FAIR_JAIN, convergence, dcqcn_metrics, jain_last, lead_rates, starts
+from analysis.dcqcn import FAIR_JAIN, convergence, cut_and_recovered, dcqcn_metrics, jain_last, lead_rates, starts
 
 COLUMNS = ["t_s", "host", "peer", "rqpn", "rc_kbps", "rt_kbps", "alpha", "rate_cuts", "cnp_received", "cnp_ignored"]
 
@@ -46,6 +46,19 @@ def test_the_lead_rates_are_the_first_flows_in_the_window_before_the_last_one_ap
     assert list(lead_rates(rates)) == [10000, 9000, 10000, 10000, 10000]  # 101.5 .. 101.9: h4 is seen at 102.0
     assert list(lead_rates(rates, window_s=0.25)) == [10000, 10000]
     assert lead_rates(staggered(late, join_i=70)).empty  # one flow
+
+
+def test_cut_and_recovered_is_each_flows_lowest_rate_from_the_join_and_its_highest_after_it():
+    # from the join (h4's first sending sample, k = 1) both are cut to 2 and 3 Mbit/s at k = 5, then climb back
+    r = staggered(lambda k: (2000 + 500 * max(0, k - 5), 3000 + 200 * max(0, k - 5)) if k >= 5 else (8000, 9000))
+    got = cut_and_recovered(r)
+    assert set(got) == {"h3>h1/17", "h4>h1/18"}
+    assert got["h3>h1/17"] == (2000.0, 2000.0 + 500 * 34) and got["h4>h1/18"] == (3000.0, 3000.0 + 200 * 34)
+    # h3 alone at 10 Mbit/s before the join is not its high: the high comes after the low
+    assert cut_and_recovered(staggered(lambda k: (5000, 5000)))["h3>h1/17"] == (5000.0, 5000.0)
+    # one flow: from its own start on; no flow: nothing
+    assert cut_and_recovered(staggered(lambda k: (5000, 5000), join_i=70)) == {"h3>h1/17": (10000.0, 10000.0)}
+    assert cut_and_recovered(pd.DataFrame(columns=COLUMNS)) == {}
 
 
 def test_flows_fair_from_the_join_converge_at_once():
