@@ -1,0 +1,60 @@
+"""A deliberately killed run leaves namespaces behind; `testbed clean` removes every one of them, and its links; a
+run sent SIGTERM tears its own down. The run: a drop-tail incast of one sender over a dumbbell (h1 -> s1 -> s2 ->
+h2: 4 namespaces, HTB and bfifo only, so the host kernel runs it), long enough (2000 rounds) to be killed mid-run.
+These ran in the lab VM on the smoke scenario (RED) until 2026-12-05: 38 and 22 s there, a few seconds here."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def _ours():
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [ln.split()[0] for ln in ns.splitlines() if ln.startswith("tb-")]
+
+
+#: `testbed run` of a drop-tail incast that builds NAMESPACES namespaces and runs for about a minute
+RUN = [sys.executable, "-m", "testbed.cli", "run", "incast", "--vm", "never", "--set", "topology=dumbbell",
+       "--set", "senders=1", "--set", "rounds=2000"]
+NAMESPACES = 4
+
+
+def test_clean_after_kill(tmp_path):
+    err = open(tmp_path / "stderr", "w")
+    p = subprocess.Popen([*RUN, "--out", str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=err,
+                         start_new_session=True)
+    deadline = time.monotonic() + 90
+    while len(_ours()) < NAMESPACES and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)
+    if len(_ours()) != NAMESPACES:
+        os.killpg(p.pid, signal.SIGKILL)
+        raise AssertionError("the run did not build its namespaces: " + (tmp_path / "stderr").read_text())
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    assert len(_ours()) == NAMESPACES  # killed -9: nothing could clean up
+    manifest = (tmp_path / "run" / "manifest.json").read_text()
+    assert '"complete": false' in manifest
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert f"removed {NAMESPACES} namespaces" in r.stdout, r.stdout
+    assert _ours() == []
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert " tb" not in links
+    again = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True)
+    assert "nothing to clean" in again.stdout
+
+
+def test_sigterm_tears_down(tmp_path):
+    p = subprocess.Popen([*RUN, "--quiet", "--out", str(tmp_path / "run")], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    while len(_ours()) < NAMESPACES and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(1)
+    assert len(_ours()) == NAMESPACES, p.stderr.read() if p.poll() is not None else "namespaces not built in 90 s"
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    assert _ours() == []
