@@ -144,11 +144,11 @@ def _out_dirs(argv: list[str]) -> list[str]:
 
 
 def _compile_project() -> None:
-    """Byte-compile the project's own packages on the host (fast here, and the VM then loads .pyc files instead of
-    compiling every module in every fresh interpreter under software emulation)."""
+    """Byte-compile the project's own packages and scenario scripts on the host (fast here, and the VM then loads
+    .pyc files instead of compiling every module in every fresh interpreter under software emulation)."""
     import compileall
 
-    for pkg in ("testbed", "traffic", "analysis", "topologies"):
+    for pkg in ("testbed", "traffic", "analysis", "topologies", "scenarios"):
         if (PROJECT_ROOT / pkg).is_dir():
             try:
                 compileall.compile_dir(str(PROJECT_ROOT / pkg), quiet=2)
