@@ -22,8 +22,9 @@ sets of `lab run 6` passed every statement (step ratio 4.62-4.91 over 15 runs a 
   reference numbers with their spread in each lab's INSTRUCTOR.md);
 * a lab whose runs another host test makes anyway (``ELSEWHERE``) is graded there, on that test's runs, with the
   same checks (tests/labdrive.py): one set of runs serves both. Lab 02 at its full repeats in
-  test_compare_repeats.py, whose folders A and B are lab 02's two runs (seeds 1-5), built from its lab.toml; lab 12
-  once in test_burnin_host.py, whose healthy (seed 1) and slow-spine-port batteries are its two runs."""
+  test_compare_repeats.py, whose folders A and B are lab 02's two runs (seeds 1-5), built from its lab.toml; lab 11
+  once in test_program_host.py, whose DDP step-tail test compares its clean and congested runs; lab 12 once in
+  test_burnin_host.py, whose healthy (seed 1) and slow-spine-port batteries are its two runs."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ HOST_LABS = ["01", "02", "04", "06", "07", "08", "10", "11", "12", "13", "14", "
 FULL = ["01", "07", "10"]
 #: labs graded by the host test that makes the same runs anyway (its folders are the lab's runs), with the same checks
 #: (tests/labdrive.py)
-ELSEWHERE = {"02": "test_compare_repeats.py", "12": "test_burnin_host.py"}
+ELSEWHERE = {"02": "test_compare_repeats.py", "11": "test_program_host.py", "12": "test_burnin_host.py"}
 
 
 @pytest.mark.parametrize("ref", FULL)
