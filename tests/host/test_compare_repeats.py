@@ -21,7 +21,8 @@ A vs A' is asserted at the 99% level on round_ms_p99: at 99% a 5 vs 5 verdict ne
 samples of one distribution show with probability 2/252 = 0.8% (less with ties): a false failure in fewer than 1
 in 100 runs of this test. The other headline metrics' verdicts at 95% are printed, not asserted: with ~5 distinct
 metrics each wrong 3% of the time at 95%, a test asserting all of them would fail about one run in seven.
-Wall time: 64 s for the 15 runs (plus the wait for the shared lock).
+Wall time: 64 s for the 15 runs (plus the wait for the shared lock); 67-68 s with lab 02's grading (2026-12-06, 2
+passes), where this test and test_labs_host.py's lab 02 at its repeats took 67 + 39 s apart.
 """
 
 from __future__ import annotations
