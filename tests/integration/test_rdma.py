@@ -1,11 +1,12 @@
 """Collectives over RDMA (RC verbs on an rxe SoftRoCE device per host) on the real kernel, in the lab VM.
 
 4 hosts on a 2x2 leaf-spine at 20 Mbit/s. All-reduce (512 kB) and all-to-all (64 kB) complete with every rank's
-result verified; the same all-reduce runs over TCP and over RDMA, with and without 1% random loss on the packets
-arriving at h1 (four runs, made once for the module): the loss moves rxe's recovery counters and makes it send
-packets again; TCP is measured under the same loss. Every run is captured at h1's port (tcpdump -s 128) and the
-wire's own count of go-back-N retransmitted RoCE packets and retransmitted TCP segments (analysis.capture) is
-printed beside rxe's and the kernel's counters. An RDMA incast (gather) into drop-tail buffers goes back N
+result verified; the same all-reduce runs over RDMA with and without 1% random loss on the packets arriving at h1,
+and over TCP with that loss (three runs, made once for the module; TCP without loss is verified by test_collective
+and the host tests): the loss moves rxe's recovery counters and makes it send packets again; TCP is measured under
+the same loss. The two lossy runs are captured at h1's port (tcpdump -s 128) and the wire's own count of go-back-N
+retransmitted RoCE packets and retransmitted TCP segments (analysis.capture) is asserted and printed beside rxe's
+and the kernel's counters. An RDMA incast (gather) into drop-tail buffers goes back N
 thousands of times; in a lossless class (PFC) it does not, and sends far fewer packets for the same data.
 Timings are printed, never compared between single runs: the assertions are on kernel (rxe, qdisc) counters.
 """
@@ -92,16 +93,17 @@ def test_rdma_alltoall_verified(tmp_path):
 
 @pytest.fixture(scope="module")
 def allreduce_runs(tmp_path_factory):
-    """The same all-reduce over tcp and rdma, without and with 1% loss on the packets arriving at h1; every run
-    is captured at h1's port (the capture sees packets before the ingress loss drops them, so a
-    go-back-N replay crosses it twice). {(transport, loss): (summary, run dir)}."""
+    """The same all-reduce over rdma without and with 1% loss on the packets arriving at h1, and over tcp with
+    that loss; the lossy runs, whose wire the assertions read, are captured at h1's port (the capture sees packets
+    before the ingress loss drops them, so a go-back-N replay crosses it twice). A clean tcp run would only repeat
+    test_collective's verified all-reduce, and a capture of the clean rdma run, which nothing reads, would only add
+    tcpdump's work on the emulated CPU. {(transport, loss): (summary, run dir)}."""
     base = tmp_path_factory.mktemp("allreduce")
     res = {}
-    for tr in ("tcp", "rdma"):
-        for loss in (0.0, 1.0):
-            name = f"{tr}-{loss:g}"
-            res[(tr, loss)] = (run(base, name, transport=tr, loss_percent=loss, loss_host="h1", capture="h1:eth0"),
-                               base / name)
+    for tr, loss in (("tcp", 1.0), ("rdma", 0.0), ("rdma", 1.0)):
+        name = f"{tr}-{loss:g}"
+        cap = "h1:eth0" if loss else ""
+        res[(tr, loss)] = (run(base, name, transport=tr, loss_percent=loss, loss_host="h1", capture=cap), base / name)
     return res
 
 
@@ -129,16 +131,15 @@ def test_rdma_collective_verified(allreduce_runs):
     assert m["topology"]["builder"]["rxe"]["h1"]["netdev"]
 
 
-def test_tcp_vs_rdma_with_and_without_loss(allreduce_runs):
+def test_loss_makes_rdma_go_back_n_and_tcp_retransmit_on_the_wire(allreduce_runs):
     res = {k: v[0] for k, v in allreduce_runs.items()}
     tmp_path = allreduce_runs[("rdma", 1.0)][1].parent
     for s in res.values():
         assert s["data_verified"] is True
-    t0, t1 = res[("tcp", 0.0)], res[("tcp", 1.0)]
+    t1 = res[("tcp", 1.0)]
     r0, r1 = res[("rdma", 0.0)], res[("rdma", 1.0)]
-    print("CCT mean ms: tcp %.1f -> %.1f (x%.2f) with 1%% loss; rdma %.1f -> %.1f (x%.2f)" % (
-        t0["cct_ms_mean"], t1["cct_ms_mean"], t1["cct_ms_mean"] / t0["cct_ms_mean"],
-        r0["cct_ms_mean"], r1["cct_ms_mean"], r1["cct_ms_mean"] / r0["cct_ms_mean"]))
+    print("CCT mean ms with 1%% loss: tcp %.1f; rdma %.1f -> %.1f (x%.2f) against no loss" % (
+        t1["cct_ms_mean"], r0["cct_ms_mean"], r1["cct_ms_mean"], r1["cct_ms_mean"] / r0["cct_ms_mean"]))
     # ECN codepoints of the RoCEv2 packets the hosts received (traffic class 0): from the hosts' IpExt counters
     tcp_csv = list(csv.DictReader(open(tmp_path / "rdma-0" / "tcp.csv")))
     ecn = {}
