@@ -93,7 +93,7 @@ def _per_server(rep: Report, s: Server, link, ref_version: dict | None) -> dict 
     n = link.call("nic", address=s.address)
     bad = servernic.problem(s.name, s.address, n, s.mtu, f"the file's mtu={s.mtu}")
     rep.add(s.name, "nic", bad is None, bad or f"{s.address} on {n['ifname']}, MTU {n['mtu']} (file: {s.mtu}), GRO "
-            + ("on: crossing frames reach its queues merged" if servernic.gro_on(n) else "off"))
+            + ("on: crossing frames can reach its queues merged" if servernic.gro_on(n) else "off"))
     return ver
 
 
