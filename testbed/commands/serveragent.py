@@ -10,7 +10,7 @@ ssh's own pipe (no port, no password of its own)::
                                                   -> {"id": 2, "ok": false, "error": "one line"}   (on failure)
 
 Operations (``OPS``): ping, version (the testbed commit and package version), doctor (the kernel's capabilities,
-testbed.kernel.doctor), nic (the interface holding an address, and its MTU), run (a command here or in one of the
+testbed.kernel.doctor), nic (the interface holding an address, its MTU and GRO), run (a command here or in one of the
 project's namespaces), clock_serve / clock_probe (the clock echo and its prober, testbed.measure.clockprobe and
 analysis.clockoffset), vxlan_up / vxlan_down (a scratch VXLAN end in a namespace of the agent's, for the servers
 check), clean (testbed clean on this server: only the project's tb- objects), quit.
@@ -57,15 +57,25 @@ def version() -> dict:
             "python": sys.version.split()[0], "root": str(PROJECT_ROOT)}
 
 
-def nic(address: str) -> dict:
-    """The interface holding ``address`` in the agent's namespace, with its MTU; KeyError when none does."""
-    with netns.ipr(None) as ipr:
+def nic(address: str, ns: str | None = None) -> dict:
+    """The interface holding ``address`` in the agent's namespace (or ``ns``, the one standing for the server's NIC),
+    with its MTU and receive-aggregation features (testbed.kernel.links.gro_features); ``ifname`` None when none
+    holds it, with ``others``: the addresses that are there. LookupError when ``ns`` does not exist."""
+    from testbed.kernel import links
+
+    if ns is not None and not (netns.NETNS_DIR / ns).exists():
+        raise LookupError(f"no namespace {ns} here")
+    others = []
+    with netns.ipr_in(ns) if ns else netns.ipr(None) as ipr:
+        names = {lk["index"]: lk.get_attr("IFLA_IFNAME") for lk in ipr.get_links()}
         for a in ipr.get_addr(family=socket.AF_INET):
             if a.get_attr("IFA_ADDRESS") == address:
                 link = ipr.get_links(a["index"])[0]
-                return {"ifname": link.get_attr("IFLA_IFNAME"), "mtu": link.get_attr("IFLA_MTU"),
-                        "prefixlen": a["prefixlen"]}
-    raise KeyError(f"no interface here holds {address}")
+                ifname = link.get_attr("IFLA_IFNAME")
+                return {"ifname": ifname, "mtu": link.get_attr("IFLA_MTU"), "prefixlen": a["prefixlen"],
+                        "gro": links.gro_features(ns, ifname)}
+            others.append(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']} on {names.get(a['index'], '?')}")
+    return {"ifname": None, "others": others}
 
 
 class Agent:
@@ -88,8 +98,8 @@ class Agent:
 
         return doctor.report(only)
 
-    def nic(self, address: str) -> dict:
-        return nic(address)
+    def nic(self, address: str, ns: str | None = None) -> dict:
+        return nic(address, ns)
 
     def run(self, argv: list[str], ns: str | None = None, timeout_s: float = 30.0) -> dict:
         """argv here (ns None) or in the project's namespace ``ns``; its status and output."""

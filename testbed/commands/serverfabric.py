@@ -10,8 +10,10 @@ What it stands for: Mininet's cluster edition (``MininetCluster``) places the ne
 each server's part over ssh; MaxiNet's frontend hands each worker its partition. Here each server's agent receives
 the description of its share (testbed.network.share) in one request and builds it with the same Fabric code a
 one-machine run uses; crossing links are VXLAN between the servers' own addresses (the servers file's
-``address=``, its MTU ``mtu=``). The namespaces on every server are named ``tb-<run>-<node>``, so a node's name
-and the server it is on are all it takes to reach it.
+``address=``, its MTU ``mtu=``), each checked first through that server's agent: the address must be on one of its
+interfaces and that interface's MTU must carry the crossing links' VXLAN (:meth:`ServerFabric.check_nics`); whether
+the NIC merges what it receives (GRO) is recorded as a caveat. The namespaces on every server are named
+``tb-<run>-<node>``, so a node's name and the server it is on are all it takes to reach it.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 from testbed.commands.serverlink import AgentError, AgentLink, clock_pass
 from testbed.errors import UsageError
 from testbed.kernel import PREFIX
+from testbed.kernel.tunnel import VXLAN_OVERHEAD_BYTES
+from testbed.network import servernic
 from testbed.network import share as shares
 
 #: the clock echo's UDP port on each server's address (the servers check uses 9319)
@@ -51,6 +55,7 @@ class ServerFabric:
         self.built: dict[str, dict] = {}   # server -> what its agent reported (build_s, kernel, namespaces, ...)
         self.build_wall_s: dict[str, float] = {}
         self.clocks: list[dict[str, dict]] = []   # each pass: server -> offset against the reference, its bound
+        self.nics: dict[str, dict] = {}   # server -> its agent's nic reply (interface, MTU, GRO), by check_nics
 
     def ns(self, node: str) -> str:
         """The node's namespace on its server."""
@@ -59,9 +64,43 @@ class ServerFabric:
     def server_of(self, node: str) -> str:
         return self.placement.server_of[node]
 
+    def check_nics(self) -> dict[str, dict]:
+        """Ask every server's agent (its ``nic`` operation) for the interface holding its ``address=`` in its
+        namespace (or its ``underlay_ns``), that interface's MTU and GRO; UsageError, one line naming the server,
+        what was found and what is needed, when the address is on none of them or the MTU cannot carry the largest
+        link crossing to that server plus VXLAN's 50 bytes (testbed.network.servernic, the servers check's rule).
+        Nothing is built on any server before every one has passed. The replies are kept (:attr:`nics`)."""
+        need = servernic.needed_mtu(self.topology, self.placement)
+        bad = []
+        for name, lk in self.links.items():
+            ns = self.underlay_ns.get(name)
+            self.nics[name] = found = lk.call("nic", address=self.underlay[name], ns=ns)
+            mtu, link = need.get(name, (None, ""))
+            why = f"the crossing link {link} (MTU {mtu - VXLAN_OVERHEAD_BYTES} + VXLAN's 50)" if mtu else ""
+            bad.append(servernic.problem(name, self.underlay[name], found, mtu, why, ns))
+        bad = [b for b in bad if b]
+        if bad:
+            raise UsageError("; ".join(bad))
+        return self.nics
+
+    def caveats(self) -> list[str]:
+        """Fidelity caveats of this split (from :meth:`check_nics`' replies): servers whose NIC merges the crossing
+        frames it receives (GRO)."""
+        need = servernic.needed_mtu(self.topology, self.placement)
+        return [c for n, found in self.nics.items() if (c := servernic.gro_caveat(n, found, n in need))]
+
+    def _nic(self, name: str) -> dict | None:
+        found = self.nics.get(name)
+        if found is None:
+            return None
+        return {"ifname": found["ifname"], "mtu": found["mtu"], "gro": found.get("gro"),
+                "gro_on": servernic.gro_on(found)}
+
     def build(self, timeout_s: float = 600.0) -> "ServerFabric":
-        """Every server builds its share at once (one thread per agent link); if one fails, every share built is
-        torn down and AgentError names the server."""
+        """Every server's NIC checked (:meth:`check_nics`: UsageError before anything is built), then every server
+        builds its share at once (one thread per agent link); if one fails, every share built is torn down and
+        AgentError names the server."""
+        self.check_nics()
         errors: dict[str, str] = {}
 
         def one(name: str) -> None:
@@ -115,21 +154,25 @@ class ServerFabric:
         return removed
 
     def describe(self) -> dict:
-        """For the run's manifest: per server its kernel, nodes, set-up time (the agent's build and the request's
-        wall time) and the tunnels."""
+        """For the run's manifest: per server its kernel, set-up time (the agent's build and the request's wall
+        time) and NIC (interface, MTU, GRO features, ``gro_on``), the placement, the tunnels and the caveats."""
         return {"placement": {s: self.placement.nodes_on(s) for s in self.placement.servers},
-                "underlay": dict(self.underlay), "vni_base": self.vni_base,
-                "servers": {n: {"kernel": b.get("kernel"), "build_s": b.get("build_s"),
-                                "request_s": self.build_wall_s.get(n)} for n, b in self.built.items()}}
+                "underlay": dict(self.underlay), "vni_base": self.vni_base, "caveats": self.caveats(),
+                "servers": {n: {"kernel": self.built.get(n, {}).get("kernel"),
+                                "build_s": self.built.get(n, {}).get("build_s"), "request_s": self.build_wall_s.get(n),
+                                "nic": self._nic(n)} for n in self.links if n in self.built or n in self.nics}}
 
     def record(self, path: str | Path) -> dict:
         """Write servers.json for the run directory: per server its address, kernel, nodes, set-up time, clock
-        passes (offset against the reference and bound) and what its tunnels carried so far."""
+        passes (offset against the reference and bound), NIC (with its GRO) and what its tunnels carried so far;
+        the split's fidelity caveats."""
         counters = self.counters()
         d = {"reference": next(iter(self.links)), "run_id": self.run_id, "vni_base": self.vni_base,
+             "caveats": self.caveats(),
              "servers": {n: {"address": self.underlay[n], "kernel": self.built.get(n, {}).get("kernel"),
                              "nodes": self.placement.nodes_on(n), "build_s": self.built.get(n, {}).get("build_s"),
                              "request_s": self.build_wall_s.get(n), "clock": [c[n] for c in self.clocks],
+                             "nic": self._nic(n),
                              "tunnels": counters.get(n)} for n in self.links}}
         Path(path).write_text(json.dumps(d, indent=1) + "\n")
         return d

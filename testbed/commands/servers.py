@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from testbed.errors import UsageError, require_root
-from testbed.network import serversfile
+from testbed.network import servernic, serversfile
 from testbed.network.serversfile import Server
 
 #: the VNI of the check's VXLAN pair (the largest: a fabric numbers its crossing links from 1)
@@ -90,12 +90,10 @@ def _per_server(rep: Report, s: Server, link, ref_version: dict | None) -> dict 
     if s.address is None:
         rep.add(s.name, "nic", False, "no address= in the file (tunnels and the clock need one)")
         return ver
-    try:
-        n = link.call("nic", address=s.address)
-    except Exception as e:  # noqa: BLE001 - AgentError: the address is not there
-        rep.add(s.name, "nic", False, str(e))
-        return ver
-    rep.add(s.name, "nic", n["mtu"] >= s.mtu, f"{s.address} on {n['ifname']}, MTU {n['mtu']} (file: {s.mtu})")
+    n = link.call("nic", address=s.address)
+    bad = servernic.problem(s.name, s.address, n, s.mtu, f"the file's mtu={s.mtu}")
+    rep.add(s.name, "nic", bad is None, bad or f"{s.address} on {n['ifname']}, MTU {n['mtu']} (file: {s.mtu}), GRO "
+            + ("on: crossing frames can reach its queues merged" if servernic.gro_on(n) else "off"))
     return ver
 
 

@@ -117,3 +117,44 @@ def offloads_off(ns: str, ifname: str) -> dict[str, bool]:
         sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     with sock:
         return offloads_off_sock(sock, ifname)
+
+
+#: the receive-aggregation features (ethtool's strings; `ethtool -k` shows rx-gro as generic-receive-offload):
+#: software GRO, hardware GRO, GRO into skb lists, and GRO of forwarded UDP (which merges tunnelled datagrams)
+GRO_FEATURES = ("rx-gro", "rx-gro-hw", "rx-gro-list", "rx-udp-gro-forwarding")
+
+
+def _dgram_in(ns: str | None) -> socket.socket:
+    """An AF_INET datagram socket for ethtool ioctls, opened in namespace ``ns`` (None: the caller's own)."""
+    if ns is None:
+        return socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    with netns.entered(ns):
+        return socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+
+def gro_features(ns: str | None, ifname: str) -> dict[str, bool]:
+    """Which of GRO_FEATURES are active on an interface (ETHTOOL_GFEATURES, as `ethtool -k` reads them), for the
+    ones the kernel names: whether frames arriving there can be merged into super-packets before they are
+    forwarded."""
+    with _dgram_in(ns) as sock:
+        names = feature_names(sock, ifname)
+        words = _gfeatures(sock, ifname, (len(names) + 31) // 32)
+    return {n: bool(words[i // 32][2] >> (i % 32) & 1) for i, n in enumerate(names) if n in GRO_FEATURES}
+
+
+def set_features(ns: str | None, ifname: str, wanted: dict[str, bool]) -> None:
+    """Turn named features on or off on one interface (ETHTOOL_SFEATURES, as `ethtool -K`): e.g. GRO on a
+    server's NIC in a test, as a real NIC has it. LookupError for a name the kernel does not have."""
+    with _dgram_in(ns) as sock:
+        names = feature_names(sock, ifname)
+        words = (len(names) + 31) // 32
+        valid, req = [0] * words, [0] * words
+        for name, on in wanted.items():
+            if name not in names:
+                raise LookupError(f"no feature {name!r} (the kernel's: {', '.join(names)})")
+            i = names.index(name)
+            valid[i // 32] |= 1 << (i % 32)
+            req[i // 32] |= int(on) << (i % 32)
+        msg = struct.pack("II", ETHTOOL_SFEATURES, words)
+        msg += b"".join(struct.pack("II", v, r) for v, r in zip(valid, req))
+        _ethtool(sock, ifname, ctypes.create_string_buffer(msg, len(msg)))

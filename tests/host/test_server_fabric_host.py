@@ -6,6 +6,7 @@ The two-kernel version (one share in the lab VM) is tests/host/test_two_kernels_
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
@@ -15,7 +16,9 @@ import pytest
 from tests.serverdrive import assert_delivered, transfer
 from testbed.commands.serverfabric import ServerFabric
 from testbed.commands.serverlink import AgentError, AgentLink, agent_command
-from testbed.kernel import links, netns
+from testbed.errors import UsageError
+from testbed.kernel import links, netns, tunnel
+from testbed.network import share
 from testbed.network.serversfile import parse
 from topologies.leafspine import uniform_leaf_spine
 
@@ -41,11 +44,23 @@ def two_servers(lease_s: float | None = None):
         agents = [AgentLink(s, netns.in_namespace(ns, agent_command(lease_s=lease_s)))
                   for s, ns in zip(servers, nics)]
         yield nics, agents
+        assert scratch_links(nics) == [], scratch_links(nics)   # no VXLAN end left in a server's own namespace
     finally:
         for a in agents:
             a.close()
         for n in nics:
             netns.remove(n)
+
+
+def scratch_links(nics: list[str]) -> list[str]:
+    """Links in the servers' own namespaces besides their NIC and loopback (a VXLAN end caught between its creation
+    and its move, tbvx<VNI>, would be one)."""
+    out = []
+    for ns in nics:
+        with netns.ipr_in(ns) as ipr:
+            out += [f"{ns}:{lk.get_attr('IFLA_IFNAME')}" for lk in ipr.get_links()
+                    if lk.get_attr("IFLA_IFNAME") not in ("lo", "nic")]
+    return out
 
 
 def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel(tmp_path):
@@ -77,6 +92,9 @@ def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel(tmp_path):
                 assert c["n"] >= 15 and abs(c["offset_s"]) <= c["uncertainty_s"] < 1e-3, c
             assert len(s2["clock"]) == 2
             assert s2["tunnels"]["udp"]["InDatagrams"] >= got
+            # each server's NIC as its agent found it before the build: a veth's GRO is off (no NAPI), no caveat
+            assert s2["nic"]["ifname"] == "nic" and s2["nic"]["mtu"] == 1500 and s2["nic"]["gro_on"] is False
+            assert s2["nic"]["gro"]["rx-gro"] is False and rec["caveats"] == []
         left = [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
         assert left == [], left
 
@@ -108,17 +126,50 @@ def test_a_share_is_removed_when_its_lab_goes_silent():
 
 
 def test_a_fabric_that_does_not_fit_the_nics_is_refused_before_any_agent_builds():
-    topo = uniform_leaf_spine(2, 2, 1, 20, 20)      # MTU 1500 over 1500-byte NICs
+    topo = uniform_leaf_spine(2, 2, 1, 20, 20)      # MTU 1500 over 1500-byte NICs (the servers file's mtu=)
     with two_servers() as (nics, agents):
         before = set(netns.list_ours())
         with pytest.raises(Exception, match="VXLAN leaves 1450"):
             ServerFabric(topo, secrets.token_hex(3), agents)
         assert set(netns.list_ours()) == before
-        # a share that fails on one server (its NIC's namespace is not there: the tunnel ends fail after its
-        # namespaces exist) is removed there, and the other server's, built, is removed too
-        fab = ServerFabric(uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450), secrets.token_hex(3), agents,
-                           underlay_ns={"server-2": "tb-zz99-nothere"})
+        fits = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
+        # the servers file gives server-2 an address its NIC does not hold: refused before either server builds
+        right = agents[1].server
+        agents[1].server = dataclasses.replace(right, address="198.19.0.9")
+        run = secrets.token_hex(3)
+        with pytest.raises(UsageError, match=r"^server server-2: address 198\.19\.0\.9 .* is on none of its "
+                           r"interfaces .*found: .*198\.19\.0\.2/24 on nic"):
+            ServerFabric(fits, run, agents).build()
+        agents[1].server = right
+        # server-2's real NIC has MTU 1400 where the file says 1500: VXLAN's 1500-byte packets would not fit
+        with netns.ipr_in(nics[1]) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="nic")[0], mtu=1400)
+        with pytest.raises(UsageError, match=r"^server server-2: 198\.19\.0\.2 is on nic with MTU 1400, but the "
+                           r"crossing link \S+ \(MTU 1450 \+ VXLAN's 50\) needs 1500"):
+            ServerFabric(fits, run, agents).build()
+        assert not [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
+        assert set(netns.list_ours()) == before
+        with netns.ipr_in(nics[1]) as ipr:
+            ipr.link("set", index=ipr.link_lookup(ifname="nic")[0], mtu=1500)
+        # GRO on server-2's NIC (as a real NIC or the VM's virtio has it): recorded with the caveat, not refused
+        links.set_features(nics[1], "nic", {"rx-gro": True})
+        fab = ServerFabric(fits, run, agents)
+        fab.check_nics()
+        d = fab.describe()
+        assert d["servers"]["server-2"]["nic"]["gro_on"] and not d["servers"]["server-1"]["nic"]["gro_on"]
+        assert len(d["caveats"]) == 1 and d["caveats"][0].startswith("server server-2: GRO is on on nic (rx-gro)")
+        links.set_features(nics[1], "nic", {"rx-gro": False})
+        # a share that fails on one server after its namespaces exist (another VXLAN device on server-2 holds the
+        # VNI of a crossing link: the kernel refuses a second one on the same UDP port) is removed there, and the
+        # other server's, built, is removed too
+        run = secrets.token_hex(3)
+        with netns.ipr_in(nics[1]) as ipr:
+            ipr.link("add", ifname="squatter", kind="vxlan", vxlan_id=share.vni_base(run) + fab.placement.crossing[0]
+                     + 1, vxlan_local="198.19.0.2", vxlan_port=tunnel.VXLAN_PORT)
+        fab = ServerFabric(fits, run, agents)
         with pytest.raises(AgentError, match="server-2: build_share") as e:
             fab.build()
         assert "server-1" not in str(e.value)
         assert set(netns.list_ours()) == before
+        with netns.ipr_in(nics[1]) as ipr:
+            ipr.link("del", index=ipr.link_lookup(ifname="squatter")[0])

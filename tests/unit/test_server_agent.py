@@ -52,9 +52,12 @@ def test_local_link_is_a_subprocess_speaking_the_same_protocol():
         pid = link.call("ping")["pid"]
         assert pid == link.proc.pid != os.getpid()
         assert link.call("run", argv=["echo", "x"])["stdout"] == "x\n"
-        assert link.call("nic", address="127.0.0.1")["ifname"] == "lo"
-        with pytest.raises(AgentError, match="nic: KeyError"):
-            link.call("nic", address="192.0.2.77")
+        lo = link.call("nic", address="127.0.0.1")
+        assert lo["ifname"] == "lo" and set(lo["gro"]) >= {"rx-gro"}   # the kernel's GRO features, read
+        absent = link.call("nic", address="192.0.2.77")
+        assert absent["ifname"] is None and "127.0.0.1/8 on lo" in absent["others"]
+        with pytest.raises(AgentError, match="nic: LookupError: no namespace tb-zz99-nothere"):
+            link.call("nic", address="127.0.0.1", ns="tb-zz99-nothere")
     assert link.proc.returncode == 0                          # quit answered, the agent ended by itself
     with pytest.raises(AgentError, match="gone"):
         link.call("ping")
@@ -183,7 +186,7 @@ class _Canned:
 
     def call(self, op, **_):
         if self.replies[op] is None:
-            raise AgentError(f"s2: {op}: KeyError: no interface here holds 198.19.0.2")
+            return {"ifname": None, "others": ["10.0.0.5/24 on eth0"]}
         return self.replies[op]
 
 
@@ -196,11 +199,12 @@ def test_check_lines_fail_on_another_commit_a_missing_needed_capability_and_an_a
     assert [c for c in got if not got[c].ok] == ["version", "kernel", "nic"]
     assert "the reference runs aaaaaaaaaaaa" in got["version"].detail
     assert "a fabric needs qdisc:htb" in got["kernel"].detail and "2/8 capabilities" in got["kernel"].detail
+    assert "198.19.0.2 (its tunnels' source) is on none" in got["nic"].detail and "10.0.0.5/24" in got["nic"].detail
     rep = servers.Report()
     servers._per_server(rep, s2, _Canned("a" * 40, set(servers.REPORTED_PROBES), {"ifname": "eth0", "mtu": 1500}),
                         ref)
     assert [(r.check, r.ok) for r in rep.results] == [("version", True), ("kernel", True), ("nic", False)]
-    assert "MTU 1500 (file: 9000)" in rep.results[-1].detail
+    assert "on eth0 with MTU 1500, but the file's mtu=9000 needs 9000" in rep.results[-1].detail
     assert len(capsys.readouterr().out.splitlines()) == 6       # one line per check, 3 checks twice
 
 
