@@ -1,6 +1,6 @@
 """A deliberately killed run leaves namespaces behind; `testbed clean` removes every one of them, and its links; a
 run sent SIGTERM tears its own down. The run: a drop-tail incast of one sender over a dumbbell (h1 -> s1 -> s2 ->
-h2: 4 namespaces, HTB and bfifo only, so the host kernel runs it), long enough (2000 rounds) to be killed mid-run.
+r1: 4 namespaces, HTB and bfifo only, so the host kernel runs it), long enough (2000 rounds) to be killed mid-run.
 These ran in the lab VM on the smoke scenario (RED) until 2026-12-05: 38 and 22 s there, a few seconds here."""
 
 import os
@@ -9,10 +9,26 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 
 def _ours():
     ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [ln.split()[0] for ln in ns.splitlines() if ln.startswith("tb-")]
+
+
+@pytest.fixture(autouse=True)
+def nothing_else_up():
+    """`testbed clean` removes every leftover of the project on the machine, and the counts below are the machine's:
+    so no other run's namespace may be up before, and none of the killed run's may stay after (removed, then
+    failed on, should an assertion have stopped the test before its own clean)."""
+    before = _ours()
+    assert not before, f"another run's namespaces are up (this test's clean would remove them): {before}"
+    yield
+    left = _ours()
+    if left:
+        subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, timeout=180)
+    assert not left, f"namespaces left behind: {left}"
 
 
 #: `testbed run` of a drop-tail incast that builds NAMESPACES namespaces and runs for about a minute

@@ -13,6 +13,7 @@ import json
 import pytest
 
 from tests.collectivedrive import run, show
+from tests.leftovers import no_leftovers  # noqa: F401 (autouse: no namespace left after each test)
 
 
 # all-reduce is verified by the ring, straggler and background tests below (and over tcp and rdma in test_rdma)

@@ -2,17 +2,18 @@
 evidence of repeated runs (analysis.grading), checked once. A lab whose check fails fails its test: nothing is run
 again (a silent re-run turned one noisy run of each side into a coin flip that CI retried until it came up).
 
-The CI budget decides which labs run at their full repeats (lab.toml ``repeats``, 5: the fewest with which a
-one-sided 95% statement on a median can pass). Measured here (host kernel, 2 CPUs shared with other developers' runs,
-so noisy), the run time of `lab run N --repeat 5`, every run of the lab 5 times: 01 10 s, 02 37 s, 06 36 s, 07 44 s,
-10 83 s (all statements pass; lab 10 with one unfaithful run reported and left out), 11 130-150 s (2 runs of a DDP
-job, 10-16 s each), 08 170 s, 04 90 s (104-111 s at its 6 repeats since its agents stopped spinning a CPU; 54 of 54
-runs faithful in three sets), 16 95 s (UET trim=off vs on: 5 runs of 13-18 s and 5 of 2.4-2.6 s; once: its 2 runs, 25
-s in this test). The whole suite must stay under ~45 min (host tests ~8 min, lab-VM tests ~13 min before this
-change), so the five cheap labs whose statements held with margin run at full repeats (01, 02, 07, 10: about 3 min,
-+2.5 min over one run each) and the others once (about 1.5 min). Lab 06 runs once: with whole 64 KB ops its effect
-moved with the machine's load (median step ratios 1.27-1.92 in three sets); with each op cut into 8 chunks, three
-sets of `lab run 6` passed every statement (step ratio 4.62-4.91 over 15 runs a side; INSTRUCTOR.md).
+The CI budget decides which labs run at their full repeats (lab.toml ``repeats``, 5: the fewest with which a one-sided
+95% statement on a median can pass). Measured here (host kernel, 2 CPUs shared with other developers' runs, so noisy),
+the run time of `lab run N --repeat 5`, every run of the lab 5 times: 01 10 s, 02 37 s, 06 36 s, 07 44 s, 10 83 s (all
+statements pass; lab 10 with one unfaithful run reported and left out), 11 130-150 s (2 runs of a DDP job, 10-16 s
+each), 08 170 s, 04 90 s (104-111 s at its 6 repeats since its agents stopped spinning a CPU; 54 of 54 runs faithful
+in three sets), 16 95 s (UET trim=off vs on: 5 runs of 13-18 s and 5 of 2.4-2.6 s; once: its 2 runs, 25 s in this
+test). The whole suite must stay under ~45 min (host tests ~8 min, lab-VM tests ~13 min before this change), so the
+cheap labs whose statements held with margin run at full repeats (01, 07, 10; 02's repeats are
+test_compare_repeats.py's folders, graded there: about 3 min, +2.5 min over one run each) and the others once (about
+1.5 min). Lab 06 runs once: with whole 64 KB ops its effect moved with the machine's load (median step ratios
+1.27-1.92 in three sets); with each op cut into 8 chunks, three sets of `lab run 6` passed every statement (step ratio
+4.62-4.91 over 15 runs a side; INSTRUCTOR.md).
 
 * ``FULL`` labs run at their repeats and every statement must pass (exit 0): a statement that is ``not enough
   evidence`` fails the test too, since the lab promises its repeats suffice;

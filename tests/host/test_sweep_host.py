@@ -19,6 +19,7 @@ import csv
 import json
 import math
 
+from tests.leftovers import no_leftovers  # noqa: F401 (autouse: no namespace left after each test)
 from testbed import cli
 
 SENDERS = (1, 4, 8)

@@ -2,7 +2,8 @@
 cls:basic+meta, act:skbedit and act:mirred, which the host kernel may lack): the pair that collides under ECMP gets
 about one link's rate, spraying restores most of two. The ECMP half stays: it finds the colliding source ports that
 the spraying half reuses. The adaptive half is left to the host (tests/host/test_examples.py runs the ECMP and
-adaptive halves); the VM kernel's adaptive balancer is checked by test_collective_mechanisms."""
+adaptive halves: the balancer splits the colliding pair); in the VM kernel, test_collective_mechanisms checks the
+adaptive balancer's flowlets and its few retransmissions against spraying's, not the split."""
 
 import json
 import subprocess
