@@ -57,6 +57,8 @@ PARAMS = [
     Param("transport", str, "tcp", "", "the blocks' transport: kernel TCP, or uet (Ultra Ethernet-style reliable "
           "unordered delivery over UDP with NACKs of trimmed packets, its retransmission timer floored at "
           "rto_min_ms too: docs/uet.md)", choices=("tcp", "uet")),
+    Param("entropy_values", int, 16, "", "transport=uet: UDP source ports each sender sprays its packets over in "
+          "turn (UEC's entropy values; the fabric's L4 ECMP hash maps each to a spine)", min=1, max=256),
     *TRIM_PARAMS,  # trim=auto (on with transport=uet) and its threshold (testbed.workloads.trimming)
 ]
 
@@ -108,7 +110,7 @@ def experiment(p: dict, lab) -> dict:
                  f"{p['discipline']} {p['buffer_bytes']} B at {p['host_rate_mbps']} Mbit/s")
     trimming = lab.trim(p["trim_threshold_bytes"]) if trim_wanted(p) else None
     lab.burst(senders, receiver, block, rounds=rounds, cc=p["cc"], transport=p["transport"],
-              uet={"rto_min_ms": float(p["rto_min_ms"])})
+              uet={"rto_min_ms": float(p["rto_min_ms"]), "entropy_values": p["entropy_values"]})
     trim_numbers = trimming.finish() if trimming else {}
     queues.stop(lab.rundir)  # queues.csv and cpu.csv now: analysis reads them below
     delta = tcp.stop(lab.rundir)
