@@ -22,10 +22,13 @@ import sys
 
 from testbed.workloads.bottleneck import bottleneck_needs, build_spec
 from testbed.workloads.trimming import TRIM_PARAMS, check_run as check_trim, trim_needs, trim_wanted
+from testbed.errors import UsageError
 from testbed.params import Param
 from testbed.scenario import Scenario
 from topologies.mininet_topo import SpecTopo
 from topologies.routing import switch_ports_between
+
+ENTROPY_VALUES = 16  # traffic.uet.UetTransport's default
 
 PARAMS = [
     Param("senders", int, 8, "", "number of incast senders (N)", min=1, max=64),
@@ -57,6 +60,9 @@ PARAMS = [
     Param("transport", str, "tcp", "", "the blocks' transport: kernel TCP, or uet (Ultra Ethernet-style reliable "
           "unordered delivery over UDP with NACKs of trimmed packets, its retransmission timer floored at "
           "rto_min_ms too: docs/uet.md)", choices=("tcp", "uet")),
+    Param("entropy_values", int, ENTROPY_VALUES, "", "transport=uet: UDP source ports each sender sprays its "
+          "packets over in turn (UEC's entropy values; the fabric's L4 ECMP hash maps each to a spine)", min=1,
+          max=256),
     *TRIM_PARAMS,  # trim=auto (on with transport=uet) and its threshold (testbed.workloads.trimming)
 ]
 
@@ -64,6 +70,9 @@ PARAMS = [
 def validate(p: dict) -> None:
     """UsageError when the parameters cannot make a valid fabric, or trimming cannot work with them."""
     spec = build_spec(p)[0]
+    if p.get("transport") != "uet" and p.get("entropy_values", ENTROPY_VALUES) != ENTROPY_VALUES:
+        raise UsageError(f"entropy_values={p['entropy_values']} needs transport=uet (a TCP connection keeps its one "
+                         "source port)")
     check_trim(p, spec)
 
 
@@ -108,7 +117,7 @@ def experiment(p: dict, lab) -> dict:
                  f"{p['discipline']} {p['buffer_bytes']} B at {p['host_rate_mbps']} Mbit/s")
     trimming = lab.trim(p["trim_threshold_bytes"]) if trim_wanted(p) else None
     lab.burst(senders, receiver, block, rounds=rounds, cc=p["cc"], transport=p["transport"],
-              uet={"rto_min_ms": float(p["rto_min_ms"])})
+              uet={"rto_min_ms": float(p["rto_min_ms"]), "entropy_values": p["entropy_values"]})
     trim_numbers = trimming.finish() if trimming else {}
     queues.stop(lab.rundir)  # queues.csv and cpu.csv now: analysis reads them below
     delta = tcp.stop(lab.rundir)

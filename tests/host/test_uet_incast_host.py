@@ -12,7 +12,8 @@ sender, and the senders retransmitted on those NACKs. The round times are compar
 are its repeats, analysis.stats.compare), as in test_incast_rto_real_cpu. Measured: see the test's docstring. About
 12 s a run.
 
-Spraying is not exercised here (one switch, one path); the entropy values are (tests/host/test_uet_transport.py)."""
+Spraying is not exercised here (one switch, one path); the entropy values are on loopback
+(tests/host/test_uet_transport.py) and over a 2-spine fabric (tests/host/test_uet_spray_host.py)."""
 
 from __future__ import annotations
 
