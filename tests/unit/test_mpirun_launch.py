@@ -52,16 +52,19 @@ def test_the_no_rank_line_says_where_the_daemons_got_to(up, says):
 
 
 def _after_exec(pid: int, name: str) -> None:
-    """Wait (up to 5 s) until a child started by Popen has exec'd: before that /proc shows the parent's name and
-    environment, and a read of the marked processes races the exec."""
+    """Wait (up to 5 s) until a child started by Popen has finished its exec: Popen returns when the exec has closed
+    the child's close-on-exec pipe, and the kernel sets the new name at the same point, but the new environment
+    (/proc/PID/environ) is laid out after that; a read in between finds an empty environment."""
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
         try:
-            if open(f"/proc/{pid}/comm").read().strip() == name:
+            if (open(f"/proc/{pid}/comm").read().strip() == name
+                    and b"TESTBED_PROGRAM=" in open(f"/proc/{pid}/environ", "rb").read()):
                 return
         except OSError:
             pass
         time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not finish exec'ing {name} within 5 s")
 
 
 def test_a_launch_is_read_from_the_processes_that_carry_its_mark(tmp_path):
