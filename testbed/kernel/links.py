@@ -92,6 +92,16 @@ def _gfeatures(sock: socket.socket, ifname: str, words: int) -> list[tuple[int, 
     return [struct.unpack_from("IIII", buf, 8 + 16 * w) for w in range(words)]
 
 
+def _sfeatures(sock: socket.socket, ifname: str, words: int, bits: dict[int, bool]) -> None:
+    """One ETHTOOL_SFEATURES request: set each feature bit in ``bits`` (bit index -> on) and leave the rest."""
+    valid, req = [0] * words, [0] * words
+    for i, on in bits.items():
+        valid[i // 32] |= 1 << (i % 32)
+        req[i // 32] |= int(on) << (i % 32)
+    msg = struct.pack("II", ETHTOOL_SFEATURES, words) + b"".join(struct.pack("II", v, r) for v, r in zip(valid, req))
+    _ethtool(sock, ifname, ctypes.create_string_buffer(msg, len(msg)))
+
+
 def offloads_off_sock(sock: socket.socket, ifname: str) -> dict[str, bool]:
     """offloads_off through `sock`, an AF_INET datagram socket opened in the interface's namespace: three ethtool
     ioctls (get, set every offload feature the device can change to off, get again), no namespace switch."""
@@ -99,11 +109,7 @@ def offloads_off_sock(sock: socket.socket, ifname: str) -> dict[str, bool]:
     words = (len(names) + 31) // 32
     before = _gfeatures(sock, ifname, words)
     touched = [(i, n) for i, n in enumerate(names) if _is_offload(n) and before[i // 32][0] >> (i % 32) & 1]
-    valid = [0] * words
-    for i, _ in touched:
-        valid[i // 32] |= 1 << (i % 32)
-    req = struct.pack("II", ETHTOOL_SFEATURES, words) + b"".join(struct.pack("II", v, 0) for v in valid)
-    _ethtool(sock, ifname, ctypes.create_string_buffer(req, len(req)))
+    _sfeatures(sock, ifname, words, {i: False for i, _ in touched})
     after = _gfeatures(sock, ifname, words)
     return {n: bool(after[i // 32][2] >> (i % 32) & 1) for i, n in touched}
 
@@ -113,9 +119,7 @@ def offloads_off(ns: str, ifname: str) -> dict[str, bool]:
 
     Returns the resulting state of each feature it touched; a feature the device does not have is skipped.
     """
-    with netns.entered(ns):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    with sock:
+    with _dgram_in(ns) as sock:
         return offloads_off_sock(sock, ifname)
 
 
@@ -147,14 +151,7 @@ def set_features(ns: str | None, ifname: str, wanted: dict[str, bool]) -> None:
     server's NIC in a test, as a real NIC has it. LookupError for a name the kernel does not have."""
     with _dgram_in(ns) as sock:
         names = feature_names(sock, ifname)
-        words = (len(names) + 31) // 32
-        valid, req = [0] * words, [0] * words
-        for name, on in wanted.items():
+        for name in wanted:
             if name not in names:
                 raise LookupError(f"no feature {name!r} (the kernel's: {', '.join(names)})")
-            i = names.index(name)
-            valid[i // 32] |= 1 << (i % 32)
-            req[i // 32] |= int(on) << (i % 32)
-        msg = struct.pack("II", ETHTOOL_SFEATURES, words)
-        msg += b"".join(struct.pack("II", v, r) for v, r in zip(valid, req))
-        _ethtool(sock, ifname, ctypes.create_string_buffer(msg, len(msg)))
+        _sfeatures(sock, ifname, (len(names) + 31) // 32, {names.index(n): on for n, on in wanted.items()})
