@@ -27,8 +27,8 @@ from testbed.params import Param
 from testbed.scenario import Scenario
 from topologies.mininet_topo import SpecTopo
 from topologies.routing import switch_ports_between
+from traffic.uet import ENTROPY_VALUES
 
-ENTROPY_VALUES = 16  # traffic.uet.UetTransport's default
 
 PARAMS = [
     Param("senders", int, 8, "", "number of incast senders (N)", min=1, max=64),

@@ -67,11 +67,15 @@ class _RxMsg:
         self.target = req.buf if req is not None else memoryview(self.held)
 
 
+#: entropy values (UDP source ports) a rank sprays over unless told otherwise
+ENTROPY_VALUES = 16
+
+
 class UetTransport(PdsSender, Transport):
     name = "uet"
 
     def __init__(self, rank: int, ip: str = "0.0.0.0", cc: str | None = None, dscp: int = 0, sndbuf: int = 0,
-                 rcvbuf: int = 0, mtu: int = 1500, entropy_values: int = 16, port: int = up.UET_UDP_PORT,
+                 rcvbuf: int = 0, mtu: int = 1500, entropy_values: int = ENTROPY_VALUES, port: int = up.UET_UDP_PORT,
                  rto_min_ms: float = 50.0, rto_init_ms: float = 100.0, reorder_min_ms: float = 1.0,
                  target_delay_us: float = 10_000.0, init_cwnd_packets: int = 16, max_cwnd_packets: int = 256,
                  linger_s: float = 0.3):
