@@ -56,6 +56,7 @@ class ServerFabric:
         self.build_wall_s: dict[str, float] = {}
         self.clocks: list[dict[str, dict]] = []   # each pass: server -> offset against the reference, its bound
         self.nics: dict[str, dict] = {}   # server -> its agent's nic reply (interface, MTU, GRO), by check_nics
+        self.needed_mtu: dict[str, tuple[int, str]] = {}  # server -> (MTU its NIC needs, the link needing it)
 
     def ns(self, node: str) -> str:
         """The node's namespace on its server."""
@@ -70,7 +71,7 @@ class ServerFabric:
         what was found and what is needed, when the address is on none of them or the MTU cannot carry the largest
         link crossing to that server plus VXLAN's 50 bytes (testbed.network.servernic, the servers check's rule).
         Nothing is built on any server before every one has passed. The replies are kept (:attr:`nics`)."""
-        need = servernic.needed_mtu(self.topology, self.placement)
+        self.needed_mtu = need = servernic.needed_mtu(self.topology, self.placement)
         bad = []
         for name, lk in self.links.items():
             ns = self.underlay_ns.get(name)
@@ -86,8 +87,7 @@ class ServerFabric:
     def caveats(self) -> list[str]:
         """Fidelity caveats of this split (from :meth:`check_nics`' replies): servers whose NIC merges the crossing
         frames it receives (GRO)."""
-        need = servernic.needed_mtu(self.topology, self.placement)
-        return [c for n, found in self.nics.items() if (c := servernic.gro_caveat(n, found, n in need))]
+        return [c for n, found in self.nics.items() if (c := servernic.gro_caveat(n, found, n in self.needed_mtu))]
 
     def _nic(self, name: str) -> dict | None:
         found = self.nics.get(name)
