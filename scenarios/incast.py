@@ -27,7 +27,7 @@ from testbed.params import Param
 from testbed.scenario import Scenario
 from topologies.mininet_topo import SpecTopo
 from topologies.routing import switch_ports_between
-from traffic.uet import ENTROPY_VALUES
+from traffic.uet import ENTROPY_VALUES, entropy_values_problem
 
 
 PARAMS = [
@@ -70,9 +70,9 @@ PARAMS = [
 def validate(p: dict) -> None:
     """UsageError when the parameters cannot make a valid fabric, or trimming cannot work with them."""
     spec = build_spec(p)[0]
-    if p.get("transport") != "uet" and p.get("entropy_values", ENTROPY_VALUES) != ENTROPY_VALUES:
-        raise UsageError(f"entropy_values={p['entropy_values']} needs transport=uet (a TCP connection keeps its one "
-                         "source port)")
+    problem = entropy_values_problem(p.get("transport", "tcp"), p.get("entropy_values", ENTROPY_VALUES))
+    if problem:
+        raise UsageError(problem)
     check_trim(p, spec)
 
 

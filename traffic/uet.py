@@ -71,6 +71,15 @@ class _RxMsg:
 ENTROPY_VALUES = 16
 
 
+def entropy_values_problem(transport: str, entropy_values: int) -> str | None:
+    """Why ``entropy_values`` cannot be set with ``transport`` (None: it can): only UET sprays over several source
+    ports; a TCP connection keeps its one source port and RoCE its queue pair's."""
+    if transport != "uet" and entropy_values != ENTROPY_VALUES:
+        return (f"entropy_values={entropy_values} needs transport=uet (with transport={transport} a connection "
+                "keeps its one source port)")
+    return None
+
+
 class UetTransport(PdsSender, Transport):
     name = "uet"
 

@@ -51,7 +51,6 @@ __all__ = ["JOB_PARAMS", "CollectiveJob", "RdmaCounters", "job_plan"]  # the kno
 SWEEP_COLUMNS = ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps", "busbw_gbps",
                  "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"]
 RDMA_COLUMNS = ["host", "device", "phase", "counter", "value"]
-UET_COLUMNS = ["rank", "host", "counter", "value"]
 
 
 def _uet_counters(result: dict) -> dict[str, int]:
@@ -111,15 +110,15 @@ class RdmaCounters:
 
 
 class CollectiveJob:
-    """One collective job on ``lab`` (see the module docstring). ``transport``: ``tcp`` or ``rdma`` (the lab must
-    have rxe devices); ``cc`` and ``dscp``: the agents' sockets (and the background flows' congestion control);
-    ``rdma``: the RC options (mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer); ``verify``: check every rank's
-    result; ``timeout_s``: agent start-up, and then the job, must each end within it; ``sample_interval_ms``: a
-    queue sampler from the moment the agents are connected (0: none)."""
+    """One collective job on ``lab`` (see the module docstring). ``transport``: ``tcp``, ``rdma`` (the lab must
+    have rxe devices) or ``uet``; ``cc`` and ``dscp``: the agents' sockets (and the background flows' congestion
+    control); ``rdma``: the RC options (mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer); ``uet``: UET's
+    (entropy_values); ``verify``: check every rank's result; ``timeout_s``: agent start-up, and then the job, must
+    each end within it; ``sample_interval_ms``: a queue sampler from the moment the agents are connected (0: none)."""
 
     def __init__(self, lab, plan: JobPlan, transport: str = "tcp", cc: str = "cubic", dscp: int = 0,
                  rdma: dict | None = None, verify: bool = True, timeout_s: float = 600.0,
-                 sample_interval_ms: float = 0.0, rundir=None, on_ready=None):
+                 sample_interval_ms: float = 0.0, rundir=None, on_ready=None, uet: dict | None = None):
 
         self.lab, self.plan, self.transport, self.cc, self.dscp = lab, plan, transport, cc, dscp
         # several jobs on one lab (testbed jobs): each writes its files into its own run directory, and may wait
@@ -127,6 +126,7 @@ class CollectiveJob:
         self.rundir = rundir if rundir is not None else lab.rundir
         self.on_ready = on_ready
         self.rdma_opts = dict(rdma or {})
+        self.uet_opts = dict(uet or {})
         self.verify, self.timeout_s, self.sample_interval_ms = verify, timeout_s, sample_interval_ms
         self.forks = None if os.environ.get("TESTBED_AGENT_SPAWN") == "exec" else ForkServer(netns.NETNS_DIR,
                                                                                              netns.popen)
@@ -150,6 +150,8 @@ class CollectiveJob:
         if self.transport == "rdma":
             devices = {str(r): fabric.rxe[h][0] for r, h in enumerate(pl.placement.hosts)}
             transport["rdma"] = {"devices": devices, **self.rdma_opts}
+        if self.transport == "uet" and self.uet_opts:
+            transport["uet"] = self.uet_opts
 
         faults = getattr(self.lab, "faults", None)
         return {"ranks": pl.ranks, "seed": pl.seed, "verify": self.verify, "timeout_s": self.timeout_s,
@@ -209,6 +211,9 @@ class CollectiveJob:
         # what each rank's sockets report (TCP_CONGESTION after connect): a host-config fault's own cc shows here
         rundir.manifest["cc_by_rank"] = {str(r): ",".join(m.get("cc", [])) for r, m in
                                              sorted((getattr(ctl, "ready", None) or {}).items())}
+        if self.transport == "uet":  # what each rank's transport sprays over, as it reports it
+            rundir.manifest["uet_entropy_values_by_rank"] = {
+                str(r): m.get("entropy_values") for r, m in sorted((getattr(ctl, "ready", None) or {}).items())}
         rundir.write_manifest()
         self._write(sampler)
         return self

@@ -226,7 +226,8 @@ class Collective:
         self.lab, self.settings = lab, s
         plan = s.plan(spec, lab.seed)
         self.job = CollectiveJob(lab, plan, s.transport, s.cc or spec.tcp.congestion_control, s.dscp,
-                                 dataclasses.asdict(s.rdma), s.verify, s.timeout_s, s.sample_interval_ms)
+                                 dataclasses.asdict(s.rdma), s.verify, s.timeout_s, s.sample_interval_ms,
+                                 uet={"entropy_values": s.entropy_values})
         if s.gpus_per_host > 1:
             self._scale_up()
         self._summary: dict | None = None

@@ -59,7 +59,7 @@ def _job(lab, entry, on_ready) -> CollectiveJob:
                                                           "start_s": entry.start_s}, lab.seed)
     return CollectiveJob(lab, plan, s.transport, s.cc or lab.net.spec.tcp.congestion_control, s.dscp,
                          dataclasses.asdict(s.rdma), s.verify, s.timeout_s, s.sample_interval_ms, rundir=rundir,
-                         on_ready=on_ready)
+                         on_ready=on_ready, uet={"entropy_values": s.entropy_values})
 
 
 class _Checkpoints:

@@ -28,6 +28,7 @@ from topologies import LeafSpineSpec, Topology
 from topologies.mininet_topo import spec_from_topo
 from traffic.jobplan import JobError, plan_job
 from traffic.rdma import check_path_mtu
+from traffic.uet import ENTROPY_VALUES, entropy_values_problem
 
 P, MBPS, B = Param, "Mbit/s", "bytes"
 #: the knobs of a collective job, declared once: what traffic.jobplan.plan_job reads (collective .. bg_rate_mbps,
@@ -93,6 +94,8 @@ JOB_PARAMS = [
     P("transport", str, "tcp", "", "data plane of the agents: kernel TCP, RDMA (RC verbs over an rxe SoftRoCE "
       "device per host; needs rxe:netns), or uet (Ultra Ethernet-style reliable unordered delivery over UDP, "
       "sprayed by entropy value: docs/uet.md)", choices=("tcp", "rdma", "uet")),
+    P("entropy_values", int, ENTROPY_VALUES, "", "transport=uet: UDP source ports each rank sprays a peer's packets "
+      "over in turn (UEC's entropy values; the fabric's L4 ECMP hash maps each to a path)", min=1, max=256),
     P("rdma_mtu", int, 0, B, "RDMA path MTU (256|512|1024|2048|4096; 0: the rxe port's active MTU, set by the link "
       "MTU)", min=0, max=4096),
     P("rdma_timeout", int, 16, "", "RC local ACK timeout exponent: 4.096 us x 2^value", min=1, max=31),
@@ -247,6 +250,7 @@ class CollectiveSettings:
     verify: bool = True
     timeout_s: float = 600.0
     transport: str = "tcp"
+    entropy_values: int = ENTROPY_VALUES
     rdma: Rdma = field(default_factory=Rdma)
     dscp: int = 0
     cc: str = ""
@@ -262,6 +266,9 @@ class CollectiveSettings:
             if not isinstance(v, kind) and not (v is None and name != "rdma"):
                 raise UsageError(f"{name}: expected a {kind.__name__} (got {v!r})")
         _checked(self)
+        problem = entropy_values_problem(self.transport, self.entropy_values)
+        if problem:
+            raise UsageError(problem)
 
     @classmethod
     def from_params(cls, p: Mapping[str, Any], **more: Any) -> "CollectiveSettings":

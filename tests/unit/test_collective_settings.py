@@ -70,6 +70,9 @@ def test_the_plan_is_the_scenarios():
     (lambda: Trace(""), "trace_file: a file name"),
     (lambda: Program(""), "schedule_file: a file name"),
     (lambda: Rdma(timeout=0), "rdma_timeout: must be >= 1"),
+    (lambda: CollectiveSettings(transport="uet", entropy_values=0), "entropy_values: must be >= 1"),
+    (lambda: CollectiveSettings(transport="rdma", entropy_values=64),
+     "entropy_values=64 needs transport=uet (with transport=rdma a connection keeps its one source port)"),
     (lambda: settings_for(42), "collective: a collective's name"),
 ])
 def test_a_bad_value_is_one_line_naming_the_parameter(make, message):
