@@ -5,17 +5,20 @@ One server per line, ``NAME TARGET [key=PATH] [address=IPv4] [mtu=BYTES]``; ``#`
 cluster edition names its servers (user@server over passwordless ssh) and MaxiNet's configuration file lists its
 workers with their addresses. The first server is the reference: it runs the lab and the controller, and its clock is
 the run's. ``address`` is the server's own address on the network joining the servers (what the VXLAN tunnels and
-the clock echo use; default: the target's host when that is an IPv4 literal, otherwise resolved when the servers are
-checked); ``mtu`` that network's MTU, which caps every port crossing to the server at ``mtu - 50`` (VXLAN's
-overhead).
+the clock echo use; default: the target's host when that is an IPv4 literal, otherwise the host name resolved to its
+first IPv4 address by this machine, the reference, when the file is loaded); ``mtu`` that network's MTU, which caps
+every port crossing to the server at ``mtu - 50`` (VXLAN's overhead).
 
-Pure parsing: nothing is resolved, contacted or created; every mistake is one line (UsageError) naming the line.
+:func:`parse` is pure: nothing is resolved, contacted or created; every mistake is one line (UsageError) naming the
+line. :func:`load` reads a file, parses it and resolves the host names that stand for an address.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import re
+import socket
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +47,7 @@ class Server:
     user: str | None = None
     port: int = 22
     key: str | None = None      # the ssh identity file
-    address: str | None = None  # IPv4 on the servers' network; None: resolve `host` when checking
+    address: str | None = None  # IPv4 on the servers' network; None: not given (load() resolves `host`)
     mtu: int = DEFAULT_MTU
 
     @property
@@ -96,6 +99,40 @@ def _server(fields: list[str], where: str) -> Server:
     return Server(name, target, host, user, port, opts.get("key"), address or _ipv4(host), int(mtu_text))
 
 
+def _check_unique(servers: list[Server], source: str) -> None:
+    for what, key in (("name", lambda s: s.name), ("ssh target", lambda s: (s.host, s.port)),
+                      ("address", lambda s: s.address)):
+        seen: dict = {}
+        for s in servers:
+            k = key(s)
+            if k is None:
+                continue
+            if k in seen:
+                raise UsageError(f"{source}: servers {seen[k]} and {s.name} have the same {what}")
+            seen[k] = s.name
+
+
+def resolve_addresses(servers: list[Server], source: str = "servers file",
+                      lookup=socket.getaddrinfo) -> list[Server]:
+    """The servers with ``address`` filled in for each ssh server that names a host instead of giving address=:
+    the host's first IPv4 address as this machine (the reference, which also opens the ssh connection) resolves
+    it. UsageError, one line, for a name that does not resolve, or two servers that end up at one address."""
+    out = []
+    for s in servers:
+        if s.address is None and not s.local:
+            try:
+                found = [a[4][0] for a in lookup(s.host, None, socket.AF_INET)]
+            except (socket.gaierror, UnicodeError) as e:
+                raise UsageError(f"{source}: server {s.name}: {s.host} does not resolve to an IPv4 address "
+                                 f"({getattr(e, 'strerror', None) or e}); give address=") from None
+            if not found:
+                raise UsageError(f"{source}: server {s.name}: {s.host} has no IPv4 address; give address=")
+            s = dataclasses.replace(s, address=found[0])
+        out.append(s)
+    _check_unique(out, source)
+    return out
+
+
 def parse(text: str, source: str = "servers file") -> list[Server]:
     """The servers of ``text`` in order (the first is the reference). UsageError, one line, on any mistake."""
     servers: list[Server] = []
@@ -107,26 +144,18 @@ def parse(text: str, source: str = "servers file") -> list[Server]:
         raise UsageError(f"{source}: no servers (one per line: NAME TARGET [options])")
     if len(servers) > MAX_SERVERS:
         raise UsageError(f"{source}: {len(servers)} servers, at most {MAX_SERVERS}")
-    for what, key in (("name", lambda s: s.name), ("ssh target", lambda s: (s.host, s.port)),
-                      ("address", lambda s: s.address)):
-        seen: dict = {}
-        for s in servers:
-            k = key(s)
-            if k is None:
-                continue
-            if k in seen:
-                raise UsageError(f"{source}: servers {seen[k]} and {s.name} have the same {what}")
-            seen[k] = s.name
+    _check_unique(servers, source)
     return servers
 
 
 def load(path: str | Path) -> list[Server]:
-    """The servers file at ``path`` (UsageError when it cannot be read)."""
+    """The servers file at ``path``, its host names resolved (:func:`resolve_addresses`); UsageError when it cannot
+    be read or a name does not resolve."""
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"servers file {path}: {e.strerror if isinstance(e, OSError) else 'not text'}") from None
-    return parse(text, str(path))
+    return resolve_addresses(parse(text, str(path)), str(path))
 
 
 def crossing_mtu(servers: list[Server]) -> int:

@@ -3,10 +3,12 @@ first the reference, and every mistake one line naming its line before anything 
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from testbed.errors import UsageError
-from testbed.network.serversfile import crossing_mtu, load, parse
+from testbed.network.serversfile import crossing_mtu, load, parse, resolve_addresses
 
 GOOD = """
 # the lab VM as server-2 (docs/servers.md)
@@ -58,3 +60,31 @@ def test_load_reads_a_file_and_names_a_missing_one(tmp_path):
     assert [x.name for x in load(f)] == ["server-1", "server-2", "rack3"]
     with pytest.raises(UsageError, match="servers file .*nope.txt: No such file"):
         load(tmp_path / "nope.txt")
+
+
+def test_a_host_name_without_address_is_resolved_when_loaded(tmp_path):
+    f = tmp_path / "servers.txt"
+    f.write_text("a localhost\nb root@localhost:2222 mtu=9000\n")  # an ssh server named by a host name
+    a, b = load(f)
+    assert a.address is None and b.address == "127.0.0.1" and b.host == "localhost"  # /etc/hosts, via getaddrinfo
+    assert [s.address for s in parse("a localhost\nb root@localhost:2222\n")] == [None, None]  # parse resolves nothing
+
+
+def _lookup(table):
+    def lookup(host, port, family):
+        if host not in table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(family, socket.SOCK_STREAM, 6, "", (table[host], 0))]
+    return lookup
+
+
+@pytest.mark.parametrize("text, says", [
+    ("a localhost\nb ops@emu9.example\n",
+     "srv.txt: server b: emu9.example does not resolve to an IPv4 address (Name or service not known); give address="),
+    ("a localhost\nb ops@emu1.example\nc emu2.example\n", "srv.txt: servers b and c have the same address"),
+])
+def test_a_name_that_does_not_resolve_or_resolves_to_another_servers_address_is_one_line(text, says):
+    with pytest.raises(UsageError) as e:
+        resolve_addresses(parse(text, "srv.txt"), "srv.txt", lookup=_lookup({"emu1.example": "10.0.0.5",
+                                                                              "emu2.example": "10.0.0.5"}))
+    assert str(e.value) == says
