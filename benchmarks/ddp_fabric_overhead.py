@@ -3,6 +3,7 @@
 
     sudo .venv/bin/python benchmarks/ddp_fabric_overhead.py [--rate-mbps 20] [--steps 15] [--repeats 12] [--json]
         [--results FILE]
+    .venv/bin/python benchmarks/ddp_fabric_overhead.py --pool results/A.json results/B.json   # batches together
 
 The same DDP job (examples/programs/ddp_train.py: 4 ranks over gloo, one per host, started as ``lab.launch`` and
 ``testbed run program`` start it: torchrun's environment, the project's interpreter) runs on two networks built in
@@ -35,7 +36,8 @@ within a run (each run's fastest and slowest measured step and the CV of its ste
 CVs, and fabric/bare of them: does the fabric make steps less even?) and across runs (the CV and range of the runs'
 p50s, which sets how many repeats a difference needs). Everything, every run's step times included, with the date,
 the command and the machine (CPUs, kernel, load average before and after), goes to a JSON results file (--results;
-default results/ddp_fabric_overhead-<UTC time>.json). Measured numbers are in docs/programs.md ("The fabric's
+default results/ddp_fabric_overhead-<UTC time>.json); --pool summarizes several such files' runs together (two
+batches run at different times, say) without building anything. Measured numbers are in docs/programs.md ("The fabric's
 overhead on a real program"). Exit status 1 when a run failed (the others are still reported), 2 on bad arguments.
 """
 
@@ -245,6 +247,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", default=None, help="keep the run directories here (default: a temporary directory, "
                     "removed)")
     ap.add_argument("--json", action="store_true", help="print one JSON object (every run, both sides, the ratios)")
+    ap.add_argument("--pool", nargs="+", metavar="RESULTS", default=None, help="run nothing: summarize the runs of "
+                    "these earlier results files together (same rate and steps), e.g. two batches; no root needed")
     ap.add_argument("--results", default=None, help="write that JSON object, with the date, command and machine, "
                     "here (default results/ddp_fabric_overhead-<UTC time>.json)")
     a = ap.parse_args(argv)
@@ -284,8 +288,48 @@ def results_path(given: str | None, now: float) -> Path:
     return p
 
 
+def load_pool(paths: list[str]) -> tuple[list[dict], argparse.Namespace]:
+    """Every run of earlier results files, and their common rate and steps (``repeats``: the runs a side). UsageError
+    (one line) when a file cannot be read or is not this benchmark's, or when the files differ in rate or steps."""
+    rows, seen = [], set()
+    for f in paths:
+        try:
+            d = json.loads(Path(f).read_text())
+            if not isinstance(d["runs"], list):
+                raise TypeError
+            rows += d["runs"]
+            seen.add((d["rate_mbps"], d["steps"]))
+        except (OSError, ValueError) as e:
+            raise UsageError(f"--pool {f}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
+        except (KeyError, TypeError):
+            raise UsageError(f"--pool {f}: not a results file of this benchmark (no runs, rate_mbps, steps)") from None
+    if len(seen) > 1:
+        raise UsageError(f"--pool: the files differ in (rate_mbps, steps): {sorted(seen)}; pool like with like")
+    (rate, steps), = seen
+    repeats = sum(r.get("side") == SIDES[0] for r in rows)
+    return rows, argparse.Namespace(rate_mbps=rate, steps=steps, repeats=repeats)
+
+
+def pool_main(a: argparse.Namespace) -> int:
+    """--pool: the summary over earlier batches' runs, printed (or as JSON); nothing is built or written."""
+    try:
+        rows, params = load_pool(a.pool)
+    except UsageError as e:
+        print(f"ddp_fabric_overhead: {e}", file=sys.stderr)
+        return 2
+    summary = summarize(rows, params)
+    if a.json:
+        print(json.dumps({"pooled": a.pool, **summary}, indent=1))
+    else:
+        print(f"pooled: {', '.join(a.pool)}")
+        print_report(summary)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.pool:
+        return pool_main(a)
     started = time.time()
     try:
         out = check_out_dir(a.out) if a.out else None

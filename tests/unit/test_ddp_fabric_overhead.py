@@ -63,3 +63,25 @@ def test_the_results_file_defaults_to_a_dated_name_and_refuses_a_folder(tmp_path
         bench.results_path(str(tmp_path), 0.0)
     with pytest.raises(UsageError, match="--results"):
         bench.results_path("/proc/r.json", 0.0)
+
+
+def _results(path, rate, steps, rows):
+    import json
+    path.write_text(json.dumps({"rate_mbps": rate, "steps": steps, "repeats": 1, "runs": rows}))
+    return str(path)
+
+
+def test_pooling_joins_batches_of_the_same_rate_and_steps_and_refuses_others(tmp_path):
+    a = _results(tmp_path / "a.json", 20.0, 15, [_row("fabric", 1, 110.0), _row("bare", 1, 100.0)])
+    b = _results(tmp_path / "b.json", 20.0, 15, [_row("bare", 1, 101.0), _row("fabric", 1, 111.0)])
+    rows, params = bench.load_pool([a, b])
+    assert len(rows) == 4 and (params.rate_mbps, params.steps, params.repeats) == (20.0, 15, 2)
+    assert bench.summarize(rows, params)["sides"]["bare"]["runs"] == 2
+    c = _results(tmp_path / "c.json", 100.0, 30, [_row("fabric", 1, 50.0)])
+    with pytest.raises(UsageError, match="differ in"):
+        bench.load_pool([a, c])
+    (tmp_path / "d.json").write_text('{"runs": 3}')
+    with pytest.raises(UsageError, match="not a results file"):
+        bench.load_pool([str(tmp_path / "d.json")])
+    with pytest.raises(UsageError, match="cannot read it"):
+        bench.load_pool([str(tmp_path / "none.json")])
