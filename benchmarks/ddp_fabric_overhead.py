@@ -241,8 +241,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "leaf-spine links'), Mbit/s (default 20: `testbed run program`'s)")
     ap.add_argument("--steps", type=int, default=15, help="training steps a run (the first is left out)")
     ap.add_argument("--repeats", type=int, default=12, help="runs a side, alternating (default 12: the runs' step "
-                    "p50 varies by a CV of about 2%%, and a 4%% difference took 12 a side to tell; 6 is the fewest "
-                    "whose median interval reaches 95%%)")
+                    "p50 varied by a CV of 1.4-2.5%% at 20 Mbit/s, which 12 a side bound to about +-3%%; a 4%% "
+                    "difference took 12 a side to tell; 6 is the fewest whose median interval reaches 95%%)")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="a run's program must end within this")
     ap.add_argument("--out", default=None, help="keep the run directories here (default: a temporary directory, "
                     "removed)")
