@@ -29,7 +29,8 @@ def test_a_benchmark_imports_and_parses_its_arguments(name):
 
 @pytest.mark.parametrize("args, says", [(["--steps", "2"], "--steps must be >= 3"),
                                         (["--rate-mbps", "0"], "--rate-mbps must be in"),
-                                        (["--repeats", "0"], "--repeats must be >= 1")])
+                                        (["--repeats", "0"], "--repeats must be >= 1"),
+                                        (["--results", "/proc/r.json"], "--results")])
 def test_the_ddp_overhead_benchmark_refuses_bad_values_before_building(args, says):
     """A value it cannot run is one line and exit status 2, checked before root or any fabric."""
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ddp_fabric_overhead.py"), *args],
