@@ -14,7 +14,9 @@ Every change and every reaction is an event: ``events.csv`` (t_s on the run's mo
 detail), written when the timeline closes. Kinds: link_down, link_up, routes_withdrawn, routes_restored,
 port_slow, port_restored, netem_set, netem_cleared, pause_storm, pause_storm_end, pfc_watchdog (the PFC
 controller's watchdog released a port: merged from its pfc.csv record at close), cpu_throttled, cpu_restored,
-host_config, host_changed, host_restored, fault_not_reached (a step the workload ended before).
+host_config, host_changed, host_restored, fault_not_reached (a step the workload ended before), trim_rate (a
+slowed or restored port's trimming program now drains its virtual queue at the port's new rate: the rate its map
+holds, and its trimmed packets so far, testbed.workloads.trimming).
 """
 
 from __future__ import annotations
@@ -269,11 +271,24 @@ class FaultTimeline:
                             self.fabric.port_classes(plan), mtu=plan.mtu)
         if fraction < 1.0:
             self._slow.add((node, ifname))
+            self.fabric.port_rate_now_mbps[(node, ifname)] = plan.rate_mbps * fraction
             self._event("port_slow", f"{node}:{ifname}",
                         f"rate_mbps={plan.rate_mbps * fraction:g};of_mbps={plan.rate_mbps:g}")
         else:
             self._slow.discard((node, ifname))
+            self.fabric.port_rate_now_mbps.pop((node, ifname), None)
             self._event("port_restored", f"{node}:{ifname}", f"rate_mbps={plan.rate_mbps:g}")
+        self._tell_trimming(node, ifname, plan.rate_mbps * fraction)
+
+    def _tell_trimming(self, node: str, ifname: str, rate_mbps: float) -> None:
+        """A port with a trimming program (the run's TrimRun, ``fabric.trim``) drains its virtual queue at the
+        port's new rate (else it keeps the old one: at a slowed port the virtual queue would empty faster than the
+        real one and never reach the threshold); a ``trim_rate`` event records what the program's map holds."""
+        trimming = getattr(self.fabric, "trim", None)
+        got = trimming.set_port_rate(node, ifname, rate_mbps) if trimming is not None else None
+        if got is not None:
+            self._event("trim_rate", f"{node}:{ifname}", f"drain_rate_mbps={got['drain_rate_mbps']:g};"
+                        f"trimmed_packets={got['trimmed_packets']};vq_bytes={got['vq_bytes']}")
 
     def _storm(self, node: str, ifname: str, on: bool) -> None:
         pfc = getattr(self.fabric, "pfc", None)
