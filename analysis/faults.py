@@ -12,6 +12,9 @@ back, or a port still slow, is open until the run's end):
     cpu_throttled -> cpu_restored      the host's processes ran under a CPU limit (a straggler)
     host_changed -> host_restored      the host ran with another MTU / RTOmin
     host_config                        the host had its own congestion control / ECN setting (the whole run)
+
+A slowed port with a trimming program has a ``trim_rate`` event after its port_slow and after its port_restored
+(the rate its program drains at from then, and the packets it had trimmed so far): :func:`trimmed_while_slow`.
 """
 
 from __future__ import annotations
@@ -95,6 +98,31 @@ def fault_summary(events: pd.DataFrame, run_end: float | None = None) -> dict:
     out["route_reaction_ms_max"] = max(r) if r else math.nan
     lost = events[events["kind"] == "dead_link_frames"]["detail"]
     out["dead_link_frames"] = int(sum(int(str(d).rpartition("=")[2] or 0) for d in lost))
+    out["trim_rate_events"] = int(kinds.get("trim_rate", 0))
+    out["trimmed_while_slow_packets"] = int(sum(trimmed_while_slow(events).values()))
+    return out
+
+
+def trimmed_while_slow(events: pd.DataFrame) -> dict[str, int]:
+    """Per slowed port (target): the packets its trimming program trimmed while the port was slow, from the
+    ``trim_rate`` event that followed its port_slow to the one that followed its port_restored (the program's count
+    at each). A slow interval that trimming outlived is not counted: the run finished trimming (trim.csv, its
+    totals) before the port was restored."""
+    out: dict[str, int] = {}
+    if events is None or events.empty:
+        return out
+    slow: set[str] = set()
+    since: dict[str, float] = {}
+    for e in events.sort_values("t_s", kind="stable").itertuples(index=False):
+        if e.kind == "port_slow":
+            slow.add(e.target)
+        elif e.kind == "port_restored":
+            slow.discard(e.target)
+        elif e.kind == "trim_rate" and e.target in slow:
+            since.setdefault(e.target, _field(e.detail, "trimmed_packets"))
+        elif e.kind == "trim_rate" and e.target in since:
+            n = _field(e.detail, "trimmed_packets") - since.pop(e.target)
+            out[e.target] = out.get(e.target, 0) + int(n)
     return out
 
 
@@ -138,4 +166,4 @@ def describe(overlaps: list[tuple[str, str, float]]) -> str:
 
 
 __all__ = ["INTERVAL_COLUMNS", "PAIRS", "describe", "events_table", "fault_intervals", "fault_summary", "overlapping",
-           "reaction_ms"]
+           "reaction_ms", "trimmed_while_slow"]

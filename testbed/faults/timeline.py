@@ -14,7 +14,8 @@ Every change and every reaction is an event: ``events.csv`` (t_s on the run's mo
 detail), written when the timeline closes. Kinds: link_down, link_up, routes_withdrawn, routes_restored,
 port_slow, port_restored, netem_set, netem_cleared, pause_storm, pause_storm_end, pfc_watchdog (the PFC
 controller's watchdog released a port: merged from its pfc.csv record at close), cpu_throttled, cpu_restored,
-host_config, host_changed, host_restored, fault_not_reached (a step the workload ended before).
+host_config, host_changed, host_restored, fault_not_reached (a step the workload ended before), trim_rate (a
+slowed or restored port's trimming program drains at its new rate: testbed.workloads.trimming).
 """
 
 from __future__ import annotations
@@ -265,15 +266,27 @@ class FaultTimeline:
 
     def _set_rate(self, node: str, ifname: str, fraction: float) -> None:
         plan = self.fabric.port_plan(node, ifname)
-        qdisc.set_port_rate(self._ipr(node), self._index(node, ifname), plan.rate_mbps * fraction,
-                            self.fabric.port_classes(plan), mtu=plan.mtu)
+        rate = plan.rate_mbps * fraction
+        qdisc.set_port_rate(self._ipr(node), self._index(node, ifname), rate, self.fabric.port_classes(plan),
+                            mtu=plan.mtu)
         if fraction < 1.0:
             self._slow.add((node, ifname))
-            self._event("port_slow", f"{node}:{ifname}",
-                        f"rate_mbps={plan.rate_mbps * fraction:g};of_mbps={plan.rate_mbps:g}")
+            self._event("port_slow", f"{node}:{ifname}", f"rate_mbps={rate:g};of_mbps={plan.rate_mbps:g}")
         else:
             self._slow.discard((node, ifname))
             self._event("port_restored", f"{node}:{ifname}", f"rate_mbps={plan.rate_mbps:g}")
+        self._tell_trimming(node, ifname, rate)
+
+    def _tell_trimming(self, node: str, ifname: str, rate_mbps: float) -> None:
+        """A port's trimming program (the run's TrimRun, ``fabric.trim``; one started later reads
+        ``fabric.port_rate_now_mbps``) drains at the port's new rate, else at a slowed port its virtual queue empties
+        faster than the real one and it trims late or never; a ``trim_rate`` event records what its map holds."""
+        getattr(self.fabric, "port_rate_now_mbps", {})[(node, ifname)] = rate_mbps
+        trimming = getattr(self.fabric, "trim", None)
+        got = trimming.set_port_rate(node, ifname, rate_mbps) if trimming is not None else None
+        if got is not None:
+            self._event("trim_rate", f"{node}:{ifname}", f"drain_rate_mbps={got['drain_rate_mbps']:g};"
+                        f"trimmed_packets={got['trimmed_packets']};vq_bytes={got['vq_bytes']}")
 
     def _storm(self, node: str, ifname: str, on: bool) -> None:
         pfc = getattr(self.fabric, "pfc", None)

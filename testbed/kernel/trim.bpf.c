@@ -16,14 +16,20 @@
  * the loader) has no room for it, as the real queue drops it, and the port drains it at its configured rate
  * (bytes = elapsed time / the time one byte takes, ps_per_byte, written by the loader from the port's HTB rate).
  * It equals the real backlog as long as the port sends at its configured rate whenever it has something to send,
- * which is what HTB does for a single-rate port (a port whose rate changes at run time needs the loader to write
- * the new rate). Drained any slower, it would grow by the difference under sustained full-rate load and never
- * empty: every UET packet would then be trimmed. A port sending below its rate (HTB's watchdog late on a busy
- * machine) has a real queue above the virtual one: it trims late, and its buffer may drop.
+ * which is what HTB does for a single-rate port. Drained any slower, it would grow by the difference under
+ * sustained full-rate load and never empty: every UET packet would then be trimmed. A port sending below its rate
+ * (HTB's watchdog late on a busy machine) has a real queue above the virtual one: it trims late, and its buffer
+ * may drop.
+ *
+ * A port whose rate changes at run time (a slow-port fault, testbed.faults.timeline) gets its new rate written by
+ * the loader too, with the old one and the moment of the change (prev_ps_per_byte, rate_since_ns): the time
+ * between the queue's last update and the change drains at the old rate, the time after it at the new one, so the
+ * queue is not off by the gap to the first packet after the change times the difference of the rates.
  *
  * Maps (filled and read by testbed/kernel/trim.py):
  *   config  [0] ps_per_byte, threshold_bytes, uet_port (host order), trim_priority (0: leave skb->priority),
- *           buffer_bytes
+ *           buffer_bytes, prev_ps_per_byte and rate_since_ns (the rate before the last change, and the change's
+ *           bpf_ktime_get_ns: CLOCK_MONOTONIC; 0 and 0 before any change)
  *   vq      [0] virtual queue: bytes, time of the last update, peak bytes; under a spin lock (the port's egress
  *           runs on every CPU)
  *   stats   0 packets, 1 UET data packets, 2 trimmed packets, 3 bytes cut, 4 UET data packets too short to trim
@@ -55,6 +61,8 @@ struct config {
 	__u32 uet_port;
 	__u32 trim_priority;
 	__u64 buffer_bytes;
+	__u64 prev_ps_per_byte;
+	__u64 rate_since_ns;
 };
 
 struct vqueue {
@@ -141,6 +149,20 @@ static __always_inline int trim(struct __sk_buff *skb)
 	return 0;
 }
 
+/* Bytes the port sent between `from` and `now` (ns): at the rate before the last change up to the change, at the
+ * current rate after it. */
+static __always_inline __u64 drained_bytes(const struct config *cfg, __u64 from, __u64 now)
+{
+	__u64 out = 0, until;
+
+	if (cfg->rate_since_ns > from && cfg->prev_ps_per_byte) {
+		until = cfg->rate_since_ns < now ? cfg->rate_since_ns : now;
+		out = (until - from) * 1000 / cfg->prev_ps_per_byte;
+		from = until;
+	}
+	return out + (now - from) * 1000 / cfg->ps_per_byte;
+}
+
 SEC("tc")
 int uet_trim(struct __sk_buff *skb)
 {
@@ -158,7 +180,7 @@ int uet_trim(struct __sk_buff *skb)
 	now = bpf_ktime_get_ns();
 	bpf_spin_lock(&q->lock);
 	if (now > q->t_ns) {
-		drained = (now - q->t_ns) * 1000 / cfg->ps_per_byte;
+		drained = drained_bytes(cfg, q->t_ns, now);
 		q->bytes = q->bytes > drained ? q->bytes - drained : 0;
 		q->t_ns = now;
 	}

@@ -7,12 +7,15 @@ class (``trim_minor``: HTB class 1:<trim_minor>) when the port has one. A port w
 header then waits in the same queue as the data, behind at most the threshold's worth of bytes, and arrives (the
 NACK is late by that queue, not by a timeout); what it cannot get is the priority.
 
-The maps stay open in this process: the caller reads the counters and the virtual queue's peak at the end."""
+The maps stay open in this process: the caller reads the counters and the virtual queue's peak at the end, and
+writes the port's new rate when a fault changes it at run time (:meth:`Trimmer.set_drain_rate`), so the virtual
+queue drains as the slowed port does."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import time
 from pathlib import Path
 
 from .ebpf import BpfObject, compile_object
@@ -28,7 +31,8 @@ FILTER_PRIO = 3  # the filter's priority on the egress hook (a flowlet balancer'
 
 class _Config(ctypes.Structure):
     _fields_ = [("ps_per_byte", ctypes.c_uint64), ("threshold_bytes", ctypes.c_uint64),
-                ("uet_port", ctypes.c_uint32), ("trim_priority", ctypes.c_uint32), ("buffer_bytes", ctypes.c_uint64)]
+                ("uet_port", ctypes.c_uint32), ("trim_priority", ctypes.c_uint32), ("buffer_bytes", ctypes.c_uint64),
+                ("prev_ps_per_byte", ctypes.c_uint64), ("rate_since_ns", ctypes.c_uint64)]
 
 
 class _VQueue(ctypes.Structure):
@@ -67,6 +71,30 @@ class Trimmer:
         prio = (HTB_MAJOR << 16 | trim_minor) if trim_minor else 0
         self.obj.update("config", ctypes.c_uint32(0), _Config(ps_per_byte(rate_mbps), int(threshold_bytes),
                                                               int(port), prio, int(buffer_bytes)))
+
+    def set_drain_rate(self, rate_mbps: float) -> float:
+        """The port's rate changed now (a slow-port fault, or its end): drain the virtual queue at `rate_mbps` from
+        now on, at the old rate up to now (the program's drained_bytes). Returns the rate the map now holds."""
+        cfg = self._config()
+        cfg.prev_ps_per_byte, cfg.rate_since_ns = cfg.ps_per_byte, time.monotonic_ns()  # bpf_ktime_get_ns's clock
+        cfg.ps_per_byte = ps_per_byte(rate_mbps)
+        self.obj.update("config", ctypes.c_uint32(0), cfg)
+        return self.drain_rate_mbps()
+
+    def drain_rate_mbps(self) -> float:
+        """The rate the program drains its virtual queue at, as its config map holds it (Mbit/s)."""
+        return 8e6 / self._config().ps_per_byte
+
+    def vq_bytes(self) -> int:
+        """The virtual queue's bytes at its last update (the last packet through the port)."""
+        q = _VQueue()
+        return int(q.bytes) if self.obj.lookup("vq", ctypes.c_uint32(0), q) else 0
+
+    def _config(self) -> _Config:
+        cfg = _Config()
+        if not self.obj.lookup("config", ctypes.c_uint32(0), cfg) or cfg.ps_per_byte == 0:
+            raise RuntimeError("the trimming program's config map holds no rate")
+        return cfg
 
     def close(self) -> None:
         self.obj.close()

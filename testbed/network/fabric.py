@@ -86,6 +86,10 @@ class Fabric:
         self.offloads: dict[str, dict[str, bool]] = {}
         self.cc_default_failed: list[str] = []  # hosts where the namespace default cc could not be set
         self.pfc = None  # the run's PFC controller (testbed.pfc.run.start_pfc), for pause-storm faults
+        # the run's packet trimming (testbed.workloads.trimming.TrimRun), told by the fault timeline when a port's
+        # rate changes, and the ports whose rate a fault changed, at their rate now (a TrimRun started later uses it)
+        self.trim = None
+        self.port_rate_now_mbps: dict[tuple[str, str], float] = {}
         lb = getattr(topology, "load_balancing", "ecmp")
         if share is not None and lb != "ecmp":
             raise UsageError(f"load_balancing={lb} is not built over servers yet (ECMP only)")

@@ -18,6 +18,10 @@ counter, value``: each port's program counters and its virtual queue's peak at t
 buffer it trimmed with: threshold_bytes, buffer_bytes); the summary's numbers are analysis.uet.trim_metrics over
 it. The programs are detached at :meth:`TrimRun.finish` or at teardown.
 
+A port whose rate a fault changes at run time (``slow-port``, and its end) is a slower port: the fault timeline
+tells the run (``fabric.trim``, :meth:`TrimRun.set_port_rate`), the port's program drains its virtual queue at the
+new rate, and the timeline records a ``trim_rate`` event (the rate the program's map holds, its trims so far).
+
 Scenarios take :data:`TRIM_PARAMS`; :func:`trim_wanted` resolves ``trim=auto``; :func:`check_run` refuses what
 cannot work before anything is built.
 """
@@ -25,6 +29,7 @@ cannot work before anything is built.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Callable
 
 from analysis.load import load_csv
@@ -145,6 +150,7 @@ class TrimRun:
         self.limits: dict[tuple[str, str], dict[str, int]] = {}  # per port: threshold_bytes, buffer_bytes
         self._summary: dict | None = None
         self._stats: dict[tuple[str, str], dict[str, int]] | None = None
+        self._lock = threading.RLock()  # the fault timeline's thread changes rates while the run installs or closes
 
     def install(self) -> "TrimRun":
         """Load and attach the program on every switch port (UsageError before anything is loaded when a port cannot
@@ -152,21 +158,37 @@ class TrimRun:
         problem = next(filter(None, (port_problem(pl, self.threshold_bytes, LAB_NAMES) for pl in self.ports)), None)
         if problem:
             raise UsageError(problem)
-        try:
-            for plan in self.ports:
-                buf, thr = port_buffer_bytes(plan), threshold_for(plan, self.threshold_bytes)
-                ns = self.fabric.ns(plan.node)
-                idx = links.index(ns, plan.ifname)
-                self.limits[(plan.node, plan.ifname)] = {"threshold_bytes": thr, "buffer_bytes": buf}
-                with netns.ipr(ns) as ipr:
-                    self.loaded[(plan.node, plan.ifname)] = (idx, ktrim.install(ipr, idx, plan.rate_mbps, thr, buf))
-        except BaseException:
-            self.close()
-            raise
+        rate_now = getattr(self.fabric, "port_rate_now_mbps", {})
+        with self._lock:
+            self.fabric.trim = self  # a rate change from now on waits for the lock, then finds the port loaded
+            try:
+                for plan in self.ports:
+                    key = (plan.node, plan.ifname)
+                    buf, thr = port_buffer_bytes(plan), threshold_for(plan, self.threshold_bytes)
+                    ns = self.fabric.ns(plan.node)
+                    idx = links.index(ns, plan.ifname)
+                    self.limits[key] = {"threshold_bytes": thr, "buffer_bytes": buf}
+                    with netns.ipr(ns) as ipr:
+                        self.loaded[key] = (idx, ktrim.install(ipr, idx, rate_now.get(key, plan.rate_mbps), thr, buf))
+            except BaseException:
+                self.close()
+                raise
         thr = sorted({threshold_for(pl, self.threshold_bytes) for pl in self.ports})
         self.progress(f"packet trimming on {len(self.loaded)} switch ports, threshold "
                       f"{'/'.join(map(str, thr))} bytes of the port's queue")
         return self
+
+    def set_port_rate(self, node: str, ifname: str, rate_mbps: float) -> dict[str, float] | None:
+        """Port `node:ifname` sends at `rate_mbps` from now (the fault timeline changed its HTB rate): its program's
+        virtual queue drains at that rate from now on. Returns what the program's maps hold after the change
+        (drain_rate_mbps, and trimmed_packets and vq_bytes so far), or None when the port has no program (not a
+        switch port, or trimming has finished)."""
+        with self._lock:
+            if (node, ifname) not in self.loaded:
+                return None
+            t = self.loaded[(node, ifname)][1]
+            got = t.set_drain_rate(rate_mbps)
+            return {"drain_rate_mbps": got, "trimmed_packets": t.stats()["trimmed_packets"], "vq_bytes": t.vq_bytes()}
 
     def counters(self) -> dict[tuple[str, str], dict[str, int]]:
         """Per port (node, ifname) the program's counters and its virtual queue's peak (kept once read at close)."""
@@ -193,15 +215,18 @@ class TrimRun:
 
     def close(self) -> None:
         """Detach every port's program and unload it (idempotent; a namespace already gone took its filter)."""
-        if self.loaded and self._stats is None:
-            with contextlib.suppress(Exception):
-                self._stats = {k: t.stats() for k, (_i, t) in sorted(self.loaded.items())}
-        for (node, _ifname), (idx, t) in list(self.loaded.items()):
-            with contextlib.suppress(Exception), netns.ipr(self.fabric.ns(node)) as ipr:
-                ktrim.detach(ipr, idx, clsact=t.created_clsact)
-            with contextlib.suppress(Exception):
-                t.close()
-        self.loaded.clear()
+        with self._lock:
+            if getattr(self.fabric, "trim", None) is self:
+                self.fabric.trim = None
+            if self.loaded and self._stats is None:
+                with contextlib.suppress(Exception):
+                    self._stats = {k: t.stats() for k, (_i, t) in sorted(self.loaded.items())}
+            for (node, _ifname), (idx, t) in list(self.loaded.items()):
+                with contextlib.suppress(Exception), netns.ipr(self.fabric.ns(node)) as ipr:
+                    ktrim.detach(ipr, idx, clsact=t.created_clsact)
+                with contextlib.suppress(Exception):
+                    t.close()
+            self.loaded.clear()
 
 
 def start_trimming(fabric, rundir, on_teardown: Callable[[Callable[[], object]], None], threshold_bytes: int = 0,

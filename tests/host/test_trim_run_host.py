@@ -72,3 +72,29 @@ def test_trimming_goes_on_every_switch_port_trims_a_uet_incast_and_comes_off(tmp
     assert got[("h1", "trimmed_received")] == s["uet_trimmed_packets"], (got, s)  # every trimmed header arrived
     assert lab.summary.get("uet_trimmed_packets") == s["uet_trimmed_packets"]  # the lab's end put them in its summary
     assert not set(netns.list_ours()) - before
+
+
+def test_a_slow_port_fault_slows_the_trimming_programs_drain_and_the_port_trims_while_slow(tmp_path):
+    """slow-port leaf1:h1 (the receiver's port, 20 -> 5 Mbit/s) for good: while it is slow, the port's program
+    drains its virtual queue at 5 Mbit/s (its config map) and trims; when the lab ends the timeline restores the
+    port before trimming finishes, and the map is back at 20 Mbit/s (the trim_rate event reads it back)."""
+    topo = LeafSpineTopo(spines=1, leaves=2, hosts_per_leaf=2, host_rate_mbps=20, fabric_rate_mbps=40,
+                         leaf_down_queue=QueueSpec("droptail", buffer_bytes=12_000))
+    with Lab(topo, out=tmp_path / "slow", quiet=True) as lab:
+        tr = lab.trim()  # before lab.at(): the lab's end closes the timeline (restoring the port) first
+        lab.at(0.0, "slow-port leaf1:h1 fraction=0.25")
+        program = tr.loaded[("leaf1", "h1")][1]
+        assert program.drain_rate_mbps() == pytest.approx(20.0)
+        lab.burst(["h2", "h3", "h4"], "h1", 24_000, rounds=2, transport="uet")
+        slow_rate = program.drain_rate_mbps()
+        trimmed = tr.counters()[("leaf1", "h1")]["trimmed_packets"]
+        others = {k: (tr.loaded[k][1].drain_rate_mbps(), lab.net.fabric.port_plan(*k).rate_mbps)
+                  for k in tr.loaded if k != ("leaf1", "h1")}
+    assert slow_rate == pytest.approx(5.0) and trimmed > 0, (slow_rate, trimmed)
+    assert all(now == pytest.approx(planned) for now, planned in others.values()), others  # the others untouched
+    with open(tmp_path / "slow" / "events.csv") as f:
+        ev = [r for r in csv.DictReader(f) if r["kind"] == "trim_rate"]
+    assert [(r["target"], r["detail"].split(";")[0]) for r in ev] == [("leaf1:h1", "drain_rate_mbps=5"),
+                                                                      ("leaf1:h1", "drain_rate_mbps=20")], ev
+    at_slow = int(ev[0]["detail"].split("trimmed_packets=")[1].split(";")[0])
+    assert lab.summary["trimmed_while_slow_packets"] == trimmed - at_slow, lab.summary

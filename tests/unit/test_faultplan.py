@@ -9,7 +9,8 @@ import re
 import pandas as pd
 import pytest
 
-from analysis.faults import describe, fault_intervals, fault_summary, overlapping, reaction_ms
+from analysis.faults import (describe, fault_intervals, fault_summary, overlapping, reaction_ms,
+                             trimmed_while_slow)
 from testbed.faults import plan as faultplan
 from testbed.errors import UsageError
 from topologies import LeafSpineSpec, LinkSpec
@@ -165,6 +166,21 @@ def test_restored_at_close_ends_every_open_withdrawal():
                   (3.0, "routes_restored", "all", "at_close")])
     iv = fault_intervals(ev)
     assert sorted(iv["end_s"]) == [3.0, 3.0]
+
+
+def test_trims_while_slow_count_from_the_trim_rate_after_port_slow_to_the_one_after_port_restored():
+    ev = _events([(1.0, "port_slow", "leaf1:h1", "rate_mbps=5;of_mbps=20"),
+                  (1.0, "trim_rate", "leaf1:h1", "drain_rate_mbps=5;trimmed_packets=40;vq_bytes=0"),
+                  (3.0, "port_restored", "leaf1:h1", "rate_mbps=20"),
+                  (3.0, "trim_rate", "leaf1:h1", "drain_rate_mbps=20;trimmed_packets=940;vq_bytes=9000"),
+                  (4.0, "port_slow", "leaf1:h1", "rate_mbps=5;of_mbps=20"),  # trimming finished before its end:
+                  (4.0, "trim_rate", "leaf1:h1", "drain_rate_mbps=5;trimmed_packets=950;vq_bytes=0"),
+                  (5.0, "port_slow", "spine1:leaf1", "rate_mbps=4;of_mbps=40"),  # no trimming program there
+                  (6.0, "port_restored", "spine1:leaf1", "rate_mbps=40")])
+    assert trimmed_while_slow(ev) == {"leaf1:h1": 900}  # the second interval had no restoring trim_rate: uncounted
+    s = fault_summary(ev)
+    assert s["trim_rate_events"] == 3 and s["trimmed_while_slow_packets"] == 900
+    assert trimmed_while_slow(_events([])) == {}
 
 
 # ---- host faults ----
