@@ -126,6 +126,30 @@ def trimmed_while_slow(events: pd.DataFrame) -> dict[str, int]:
     return out
 
 
+def configured_rate_mbps(events: pd.DataFrame | None, port: str, planned_mbps: float,
+                         spans: list[tuple[float, float]]) -> float:
+    """``port``'s (node:ifname) configured rate averaged over ``spans`` ((start_s, end_s) on the events' clock): its
+    planned rate, and while a slow-port fault held it (port_slow .. port_restored) the fault's ``rate_mbps``. What a
+    busy port could have sent in those spans: a check of how busy a bottleneck was must not count a fault's slowing
+    as the machine's."""
+    total = sum(max(0.0, b - a) for a, b in spans)
+    if total <= 0:
+        return planned_mbps
+    slow = []
+    if events is not None and len(events):
+        rate_at = {float(e.t_s): _field(e.detail, "rate_mbps") for e in events.itertuples(index=False)
+                   if e.kind == "port_slow" and e.target == port}
+        iv = fault_intervals(events, run_end=math.inf)
+        slow = [(r.start_s, r.end_s, rate_at.get(float(r.start_s), planned_mbps))
+                for r in iv[(iv["what"] == "slow") & (iv["target"] == port)].itertuples(index=False)]
+    megabits = 0.0
+    for a, b in spans:
+        megabits += planned_mbps * max(0.0, b - a)
+        for s, e, rate in slow:
+            megabits += (rate - planned_mbps) * max(0.0, min(b, e) - max(a, s))
+    return megabits / total
+
+
 def _field(detail, key: str) -> float:
     """The number after ``key=`` in an event's ``a=1;b=2`` detail (0 if absent)."""
     for part in str(detail).split(";"):

@@ -80,15 +80,16 @@ def needs_for(p: dict) -> tuple[str, ...]:
     return bottleneck_needs(p) + trim_needs(p)
 
 
-def _unfaithful(p: dict, q: dict, util: float, drops: int, tm: dict, bottleneck: str) -> list[str]:
+def _unfaithful(p: dict, q: dict, util: float, drops: int, timeouts: int, bottleneck: str) -> list[str]:
     """Why this run is not faithful (analysis.fidelity): a busy CPU, a slow queue sampler, a shaper over its rate,
-    a machine-limited bottleneck."""
+    a machine-limited bottleneck (``util``: against what its configured rate allowed; ``timeouts``: TCP's and UET's
+    timer expiries, which may leave it idle legitimately)."""
     from analysis import fidelity
 
     return fidelity.reasons(fidelity.cpu_busy(q["cpu_busy_fraction"]),
                             fidelity.sampling_too_slow(q["queue_sample_interval_s"], p["sample_interval_ms"] / 1e3),
                             fidelity.shaper_over_rate(util),
-                            fidelity.machine_limited(util, drops, tm.get("tcp_timeouts", 0), bottleneck))
+                            fidelity.machine_limited(util, drops, timeouts, bottleneck))
 
 
 def _transport_numbers(p: dict, run, tm: dict, delta: dict, receiver: str, trim_numbers: dict) -> dict:
@@ -105,7 +106,9 @@ def _transport_numbers(p: dict, run, tm: dict, delta: dict, receiver: str, trim_
 
 def experiment(p: dict, lab) -> dict:
     from analysis import summary as asum
+    from analysis.faults import configured_rate_mbps
     from analysis.metrics import round_times
+    from analysis.uet import uet_metrics
 
     _, receiver, senders, bottleneck = build_spec(p, lab.seed)
     n, block, rounds = p["senders"], p["block_bytes"], p["rounds"]
@@ -130,9 +133,15 @@ def experiment(p: dict, lab) -> dict:
                                 float(run.rounds["end_s"].max()))
     tm = asum.tcp_metrics(run.tcp)
     q = queues.stats()
-    busy_s = float(round_times(run.rounds)["round_s"].sum())
-    util = port.total("sent_bytes") * 8 / busy_s / 1e6 / p["host_rate_mbps"] if busy_s > 0 else 0.0
-    reasons = _unfaithful(p, q, util, drops, tm, ":".join(bottleneck))
+    spans = round_times(run.rounds)
+    busy_s = float(spans["round_s"].sum())
+    # what the bottleneck could send in the rounds: its planned rate, or a slow-port fault's while one held it
+    could_mbps = configured_rate_mbps(lab.fault_events(), ":".join(bottleneck), p["host_rate_mbps"],
+                                      list(zip(spans["start_s"], spans["end_s"])))
+    util = port.total("sent_bytes") * 8 / busy_s / 1e6 / could_mbps if busy_s > 0 else 0.0
+    timeouts = tm.get("tcp_timeouts", 0) + (uet_metrics(run.uet).get("uet_rto_events", 0)
+                                            if p["transport"] == "uet" else 0)
+    reasons = _unfaithful(p, q, util, drops, timeouts, ":".join(bottleneck))
     got = q["queue_sample_interval_s"]
     return {
         "senders": n,

@@ -363,6 +363,15 @@ class Lab:
         return {h.name: self.faults.hosts.cc_of(h.name) for h in self.net.fabric.topology.hosts
                 if self.faults.hosts.cc_of(h.name)}
 
+    def fault_events(self):
+        """The fault timeline's events so far (a DataFrame with events.csv's columns: t_s on the monotonic clock,
+        kind, target, detail), for a scenario's own checks before the lab ends; None without faults."""
+        if self.faults is None:
+            return None
+        import pandas as pd
+
+        return pd.DataFrame(list(self.faults.events), columns=EVENT_COLUMNS)
+
     def start_workload(self) -> None:
         """t = 0 of the fault timeline (the first call counts; traffic started by the Lab calls it)."""
         if self.faults is not None:

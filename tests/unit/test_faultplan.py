@@ -281,3 +281,18 @@ def test_a_pause_storm_is_an_interval_and_the_watchdog_releases_are_counted():
     assert [(r.what, r.target, r.start_s, r.end_s) for r in iv.itertuples()] == [("storming", "leaf2:h4", 1.1, 3.1)]
     s = fault_summary(ev, run_end=4.0)
     assert s["storming_ms_total"] == pytest.approx(2000.0) and s["pfc_watchdog_fired"] == 2, s
+
+
+def test_a_ports_configured_rate_over_rounds_counts_a_slow_port_faults_rate_while_it_held():
+    from analysis.faults import configured_rate_mbps
+
+    ev = _events([(10.0, "port_slow", "leaf1:h1", "rate_mbps=5;of_mbps=20"),
+                  (10.0, "port_slow", "leaf2:h3", "rate_mbps=1;of_mbps=20"),  # another port: not this one's
+                  (12.0, "port_restored", "leaf1:h1", "rate_mbps=20")])
+    # rounds 9-11 (half slow) and 11.5-12.5 (half slow): (20 x 1 + 5 x 1) + (5 x 0.5 + 20 x 0.5) over 3 s
+    assert configured_rate_mbps(ev, "leaf1:h1", 20.0, [(9.0, 11.0), (11.5, 12.5)]) == pytest.approx(37.5 / 3)
+    assert configured_rate_mbps(ev, "leaf1:h2", 20.0, [(9.0, 11.0)]) == 20.0   # never slowed
+    assert configured_rate_mbps(None, "leaf1:h1", 20.0, [(9.0, 11.0)]) == 20.0  # no faults at all
+    open_ = ev.iloc[:1]  # slowed for the whole run: the timeline restores it only when the lab ends
+    assert configured_rate_mbps(open_, "leaf1:h1", 20.0, [(10.0, 11.0), (11.0, 13.0)]) == pytest.approx(5.0)
+    assert configured_rate_mbps(ev, "leaf1:h1", 20.0, []) == 20.0
