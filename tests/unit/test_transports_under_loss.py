@@ -1,0 +1,44 @@
+"""benchmarks/transports_under_loss.py's pure parts: the rotation that interleaves the cells, the summary keys it
+reads per transport, and the table over rows of several sessions."""
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("transports_under_loss",
+                                               ROOT / "benchmarks" / "transports_under_loss.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_every_round_runs_each_cell_once_and_each_cell_takes_every_place():
+    ts, losses = ["tcp", "rdma", "uet"], [0.0, 1.0]
+    rounds = [bench.cells(ts, losses, r) for r in range(6)]
+    for cells in rounds:
+        assert sorted(cells) == sorted((t, x) for t in ts for x in losses)
+    for place in range(6):
+        assert len({cells[place] for cells in rounds}) == 6
+
+
+def test_metrics_reads_each_transports_own_counters():
+    s = {"cct_ms_p50": 800.0, "cct_ms_p99": 900.0, "data_verified": True, "tcp_retrans_segs": 22, "tcp_timeouts": 1,
+         "wire_roce_retransmitted_packets": 300, "rdma_retransmit_events": 26, "rdma_timeout_retries": 2,
+         "uet_retransmitted_packets": 21, "uet_retransmitted_bytes": 30800, "uet_rto_events": 4}
+    assert bench.metrics("tcp", s)["retrans_pkts"] == 22 and bench.metrics("tcp", s)["timer_expiries"] == 1
+    rdma = bench.metrics("rdma", s)
+    assert (rdma["retrans_pkts"], rdma["recovery_rounds"], rdma["timer_expiries"]) == (300, 26, 2)
+    uet = bench.metrics("uet", s)
+    assert (uet["retrans_pkts"], uet["retrans_bytes"], uet["timer_expiries"]) == (21, 30800, 4)
+    assert uet["cct_p50_ms"] == 800.0 and uet["cct_p99_ms"] == 900.0
+
+
+def test_the_table_gives_medians_slowdowns_and_leaves_out_failed_runs():
+    rows = [{"transport": "tcp", "loss": loss, "seed": i, "cct_p50_ms": base * (1 + loss) + i,
+             "cct_p99_ms": base * (1 + loss) + 2 * i, "retrans_pkts": 10 * loss, "timer_expiries": 0}
+            for i in range(4) for loss in (0.0, 1.0) for base in (100.0,)]
+    rows.append({"transport": "uet", "loss": 1.0, "seed": 9, "error": "RunFailed: agent died"})
+    text = bench.table(rows, [0.0, 1.0])
+    assert "| runs (loss 0% / 1%) | 4 / 4 |" in text
+    assert "| CCT p50 ms, loss 0% | 102 [100, 103] |" in text
+    assert "| slowdown p50 1%/0% | 1.99 [" in text and "A > B" in text
+    assert "left out: 1 runs: uet 1% seed 9: RunFailed: agent died" in text
