@@ -1,7 +1,8 @@
 """The sender's half of the agents' UET transport (traffic.uet): the state of one peer pair (UEC's PDC: its PSN
 space, the packets in flight, the window) and what the packet delivery sublayer does with it on the sending side:
 transmission over the entropy values, the window (traffic.uet_cc.Nscc) with pacing below one packet, retransmission
-on NACK, on SACK-revealed loss (traffic.uet_sack.lost) and on the timer, and the processing of ACKs and NACKs.
+on NACK, on SACK-revealed loss (per entropy value, traffic.uet_sack.lost_on_paths, or RACK's rule over the peer
+pair, traffic.uet_sack.lost) and on the timer, and the processing of ACKs and NACKs.
 
 :class:`PdsSender` is a mixin of traffic.uet.UetTransport (it uses the transport's sockets, clock settings and
 counters); the module docstring of traffic.uet says what each mechanism stands for and what is simplified."""
