@@ -326,7 +326,7 @@ class UetTransport(PdsSender, Transport):
         self._recv_all()
         for p in self.peers.values():
             self._pump(p)
-        wait = self._check_rto(time.monotonic_ns())
+        wait = min(self._check_rto(time.monotonic_ns()), self._check_reorder(time.monotonic_ns()))
         if self.ready:
             timeout_s = 0.0
         t = time.monotonic()
@@ -338,6 +338,7 @@ class UetTransport(PdsSender, Transport):
         if events:
             self._recv_all()
         self._check_rto(time.monotonic_ns())
+        self._check_reorder(time.monotonic_ns())
         for p in self.peers.values():
             self._pump(p)
         out, self.ready = self.ready, []

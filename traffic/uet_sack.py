@@ -110,15 +110,26 @@ def lost_on_paths(sent: dict[int, tuple[int, int]], delivered_sent_ns: int, deli
 
     * path order: sent on `delivered_ev` before the delivered one (one path keeps its packets in order);
     * time (fallback): sent more than `reorder_ns` before the delivered one (RACK's rule) and more than
-      ``overdue_ns(ev)`` before `now_ns` (late on its own path)."""
+      ``overdue_ns(ev)`` before `now_ns` (late on its own path; :func:`next_overdue_ns` says when to look again)."""
     order, timed = [], []
     limit = delivered_sent_ns - reorder_ns
     for p, (t, ev) in sent.items():
         if ev == delivered_ev and t < delivered_sent_ns:
             order.append(p)
-        elif t < limit and now_ns - t > overdue_ns(ev):
+        elif t < limit and now_ns - t >= overdue_ns(ev):
             timed.append(p)
     return order, timed
 
 
-__all__ = ["PathRtt", "ReceiveWindow", "SACK_BITS", "acked", "lost", "lost_on_paths"]
+def next_overdue_ns(sent: dict[int, tuple[int, int]], delivered_sent_ns: int, reorder_ns: int,
+                    overdue_ns) -> int | None:
+    """When the time rule of :func:`lost_on_paths` will next declare a packet of `sent` lost if nothing else is
+    delivered: the earliest ``t + overdue_ns(ev)`` of the packets already a reorder window older than the latest
+    delivered one (RACK's reordering timer, RFC 8985's RACK_detect_loss_and_arm_timer: at a flow's tail no later ACK
+    comes to re-check); None if
+    there is none."""
+    limit = delivered_sent_ns - reorder_ns
+    return min((t + overdue_ns(ev) for t, ev in sent.values() if t < limit), default=None)
+
+
+__all__ = ["next_overdue_ns", "PathRtt", "ReceiveWindow", "SACK_BITS", "acked", "lost", "lost_on_paths"]

@@ -62,6 +62,8 @@ class PeerState:
         self.srtt_s = 0.0
         self.rttvar_s = 0.0
         self.paths = uet_sack.PathRtt(n_ev)  # per-EV RTT: the loss rule's allowance follows each path's delay
+        self.rack_xmit_ns = 0  # send time of the latest-sent transmission delivered so far (RACK.xmit_ts)
+        self.reorder_at_ns: int | None = None  # the reordering timer: re-check the time rule then
         self.backoff = 1
         self.next_tx_s = 0.0  # paced (window below one packet): no transmission before this instant
         self.rx = uet_sack.ReceiveWindow()
@@ -240,17 +242,40 @@ class PdsSender:
             if lost:
                 self._retransmit(p, lost, "fast_retransmits")
             return
+        p.rack_xmit_ns = max(p.rack_xmit_ns, h.ts_ns)
+        self._path_losses(p, h.ts_ns, ev, now_ns)
+
+    def _path_losses(self, p: PeerState, delivered_ns: int, ev: int | None, now_ns: int) -> None:
+        """traffic.uet_sack.lost_on_paths for a delivery of a packet sent at `delivered_ns` on `ev` (None: the
+        reordering timer's re-check against the latest delivery); resend what it finds and re-arm the timer."""
+        reorder_ns = int(max(self.reorder_min_s, p.srtt_s / 4) * 1e9)
         reorder_min_ns = int(self.reorder_min_s * 1e9)
         peer_ns = int((p.srtt_s + max(4 * p.rttvar_s, p.srtt_s / 4, self.reorder_min_s)) * 1e9)
-        order, timed = uet_sack.lost_on_paths(
-            {psn: (k.t_sent_ns, k.ev) for psn, k in p.outstanding.items() if psn not in p.queued}, h.ts_ns, ev,
-            reorder_ns, now_ns, lambda e: p.paths.overdue_ns(e, reorder_min_ns, peer_ns))
-        if order:
-            p.stats["path_order_losses"] += len(order)
-            self._retransmit(p, order, "fast_retransmits")
-        if timed:
-            p.stats["path_time_losses"] += len(timed)
-            self._retransmit(p, timed, "fast_retransmits")
+
+        def overdue(e: int) -> int:
+            return p.paths.overdue_ns(e, reorder_min_ns, peer_ns)
+
+        sent = {psn: (k.t_sent_ns, k.ev) for psn, k in p.outstanding.items() if psn not in p.queued}
+        order, timed = uet_sack.lost_on_paths(sent, delivered_ns, ev, reorder_ns, now_ns, overdue)
+        for lost, counter in ((order, "path_order_losses"), (timed, "path_time_losses")):
+            if lost:
+                p.stats[counter] += len(lost)
+                self._retransmit(p, lost, "fast_retransmits")
+                for psn in lost:
+                    del sent[psn]
+        p.reorder_at_ns = uet_sack.next_overdue_ns(sent, p.rack_xmit_ns, reorder_ns, overdue)
+
+    def _check_reorder(self, now_ns: int) -> float:
+        """The reordering timer of loss_rule "path": re-check the time rule of every peer whose timer is due (at a
+        flow's tail no later ACK would); return the seconds until the next one (inf if none)."""
+        nxt = float("inf")
+        for p in self.peers.values():
+            if p.reorder_at_ns is not None and now_ns >= p.reorder_at_ns:
+                self._path_losses(p, p.rack_xmit_ns, None, now_ns)
+                self._pump(p)
+            if p.reorder_at_ns is not None:
+                nxt = min(nxt, max(0.0, (p.reorder_at_ns - now_ns) / 1e9))
+        return nxt
 
     def _on_nack(self, p: PeerState, h: up.Header, now_ns: int) -> None:
         p.stats["nacks_received"] += 1

@@ -10,7 +10,7 @@ import pytest
 from traffic import uet_packet as up
 from traffic.jobplan import payload_efficiency
 from traffic.uet_cc import Nscc, NsccParams
-from traffic.uet_sack import SACK_BITS, PathRtt, ReceiveWindow, acked, lost, lost_on_paths
+from traffic.uet_sack import SACK_BITS, PathRtt, ReceiveWindow, acked, lost, lost_on_paths, next_overdue_ns
 from traffic.transport import Request
 from traffic.uet_tx import PdsSender, PeerState, TxMessage, TxPacket
 
@@ -92,6 +92,12 @@ def test_path_rule_time_fallback_needs_both_racks_window_and_lateness_on_the_pac
     # its path's allowance (3_000 > 1_000); 21 is still within the slow path's 50_000; 22 is inside the window
     assert lost_on_paths(sent, 3_000, 1, 500, 4_000, overdue) == ([], [20])
     assert lost_on_paths(sent, 3_000, 1, 500, 52_000, overdue) == ([], [20, 21])
+    # with no later ACK the reordering timer must look again when 20 (fast path) falls due: 1_000 + 1_000;
+    # once 20 is resent, at 21's due time on the slow path; 22 is not yet a reorder window older than the delivery
+    assert next_overdue_ns(sent, 3_000, 500, overdue) == 2_000
+    del sent[20]
+    assert next_overdue_ns(sent, 3_000, 500, overdue) == 51_000
+    assert next_overdue_ns({22: (2_800, 2)}, 3_000, 500, overdue) is None
 
 
 def test_path_rtt_keeps_an_estimator_per_entropy_value_and_falls_back_for_unsampled_ones():
