@@ -27,7 +27,7 @@ from testbed.params import Param
 from testbed.scenario import Scenario
 from topologies.mininet_topo import SpecTopo
 from topologies.routing import switch_ports_between
-from traffic.uet import ENTROPY_VALUES, entropy_values_problem
+from traffic.uet import ENTROPY_VALUES, LOSS_RULE, LOSS_RULES, entropy_values_problem
 
 
 PARAMS = [
@@ -63,6 +63,9 @@ PARAMS = [
     Param("entropy_values", int, ENTROPY_VALUES, "", "transport=uet: UDP source ports each sender sprays its "
           "packets over in turn (UEC's entropy values; the fabric's L4 ECMP hash maps each to a spine)", min=1,
           max=256),
+    Param("uet_loss_rule", str, LOSS_RULE, "", "transport=uet: how a SACK reveals a loss: path (per entropy value: "
+          "a later packet on the same EV delivered, else a time rule with that EV's own RTT) or rack (RACK's time "
+          "rule over the whole flow, window max(1 ms, srtt/4)): docs/uet.md", choices=LOSS_RULES),
     *TRIM_PARAMS,  # trim=auto (on with transport=uet) and its threshold (testbed.workloads.trimming)
 ]
 
@@ -73,6 +76,8 @@ def validate(p: dict) -> None:
     problem = entropy_values_problem(p.get("transport", "tcp"), p.get("entropy_values", ENTROPY_VALUES))
     if problem:
         raise UsageError(problem)
+    if p.get("transport") != "uet" and p.get("uet_loss_rule", LOSS_RULE) != LOSS_RULE:
+        raise UsageError(f"uet_loss_rule={p['uet_loss_rule']} needs transport=uet")
     check_trim(p, spec)
 
 
@@ -120,7 +125,8 @@ def experiment(p: dict, lab) -> dict:
                  f"{p['discipline']} {p['buffer_bytes']} B at {p['host_rate_mbps']} Mbit/s")
     trimming = lab.trim(p["trim_threshold_bytes"]) if trim_wanted(p) else None
     lab.burst(senders, receiver, block, rounds=rounds, cc=p["cc"], transport=p["transport"],
-              uet={"rto_min_ms": float(p["rto_min_ms"]), "entropy_values": p["entropy_values"]})
+              uet={"rto_min_ms": float(p["rto_min_ms"]), "entropy_values": p["entropy_values"],
+                   "loss_rule": p["uet_loss_rule"]})
     trim_numbers = trimming.finish() if trimming else {}
     queues.stop(lab.rundir)  # queues.csv and cpu.csv now: analysis reads them below
     delta = tcp.stop(lab.rundir)

@@ -13,11 +13,11 @@ format is traffic.uet_packet; SACK bookkeeping and loss detection are traffic.ue
 * **ACKs.** The receiver answers every data packet with an ACK (CACK_PSN, SACK_PSN + 64-bit bitmap, ACK_PSN, the
   packet's send time echoed, ECN-CE echoed), and a trimmed packet (its payload cut off by a switch, FLAG_TRIMMED)
   with a NACK: the sender retransmits it next, ahead of new data, as soon as its window allows.
-* **Loss recovery.** A packet is retransmitted when NACKed, when a packet sent more than ``reorder`` after it was
-  delivered (traffic.uet_sack.lost, RACK's time rule), or on the retransmission timeout (RTO: srtt + 4 rttvar,
-  at least ``rto_min_ms``, doubled on each expiry until an ACK comes; every expiry is counted). rto_min is 50 ms:
-  with 20 ms, windows ramping in the agents' collectives fired spurious timers (12-22 per rank in a 4-iteration
-  allreduce, each a window cut to the minimum: CCT 2x the bound; 1-6 per rank and 1.3x with 50 ms).
+* **Loss recovery.** A packet is resent when NACKed, when a SACK proves it lost (``loss_rule``, traffic.uet_tx:
+  "path", the default, per EV: a later packet on its EV delivered, or else RACK's time rule with its EV's own RTT;
+  "rack": RACK's rule alone over the peer pair) or on the timer (RTO: srtt + 4 rttvar, at least ``rto_min_ms``,
+  doubled on each expiry until an ACK comes; every expiry counted). rto_min is 50 ms: with 20 ms, windows ramping
+  in the collectives fired spurious timers (12-22 per rank in a 4-iteration allreduce; 1-6 with 50 ms).
 * **Window.** At most ``cwnd`` bytes (header included) in flight per peer (sent, neither acknowledged nor known
   lost); retransmissions take window too, ahead of new data. cwnd follows traffic.uet_cc.Nscc (ECN-CE echo, delay
   above target, NACK, RTO). No pacing: the window is released as ACKs and NACKs return.
@@ -28,8 +28,8 @@ format is traffic.uet_packet; SACK bookkeeping and loss detection are traffic.ue
 
 Simplified against the specification: one header format for every packet type (uet_packet), one ACK per data
 packet (no ACK coalescing), no PDC establishment handshake (the PSN spaces start at 0 when the agents connect), no
-receiver-credit (RCCC) or EQDS, no per-EV path-state (EVs are used in turn, none is retired on congestion), no
-message-level rendezvous. One thread, non-blocking sockets and a selector.
+receiver-credit (RCCC) or EQDS, per-EV state only for loss detection (EVs are used in turn, none is retired or
+avoided on congestion), no message-level rendezvous. One thread, non-blocking sockets and a selector.
 
 This module: sockets, posting, the receiving side and progress; the sending side (window, retransmission, timer,
 ACK/NACK processing) is traffic.uet_tx.
@@ -69,6 +69,10 @@ class _RxMsg:
 
 #: entropy values (UDP source ports) a rank sprays over unless told otherwise
 ENTROPY_VALUES = 16
+#: how a SACK reveals a loss (traffic.uet_tx._detect_losses): "path", per entropy value (path order, then a time
+#: rule with the EV's own RTT), or "rack", RACK's time rule over the whole peer pair (before per-EV state)
+LOSS_RULES = ("path", "rack")
+LOSS_RULE = "path"
 
 
 def entropy_values_problem(transport: str, entropy_values: int) -> str | None:
@@ -86,6 +90,7 @@ class UetTransport(PdsSender, Transport):
     def __init__(self, rank: int, ip: str = "0.0.0.0", cc: str | None = None, dscp: int = 0, sndbuf: int = 0,
                  rcvbuf: int = 0, mtu: int = 1500, entropy_values: int = ENTROPY_VALUES, port: int = up.UET_UDP_PORT,
                  rto_min_ms: float = 50.0, rto_init_ms: float = 100.0, reorder_min_ms: float = 1.0,
+                 loss_rule: str = LOSS_RULE,
                  target_delay_us: float = 10_000.0, init_cwnd_packets: int = 16, max_cwnd_packets: int = 256,
                  linger_s: float = 0.3):
         super().__init__(rank)
@@ -93,6 +98,8 @@ class UetTransport(PdsSender, Transport):
             raise ValueError(f"dscp must be 0..63 (got {dscp})")
         if not 1 <= int(entropy_values) <= 256:
             raise ValueError(f"entropy_values must be 1..256 (got {entropy_values})")
+        if loss_rule not in LOSS_RULES:
+            raise ValueError(f"loss_rule must be one of {', '.join(LOSS_RULES)} (got {loss_rule!r})")
         if cc not in (None, "nscc"):
             cc = None  # a TCP algorithm named by the scenario's default: this transport's window is NSCC's
         self.ip = ip
@@ -104,6 +111,7 @@ class UetTransport(PdsSender, Transport):
         self.rto_min_s = rto_min_ms / 1e3
         self.rto_init_s = rto_init_ms / 1e3
         self.reorder_min_s = reorder_min_ms / 1e3
+        self.loss_rule = loss_rule
         self.linger_s = float(linger_s)
         self.sock_bytes = max(int(sndbuf), int(rcvbuf), _SOCK_BUF_BYTES)
         self.cc_params = NsccParams(mtu_bytes=self.mtu, init_cwnd_bytes=init_cwnd_packets * self.mtu,
@@ -177,7 +185,7 @@ class UetTransport(PdsSender, Transport):
         if self.sock is None:
             raise TransportError("connect() before listen()")
         for peer, addr in peers.items():
-            self.peers[peer] = PeerState(peer, (addr["ip"], int(addr["port"])), Nscc(self.cc_params))
+            self.peers[peer] = PeerState(peer, (addr["ip"], int(addr["port"])), Nscc(self.cc_params), self.n_ev)
 
     def entropy_ports(self) -> list[int]:
         return [e.getsockname()[1] for e in self.evs]
@@ -327,7 +335,7 @@ class UetTransport(PdsSender, Transport):
         self._recv_all()
         for p in self.peers.values():
             self._pump(p)
-        wait = self._check_rto(time.monotonic_ns())
+        wait = min(self._check_rto(time.monotonic_ns()), self._check_reorder(time.monotonic_ns()))
         if self.ready:
             timeout_s = 0.0
         t = time.monotonic()
@@ -339,6 +347,7 @@ class UetTransport(PdsSender, Transport):
         if events:
             self._recv_all()
         self._check_rto(time.monotonic_ns())
+        self._check_reorder(time.monotonic_ns())
         for p in self.peers.values():
             self._pump(p)
         out, self.ready = self.ready, []
@@ -384,8 +393,8 @@ class UetTransport(PdsSender, Transport):
 
     def describe(self) -> dict:
         return {"transport": self.name, "cc": ["nscc"], "dscp": self.dscp, "mtu": self.mtu,
-                "entropy_values": self.n_ev, "connections": len(self.peers), "pid": os.getpid(),
-                "counters": self.totals()}
+                "entropy_values": self.n_ev, "loss_rule": self.loss_rule, "connections": len(self.peers),
+                "pid": os.getpid(), "counters": self.totals()}
 
     def close(self) -> None:
         if self.sock is not None:

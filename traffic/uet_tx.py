@@ -1,7 +1,8 @@
 """The sender's half of the agents' UET transport (traffic.uet): the state of one peer pair (UEC's PDC: its PSN
 space, the packets in flight, the window) and what the packet delivery sublayer does with it on the sending side:
 transmission over the entropy values, the window (traffic.uet_cc.Nscc) with pacing below one packet, retransmission
-on NACK, on SACK-revealed loss (traffic.uet_sack.lost) and on the timer, and the processing of ACKs and NACKs.
+on NACK, on SACK-revealed loss (per entropy value, traffic.uet_sack.lost_on_paths, or RACK's rule over the peer
+pair, traffic.uet_sack.lost) and on the timer, and the processing of ACKs and NACKs.
 
 :class:`PdsSender` is a mixin of traffic.uet.UetTransport (it uses the transport's sockets, clock settings and
 counters); the module docstring of traffic.uet says what each mechanism stands for and what is simplified."""
@@ -29,11 +30,13 @@ class TxMessage:
 
 
 class TxPacket:
-    __slots__ = ("psn", "msg", "offset", "nbytes", "t_sent_ns", "sends", "in_flight")
+    __slots__ = ("psn", "msg", "offset", "nbytes", "t_sent_ns", "ev", "tx_log", "sends", "in_flight")
 
     def __init__(self, psn: int, msg: TxMessage, offset: int, nbytes: int):
         self.psn, self.msg, self.offset, self.nbytes = psn, msg, offset, nbytes
         self.t_sent_ns = 0
+        self.ev = -1  # the entropy value (index of the EV socket) of its last transmission
+        self.tx_log: list[tuple[int, int]] = []  # (send time ns, EV) of every transmission: an ACK echoes one
         self.sends = 0
         self.in_flight = False  # counted in the window: sent and neither acknowledged nor known lost
 
@@ -45,7 +48,7 @@ class TxPacket:
 class PeerState:
     """Both directions of one peer pair: what this rank sends it (PSNs, window, timers) and receives from it."""
 
-    def __init__(self, rank: int, addr: tuple[str, int], cc: Nscc):
+    def __init__(self, rank: int, addr: tuple[str, int], cc: Nscc, n_ev: int = 1):
         self.rank = rank
         self.addr = addr
         self.next_psn = 0
@@ -58,6 +61,9 @@ class PeerState:
         self.cc = cc
         self.srtt_s = 0.0
         self.rttvar_s = 0.0
+        self.paths = uet_sack.PathRtt(n_ev)  # per-EV RTT: the loss rule's allowance follows each path's delay
+        self.rack_xmit_ns = 0  # send time of the latest-sent transmission delivered so far (RACK.xmit_ts)
+        self.reorder_at_ns: int | None = None  # the reordering timer: re-check the time rule then
         self.backoff = 1
         self.next_tx_s = 0.0  # paced (window below one packet): no transmission before this instant
         self.rx = uet_sack.ReceiveWindow()
@@ -83,8 +89,9 @@ class PdsSender:
             return False
         except OSError as e:
             raise TransportError(f"rank {self.rank}: send to rank {p.rank}: {e}") from None
+        pkt.t_sent_ns, pkt.ev = now_ns, self.ev_next
+        pkt.tx_log.append((now_ns, self.ev_next))
         self.ev_next = (self.ev_next + 1) % self.n_ev
-        pkt.t_sent_ns = now_ns
         pkt.sends += 1
         if not pkt.in_flight:
             pkt.in_flight = True
@@ -189,6 +196,7 @@ class PdsSender:
         ce = bool(h.flags & up.FLAG_ECN_ECHO)
         if ce:
             p.stats["ecn_echoes"] += 1
+        ev = self._acked_ev(p, h)
         done = uet_sack.acked(p.outstanding, h.psn, h.sack_psn, h.sack_bitmap, h.ack_psn)
         acked_bytes = 0
         for psn in done:
@@ -209,12 +217,65 @@ class PdsSender:
                 p.srtt_s = 0.875 * p.srtt_s + 0.125 * rtt_s
         if done:
             p.backoff = 1
+        if ev is not None and rtt_s is not None:
+            p.paths.sample(ev, now_ns - h.ts_ns)
         owd_s = (h.offset - h.ts_ns) / 1e9 if 0 < h.ts_ns <= h.offset else None
         p.cc.on_ack(now_ns / 1e9, acked_bytes, rtt_s, ce, owd_s)
+        self._detect_losses(p, h, ev, now_ns)
+
+    @staticmethod
+    def _acked_ev(p: PeerState, h: up.Header) -> int | None:
+        """The EV of the transmission this ACK answers (its echoed send time names it); None when the packet is no
+        longer outstanding."""
+        pkt = p.outstanding.get(h.ack_psn)
+        if pkt is None:
+            return None
+        return next((ev for t, ev in pkt.tx_log if t == h.ts_ns), None)
+
+    def _detect_losses(self, p: PeerState, h: up.Header, ev: int | None, now_ns: int) -> None:
+        """Queue for retransmission what this ACK proves lost: loss_rule "path" (traffic.uet_sack.lost_on_paths:
+        path order on the ACK's EV, else the time rule with each EV's own allowance) or "rack" (the time rule alone,
+        its window max(reorder minimum, srtt / 4) of the whole peer pair)."""
         reorder_ns = int(max(self.reorder_min_s, p.srtt_s / 4) * 1e9)
-        lost = uet_sack.lost({psn: k.t_sent_ns for psn, k in p.outstanding.items()}, h.ts_ns, reorder_ns)
-        if lost:
-            self._retransmit(p, lost, "fast_retransmits")
+        if self.loss_rule == "rack":
+            lost = uet_sack.lost({psn: k.t_sent_ns for psn, k in p.outstanding.items()}, h.ts_ns, reorder_ns)
+            if lost:
+                self._retransmit(p, lost, "fast_retransmits")
+            return
+        p.rack_xmit_ns = max(p.rack_xmit_ns, h.ts_ns)
+        self._path_losses(p, h.ts_ns, ev, now_ns)
+
+    def _path_losses(self, p: PeerState, delivered_ns: int, ev: int | None, now_ns: int) -> None:
+        """traffic.uet_sack.lost_on_paths for a delivery of a packet sent at `delivered_ns` on `ev` (None: the
+        reordering timer's re-check against the latest delivery); resend what it finds and re-arm the timer."""
+        reorder_ns = int(max(self.reorder_min_s, p.srtt_s / 4) * 1e9)
+        reorder_min_ns = int(self.reorder_min_s * 1e9)
+        peer_ns = int((p.srtt_s + max(4 * p.rttvar_s, p.srtt_s / 4, self.reorder_min_s)) * 1e9)
+
+        def overdue(e: int) -> int:
+            return p.paths.overdue_ns(e, reorder_min_ns, peer_ns)
+
+        sent = {psn: (k.t_sent_ns, k.ev) for psn, k in p.outstanding.items() if psn not in p.queued}
+        order, timed = uet_sack.lost_on_paths(sent, delivered_ns, ev, reorder_ns, now_ns, overdue)
+        for lost, counter in ((order, "path_order_losses"), (timed, "path_time_losses")):
+            if lost:
+                p.stats[counter] += len(lost)
+                self._retransmit(p, lost, "fast_retransmits")
+                for psn in lost:
+                    del sent[psn]
+        p.reorder_at_ns = uet_sack.next_overdue_ns(sent, p.rack_xmit_ns, reorder_ns, overdue)
+
+    def _check_reorder(self, now_ns: int) -> float:
+        """The reordering timer of loss_rule "path": re-check the time rule of every peer whose timer is due (at a
+        flow's tail no later ACK would); return the seconds until the next one (inf if none)."""
+        nxt = float("inf")
+        for p in self.peers.values():
+            if p.reorder_at_ns is not None and now_ns >= p.reorder_at_ns:
+                self._path_losses(p, p.rack_xmit_ns, None, now_ns)
+                self._pump(p)
+            if p.reorder_at_ns is not None:
+                nxt = min(nxt, max(0.0, (p.reorder_at_ns - now_ns) / 1e9))
+        return nxt
 
     def _on_nack(self, p: PeerState, h: up.Header, now_ns: int) -> None:
         p.stats["nacks_received"] += 1

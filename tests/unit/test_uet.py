@@ -10,7 +10,7 @@ import pytest
 from traffic import uet_packet as up
 from traffic.jobplan import payload_efficiency
 from traffic.uet_cc import Nscc, NsccParams
-from traffic.uet_sack import SACK_BITS, ReceiveWindow, acked, lost
+from traffic.uet_sack import SACK_BITS, PathRtt, ReceiveWindow, acked, lost, lost_on_paths, next_overdue_ns
 from traffic.transport import Request
 from traffic.uet_tx import PdsSender, PeerState, TxMessage, TxPacket
 
@@ -72,6 +72,45 @@ def test_rack_rule_declares_lost_only_what_was_sent_a_reorder_window_before_a_de
     assert lost(sent, 2_000, 500) == [10]  # 11 was sent 100 ns before: reordering, not loss
     assert lost(sent, 3_000, 500) == [10, 11]
     assert lost(sent, 900, 0) == []
+
+
+def test_path_rule_declares_lost_what_was_sent_before_a_delivered_packet_on_the_same_entropy_value():
+    # psn -> (send time, EV); the delivered packet was sent at 3_000 on EV 1
+    sent = {10: (1_000, 1), 11: (2_900, 1), 12: (1_000, 0), 13: (3_500, 1)}
+    never = lambda ev: 10**12  # noqa: E731 - no packet is overdue on its path
+    # on EV 1, 10 and 11 were sent earlier: one path keeps order, so both are lost, 11 despite being sent 100 ns
+    # before (inside any reorder window); 13 was sent after; 12 is on another path and not overdue there
+    assert lost_on_paths(sent, 3_000, 1, 500, 4_000, never) == ([10, 11], [])
+    # the ACK's EV unknown (it answers an earlier transmission): only the time rule can act
+    assert lost_on_paths(sent, 3_000, None, 500, 4_000, never) == ([], [])
+
+
+def test_path_rule_time_fallback_needs_both_racks_window_and_lateness_on_the_packets_own_path():
+    sent = {20: (1_000, 0), 21: (1_000, 2), 22: (2_800, 2)}
+    overdue = {0: 1_000, 2: 50_000}.__getitem__  # EV 0 a fast path, EV 2 a slow one
+    # delivered on EV 1, sent at 3_000: 20 and 21 are a reorder window (500) older; at 4_000 only 20 is older than
+    # its path's allowance (3_000 > 1_000); 21 is still within the slow path's 50_000; 22 is inside the window
+    assert lost_on_paths(sent, 3_000, 1, 500, 4_000, overdue) == ([], [20])
+    assert lost_on_paths(sent, 3_000, 1, 500, 52_000, overdue) == ([], [20, 21])
+    # with no later ACK the reordering timer must look again when 20 (fast path) falls due: 1_000 + 1_000;
+    # once 20 is resent, at 21's due time on the slow path; 22 is not yet a reorder window older than the delivery
+    assert next_overdue_ns(sent, 3_000, 500, overdue) == 2_000
+    del sent[20]
+    assert next_overdue_ns(sent, 3_000, 500, overdue) == 51_000
+    assert next_overdue_ns({22: (2_800, 2)}, 3_000, 500, overdue) is None
+
+
+def test_path_rtt_keeps_an_estimator_per_entropy_value_and_falls_back_for_unsampled_ones():
+    r = PathRtt(3)
+    assert r.overdue_ns(0, 1_000, 77) == 77  # no sample yet: the peer pair's allowance
+    r.sample(0, 8_000)  # first sample: srtt 8000, rttvar 4000 -> 8000 + 4 * 4000
+    assert r.overdue_ns(0, 1_000, 77) == 24_000
+    for _ in range(200):
+        r.sample(1, 400_000)  # a steady slow path: the variation decays, srtt/4 is the allowance left
+    assert r.srtt_ns[1] == 400_000 and r.overdue_ns(1, 1_000, 77) == 500_000
+    assert r.overdue_ns(2, 1_000, 77) == 77 and r.srtt_ns[0] == 8_000  # one EV's samples leave the others alone
+    r.sample(0, 16_000)  # RFC 6298: rttvar = 3/4 * 4000 + 1/4 * |8000 - 16000|, srtt = 7/8 * 8000 + 1/8 * 16000
+    assert (r.srtt_ns[0], r.rttvar_ns[0]) == (9_000, 5_000)
 
 
 P = NsccParams(mtu_bytes=1000, init_cwnd_bytes=10_000, min_cwnd_bytes=1000, max_cwnd_bytes=100_000,

@@ -161,6 +161,7 @@ def _first_port_problem(spec, threshold_bytes: int) -> str:
     (["transport=uet", "trim_threshold_bytes=99999999"], lambda spec: _first_port_problem(spec, 99_999_999)),
     (["entropy_values=64"], lambda spec: "entropy_values=64 needs transport=uet (with transport=tcp a connection "
                                          "keeps its one source port)"),
+    (["uet_loss_rule=rack"], lambda spec: "uet_loss_rule=rack needs transport=uet"),
 ])
 def test_the_cli_refuses_what_cannot_trim_in_that_one_line_with_exit_status_2(sets, want, tmp_path, capsys):
     """In-process (the runner's imports are paid once for both cases, not by a new interpreter each)."""
