@@ -27,7 +27,7 @@ from testbed.params import Param
 from testbed.scenario import Scenario
 from topologies.mininet_topo import SpecTopo
 from topologies.routing import switch_ports_between
-from traffic.uet import ENTROPY_VALUES, LOSS_RULE, LOSS_RULES, entropy_values_problem
+from traffic.uet_options import ENTROPY_VALUES, LOSS_RULE, LOSS_RULES, entropy_values_problem
 
 
 PARAMS = [
@@ -109,10 +109,21 @@ def _transport_numbers(p: dict, run, tm: dict, delta: dict, receiver: str, trim_
     return out | trim_numbers
 
 
-def experiment(p: dict, lab) -> dict:
-    from analysis import summary as asum
+def _utilisation(p: dict, lab, run, sent_bytes: int, bottleneck: str) -> float:
+    """How busy the bottleneck was in the rounds: what it sent over their summed time, against what it could send
+    then (its planned rate, or a slow-port fault's while one held it)."""
     from analysis.faults import configured_rate_mbps
     from analysis.metrics import round_times
+
+    spans = round_times(run.rounds)
+    busy_s = float(spans["round_s"].sum())
+    could_mbps = configured_rate_mbps(lab.fault_events(), bottleneck, p["host_rate_mbps"],
+                                      list(zip(spans["start_s"], spans["end_s"])))
+    return sent_bytes * 8 / busy_s / 1e6 / could_mbps if busy_s > 0 else 0.0
+
+
+def experiment(p: dict, lab) -> dict:
+    from analysis import summary as asum
     from analysis.uet import uet_metrics
 
     _, receiver, senders, bottleneck = build_spec(p, lab.seed)
@@ -139,12 +150,7 @@ def experiment(p: dict, lab) -> dict:
                                 float(run.rounds["end_s"].max()))
     tm = asum.tcp_metrics(run.tcp)
     q = queues.stats()
-    spans = round_times(run.rounds)
-    busy_s = float(spans["round_s"].sum())
-    # what the bottleneck could send in the rounds: its planned rate, or a slow-port fault's while one held it
-    could_mbps = configured_rate_mbps(lab.fault_events(), ":".join(bottleneck), p["host_rate_mbps"],
-                                      list(zip(spans["start_s"], spans["end_s"])))
-    util = port.total("sent_bytes") * 8 / busy_s / 1e6 / could_mbps if busy_s > 0 else 0.0
+    util = _utilisation(p, lab, run, port.total("sent_bytes"), ":".join(bottleneck))
     timeouts = tm.get("tcp_timeouts", 0) + (uet_metrics(run.uet).get("uet_rto_events", 0)
                                             if p["transport"] == "uet" else 0)
     reasons = _unfaithful(p, q, util, drops, timeouts, ":".join(bottleneck))

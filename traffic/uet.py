@@ -50,6 +50,7 @@ import numpy as np
 from traffic import uet_packet as up
 from traffic.transport import Request, Transport, TransportError
 from traffic.uet_cc import Nscc, NsccParams
+from traffic.uet_options import ENTROPY_VALUES, LOSS_RULE, LOSS_RULES
 from traffic.uet_tx import PdsSender, PeerState, TxMessage
 
 ECT0, CE = 0x02, 0x03
@@ -65,23 +66,6 @@ class _RxMsg:
         self.tag, self.nbytes, self.got, self.req = tag, nbytes, 0, req
         self.held = None if req is not None else np.empty(nbytes, dtype=np.uint8)
         self.target = req.buf if req is not None else memoryview(self.held)
-
-
-#: entropy values (UDP source ports) a rank sprays over unless told otherwise
-ENTROPY_VALUES = 16
-#: how a SACK reveals a loss (traffic.uet_tx._detect_losses): "path", per entropy value (path order, then a time
-#: rule with the EV's own RTT), or "rack", RACK's time rule over the whole peer pair (before per-EV state)
-LOSS_RULES = ("path", "rack")
-LOSS_RULE = "path"
-
-
-def entropy_values_problem(transport: str, entropy_values: int) -> str | None:
-    """Why ``entropy_values`` cannot be set with ``transport`` (None: it can): only UET sprays over several source
-    ports; a TCP connection keeps its one source port and RoCE its queue pair's."""
-    if transport != "uet" and entropy_values != ENTROPY_VALUES:
-        return (f"entropy_values={entropy_values} needs transport=uet (with transport={transport} a connection "
-                "keeps its one source port)")
-    return None
 
 
 class UetTransport(PdsSender, Transport):

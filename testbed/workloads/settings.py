@@ -28,7 +28,7 @@ from topologies import LeafSpineSpec, Topology
 from topologies.mininet_topo import spec_from_topo
 from traffic.jobplan import JobError, plan_job
 from traffic.rdma import check_path_mtu
-from traffic.uet import ENTROPY_VALUES, entropy_values_problem
+from traffic.uet_options import ENTROPY_VALUES, entropy_values_problem
 
 P, MBPS, B = Param, "Mbit/s", "bytes"
 #: the knobs of a collective job, declared once: what traffic.jobplan.plan_job reads (collective .. bg_rate_mbps,
