@@ -27,7 +27,8 @@ from testbed.params import Param
 from testbed.scenario import Scenario
 from topologies.mininet_topo import SpecTopo
 from topologies.routing import switch_ports_between
-from traffic.uet_options import ENTROPY_VALUES, LOSS_RULE, LOSS_RULES, entropy_values_problem
+from traffic.uet_options import (ENTROPY_VALUES, RUN_LOSS_RULES, entropy_values_problem, loss_rule_for,
+                                 loss_rule_problem)
 
 
 PARAMS = [
@@ -63,9 +64,10 @@ PARAMS = [
     Param("entropy_values", int, ENTROPY_VALUES, "", "transport=uet: UDP source ports each sender sprays its "
           "packets over in turn (UEC's entropy values; the fabric's L4 ECMP hash maps each to a spine)", min=1,
           max=256),
-    Param("uet_loss_rule", str, LOSS_RULE, "", "transport=uet: how a SACK reveals a loss: path (per entropy value: "
-          "a later packet on the same EV delivered, else a time rule with that EV's own RTT) or rack (RACK's time "
-          "rule over the whole flow, window max(1 ms, srtt/4)): docs/uet.md", choices=LOSS_RULES),
+    Param("uet_loss_rule", str, "auto", "", "transport=uet: how a SACK reveals a loss: path (per entropy value: "
+          "a later packet on the same EV delivered, else a time rule with that EV's own RTT; needs ECMP), rack "
+          "(RACK's time rule over the whole flow, window max(1 ms, srtt/4)) or auto (path under ECMP, else rack): "
+          "docs/uet.md", choices=RUN_LOSS_RULES),
     *TRIM_PARAMS,  # trim=auto (on with transport=uet) and its threshold (testbed.workloads.trimming)
 ]
 
@@ -76,8 +78,10 @@ def validate(p: dict) -> None:
     problem = entropy_values_problem(p.get("transport", "tcp"), p.get("entropy_values", ENTROPY_VALUES))
     if problem:
         raise UsageError(problem)
-    if p.get("transport") != "uet" and p.get("uet_loss_rule", LOSS_RULE) != LOSS_RULE:
-        raise UsageError(f"uet_loss_rule={p['uet_loss_rule']} needs transport=uet")
+    problem = loss_rule_problem(p.get("transport", "tcp"), p.get("uet_loss_rule", "auto"),
+                                p.get("load_balancing", "ecmp"))
+    if problem:
+        raise UsageError(problem)
     check_trim(p, spec)
 
 
@@ -137,7 +141,7 @@ def experiment(p: dict, lab) -> dict:
     trimming = lab.trim(p["trim_threshold_bytes"]) if trim_wanted(p) else None
     lab.burst(senders, receiver, block, rounds=rounds, cc=p["cc"], transport=p["transport"],
               uet={"rto_min_ms": float(p["rto_min_ms"]), "entropy_values": p["entropy_values"],
-                   "loss_rule": p["uet_loss_rule"]})
+                   "loss_rule": loss_rule_for(p["uet_loss_rule"], p["load_balancing"])})
     trim_numbers = trimming.finish() if trimming else {}
     queues.stop(lab.rundir)  # queues.csv and cpu.csv now: analysis reads them below
     delta = tcp.stop(lab.rundir)

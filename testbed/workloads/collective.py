@@ -43,6 +43,7 @@ from traffic.controller import ControlError, Controller, Member
 from traffic.forkserver import ForkServer
 from traffic.job import format_nccl_table, iteration_plan
 from traffic.rdma import RECOVERY_COUNTERS
+from traffic.uet_options import loss_rule_for
 from traffic.schedule import ScheduleError, alpha_beta_bound_s
 from traffic.tcp import INFO_KEYS
 
@@ -150,8 +151,9 @@ class CollectiveJob:
         if self.transport == "rdma":
             devices = {str(r): fabric.rxe[h][0] for r, h in enumerate(pl.placement.hosts)}
             transport["rdma"] = {"devices": devices, **self.rdma_opts}
-        if self.transport == "uet" and self.uet_opts:
-            transport["uet"] = self.uet_opts
+        if self.transport == "uet":  # the per-EV loss rule only where an EV keeps one path (traffic.uet_options)
+            balancing = getattr(self.lab.net.spec, "load_balancing", "ecmp")
+            transport["uet"] = {**self.uet_opts, "loss_rule": loss_rule_for("auto", balancing)}
 
         faults = getattr(self.lab, "faults", None)
         return {"ranks": pl.ranks, "seed": pl.seed, "verify": self.verify, "timeout_s": self.timeout_s,

@@ -162,6 +162,9 @@ def _first_port_problem(spec, threshold_bytes: int) -> str:
     (["entropy_values=64"], lambda spec: "entropy_values=64 needs transport=uet (with transport=tcp a connection "
                                          "keeps its one source port)"),
     (["uet_loss_rule=rack"], lambda spec: "uet_loss_rule=rack needs transport=uet"),
+    (["transport=uet", "uet_loss_rule=path", "load_balancing=spray"],
+     lambda spec: "uet_loss_rule=path assumes one path per entropy value, which load_balancing=spray does not keep "
+                  "(use auto or rack)"),
 ])
 def test_the_cli_refuses_what_cannot_trim_in_that_one_line_with_exit_status_2(sets, want, tmp_path, capsys):
     """In-process (the runner's imports are paid once for both cases, not by a new interpreter each)."""
@@ -255,3 +258,11 @@ def test_uet_rows_of_two_bursts_append_and_keep_one_number_per_host():
     assert {(r, h) for r, h, _k, _v in rows} == {(0, "r1"), (1, "s1"), (2, "r2")}
     m = uet_metrics(pd.DataFrame(rows, columns=d.files["uet.csv"][0]))
     assert m["uet_nack_retransmits"] == 3 and m["uet_trimmed_unanswered"] == 0 and m["uet_hosts"] == 3
+
+
+def test_the_loss_rule_a_run_gets_follows_the_fabrics_balancing():
+    from traffic.uet_options import loss_rule_for
+
+    assert loss_rule_for("auto", "ecmp") == "path"  # one EV, one 5-tuple, one hashed path: order holds on it
+    assert [loss_rule_for("auto", lb) for lb in ("spray", "flowlet", "adaptive")] == ["rack"] * 3
+    assert loss_rule_for("rack", "ecmp") == "rack" and loss_rule_for("path", "ecmp") == "path"
