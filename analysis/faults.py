@@ -129,25 +129,35 @@ def trimmed_while_slow(events: pd.DataFrame) -> dict[str, int]:
 def configured_rate_mbps(events: pd.DataFrame | None, port: str, planned_mbps: float,
                          spans: list[tuple[float, float]]) -> float:
     """``port``'s (node:ifname) configured rate averaged over ``spans`` ((start_s, end_s) on the events' clock): its
-    planned rate, and while a slow-port fault held it (port_slow .. port_restored) the fault's ``rate_mbps``. What a
-    busy port could have sent in those spans: a check of how busy a bottleneck was must not count a fault's slowing
-    as the machine's."""
+    planned rate, and from each slow-port step on it (port_slow, a later one replacing the rate) until its restore
+    (port_restored of the port or of "all") the step's ``rate_mbps``. What a busy port could have sent in those
+    spans: a check of how busy a bottleneck was must not count a fault's slowing as the machine's."""
     total = sum(max(0.0, b - a) for a, b in spans)
     if total <= 0:
         return planned_mbps
-    slow = []
+    steps = [(-math.inf, planned_mbps)]  # (from t_s, rate) in time order
     if events is not None and len(events):
-        rate_at = {float(e.t_s): _field(e.detail, "rate_mbps") for e in events.itertuples(index=False)
-                   if e.kind == "port_slow" and e.target == port}
-        iv = fault_intervals(events, run_end=math.inf)
-        slow = [(r.start_s, r.end_s, rate_at.get(float(r.start_s), planned_mbps))
-                for r in iv[(iv["what"] == "slow") & (iv["target"] == port)].itertuples(index=False)]
+        for e in events.sort_values("t_s", kind="stable").itertuples(index=False):
+            if e.kind == "port_slow" and e.target == port:
+                steps.append((float(e.t_s), _field(e.detail, "rate_mbps")))
+            elif e.kind == "port_restored" and e.target in (port, "all"):
+                steps.append((float(e.t_s), planned_mbps))
     megabits = 0.0
     for a, b in spans:
-        megabits += planned_mbps * max(0.0, b - a)
-        for s, e, rate in slow:
-            megabits += (rate - planned_mbps) * max(0.0, min(b, e) - max(a, s))
+        for (t, rate), (t_next, _) in zip(steps, steps[1:] + [(math.inf, 0.0)]):
+            megabits += rate * max(0.0, min(b, t_next) - max(a, t))
     return megabits / total
+
+
+def faulted_elsewhere(events: pd.DataFrame | None, port: str, spans: list[tuple[float, float]]) -> list[str]:
+    """The targets other than ``port`` of fault intervals (a link down, routes withdrawn, a slow port, netem, a pause
+    storm) that overlap ``spans``: what can starve ``port`` upstream, so that its idling is the fault's, not the
+    machine's."""
+    if events is None or not len(events):
+        return []
+    iv = fault_intervals(events, run_end=math.inf)
+    return sorted({r.target for r in iv.itertuples(index=False) if r.target != port
+                   and any(min(b, r.end_s) > max(a, r.start_s) for a, b in spans)})
 
 
 def _field(detail, key: str) -> float:

@@ -89,16 +89,18 @@ def needs_for(p: dict) -> tuple[str, ...]:
     return bottleneck_needs(p) + trim_needs(p)
 
 
-def _unfaithful(p: dict, q: dict, util: float, drops: int, timeouts: int, bottleneck: str) -> list[str]:
+def _unfaithful(p: dict, q: dict, util: float, drops: int, timeouts: int, bottleneck: str,
+                upstream: list[str]) -> list[str]:
     """Why this run is not faithful (analysis.fidelity): a busy CPU, a slow queue sampler, a shaper over its rate,
     a machine-limited bottleneck (``util``: against what its configured rate allowed; ``timeouts``: TCP's and UET's
-    timer expiries, which may leave it idle legitimately)."""
+    timer expiries, and ``upstream``: faults elsewhere during the rounds, either of which may leave it idle
+    legitimately)."""
     from analysis import fidelity
 
     return fidelity.reasons(fidelity.cpu_busy(q["cpu_busy_fraction"]),
                             fidelity.sampling_too_slow(q["queue_sample_interval_s"], p["sample_interval_ms"] / 1e3),
                             fidelity.shaper_over_rate(util),
-                            fidelity.machine_limited(util, drops, timeouts, bottleneck))
+                            None if upstream else fidelity.machine_limited(util, drops, timeouts, bottleneck))
 
 
 def _transport_numbers(p: dict, run, tm: dict, delta: dict, receiver: str, trim_numbers: dict) -> dict:
@@ -113,17 +115,18 @@ def _transport_numbers(p: dict, run, tm: dict, delta: dict, receiver: str, trim_
     return out | trim_numbers
 
 
-def _utilisation(p: dict, lab, run, sent_bytes: int, bottleneck: str) -> float:
+def _utilisation(p: dict, lab, run, sent_bytes: int, bottleneck: str) -> tuple[float, list[str]]:
     """How busy the bottleneck was in the rounds: what it sent over their summed time, against what it could send
-    then (its planned rate, or a slow-port fault's while one held it)."""
-    from analysis.faults import configured_rate_mbps
+    then (its planned rate, or a slow-port fault's while one held it); and the other ports and links a fault held
+    during the rounds (they can starve the bottleneck upstream)."""
+    from analysis.faults import configured_rate_mbps, faulted_elsewhere
     from analysis.metrics import round_times
 
-    spans = round_times(run.rounds)
-    busy_s = float(spans["round_s"].sum())
-    could_mbps = configured_rate_mbps(lab.fault_events(), bottleneck, p["host_rate_mbps"],
-                                      list(zip(spans["start_s"], spans["end_s"])))
-    return sent_bytes * 8 / busy_s / 1e6 / could_mbps if busy_s > 0 else 0.0
+    rt = round_times(run.rounds)
+    busy_s, spans, events = float(rt["round_s"].sum()), list(zip(rt["start_s"], rt["end_s"])), lab.fault_events()
+    could_mbps = configured_rate_mbps(events, bottleneck, p["host_rate_mbps"], spans)
+    util = sent_bytes * 8 / busy_s / 1e6 / could_mbps if busy_s > 0 else 0.0
+    return util, faulted_elsewhere(events, bottleneck, spans)
 
 
 def experiment(p: dict, lab) -> dict:
@@ -154,10 +157,10 @@ def experiment(p: dict, lab) -> dict:
                                 float(run.rounds["end_s"].max()))
     tm = asum.tcp_metrics(run.tcp)
     q = queues.stats()
-    util = _utilisation(p, lab, run, port.total("sent_bytes"), ":".join(bottleneck))
+    util, upstream = _utilisation(p, lab, run, port.total("sent_bytes"), ":".join(bottleneck))
     timeouts = tm.get("tcp_timeouts", 0) + (uet_metrics(run.uet).get("uet_rto_events", 0)
                                             if p["transport"] == "uet" else 0)
-    reasons = _unfaithful(p, q, util, drops, timeouts, ":".join(bottleneck))
+    reasons = _unfaithful(p, q, util, drops, timeouts, ":".join(bottleneck), upstream)
     got = q["queue_sample_interval_s"]
     return {
         "senders": n,

@@ -296,3 +296,17 @@ def test_a_ports_configured_rate_over_rounds_counts_a_slow_port_faults_rate_whil
     open_ = ev.iloc[:1]  # slowed for the whole run: the timeline restores it only when the lab ends
     assert configured_rate_mbps(open_, "leaf1:h1", 20.0, [(10.0, 11.0), (11.0, 13.0)]) == pytest.approx(5.0)
     assert configured_rate_mbps(ev, "leaf1:h1", 20.0, []) == 20.0
+
+
+def test_a_second_slow_step_replaces_the_rate_and_faults_elsewhere_are_named():
+    from analysis.faults import configured_rate_mbps, faulted_elsewhere
+
+    ev = _events([(10.0, "port_slow", "leaf1:h1", "rate_mbps=10;of_mbps=20"),
+                  (11.0, "port_slow", "leaf1:h1", "rate_mbps=2;of_mbps=20"),
+                  (12.0, "port_restored", "all", "")])
+    assert configured_rate_mbps(ev, "leaf1:h1", 20.0, [(10.0, 12.0)]) == pytest.approx(6.0)
+    assert configured_rate_mbps(ev, "leaf1:h1", 20.0, [(9.0, 13.0)]) == pytest.approx((20 + 10 + 2 + 20) / 4)
+    up = _events([(10.0, "port_slow", "spine1:leaf1", "rate_mbps=4;of_mbps=40")])  # slowed for the whole run
+    assert faulted_elsewhere(up, "leaf1:h1", [(10.5, 11.0)]) == ["spine1:leaf1"]
+    assert faulted_elsewhere(up, "leaf1:h1", [(9.0, 9.5)]) == []  # rounds before the fault
+    assert faulted_elsewhere(up, "spine1:leaf1", [(10.5, 11.0)]) == [] and faulted_elsewhere(None, "x", []) == []
