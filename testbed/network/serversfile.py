@@ -127,6 +127,9 @@ def resolve_addresses(servers: list[Server], source: str = "servers file",
                                  f"({getattr(e, 'strerror', None) or e}); give address=") from None
             if not found:
                 raise UsageError(f"{source}: server {s.name}: {s.host} has no IPv4 address; give address=")
+            if ipaddress.IPv4Address(found[0]).is_loopback:  # e.g. Debian's 127.0.1.1 for the machine's own name
+                raise UsageError(f"{source}: server {s.name}: {s.host} resolves to {found[0]}, a loopback address, "
+                                 "not one on the servers' network; give address=")
             s = dataclasses.replace(s, address=found[0])
         out.append(s)
     _check_unique(out, source)

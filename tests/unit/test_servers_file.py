@@ -62,12 +62,20 @@ def test_load_reads_a_file_and_names_a_missing_one(tmp_path):
         load(tmp_path / "nope.txt")
 
 
-def test_a_host_name_without_address_is_resolved_when_loaded(tmp_path):
+def test_a_host_name_without_address_is_resolved_when_loaded():
+    text = "a localhost\nb root@emu1.example:2222 mtu=9000\n"  # an ssh server named by a host name
+    a, b = resolve_addresses(parse(text), lookup=_lookup({"emu1.example": "10.0.0.5"}))
+    assert a.address is None and b.address == "10.0.0.5" and b.host == "emu1.example"
+    assert [s.address for s in parse(text)] == [None, None]  # parse resolves nothing
+
+
+def test_a_name_that_resolves_to_loopback_is_refused_when_loaded(tmp_path):
     f = tmp_path / "servers.txt"
-    f.write_text("a localhost\nb root@localhost:2222 mtu=9000\n")  # an ssh server named by a host name
-    a, b = load(f)
-    assert a.address is None and b.address == "127.0.0.1" and b.host == "localhost"  # /etc/hosts, via getaddrinfo
-    assert [s.address for s in parse("a localhost\nb root@localhost:2222\n")] == [None, None]  # parse resolves nothing
+    f.write_text("a localhost\nb root@localhost:2222\n")  # /etc/hosts, through the real resolver
+    with pytest.raises(UsageError) as e:
+        load(f)
+    assert str(e.value) == (f"{f}: server b: localhost resolves to 127.0.0.1, a loopback address, not one on the "
+                            "servers' network; give address=")
 
 
 def _lookup(table):
