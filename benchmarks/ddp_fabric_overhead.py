@@ -291,12 +291,16 @@ def results_path(given: str | None, now: float) -> Path:
 def load_pool(paths: list[str]) -> tuple[list[dict], argparse.Namespace]:
     """Every run of earlier results files, and their common rate and steps (``repeats``: the runs a side). UsageError
     (one line) when a file cannot be read or is not this benchmark's, or when the files differ in rate or steps."""
-    rows, seen = [], set()
+    rows, seen, batches = [], set(), {}
     for f in paths:
         try:
             d = json.loads(Path(f).read_text())
             if not isinstance(d["runs"], list):
                 raise TypeError
+            batch = d.get("date_utc") or str(Path(f).resolve())
+            if batch in batches:  # the same batch twice would count its runs twice and narrow every interval
+                raise UsageError(f"--pool: {f} holds the same batch as {batches[batch]} ({batch})")
+            batches[batch] = f
             rows += d["runs"]
             seen.add((d["rate_mbps"], d["steps"]))
         except (OSError, ValueError) as e:

@@ -3,7 +3,7 @@
 (issue 28 item 3; a benchmark, not a test; needs root and the lab VM for rxe and netem)
 
     sudo testbed vm --rwdir results/xport-loss -- .venv/bin/python benchmarks/transports_under_loss.py \\
-        --rounds 2 --out results/xport-loss          # run twice: rows.jsonl gathers both sessions
+        --rounds 2 --first-round R --out results/xport-loss   # R = 0, 2, 4...: rows.jsonl gathers the sessions
     .venv/bin/python benchmarks/transports_under_loss.py --table-only --out results/xport-loss
 
 Each round runs the `collective` scenario (testbed.commands.runner.run_scenario: build, run, tear down) once per
@@ -170,19 +170,25 @@ def main() -> int:
     bad = [t for t in args.transports.split(",") if t not in TRANSPORTS]
     if bad or args.rounds < 1:
         ap.error(f"unknown transport {bad[0]!r}" if bad else "--rounds must be >= 1")
+    try:
+        losses = [float(x) for x in args.losses.split(",")]
+    except ValueError:
+        ap.error(f"--losses: comma-separated percents, e.g. 0,1 (got {args.losses!r})")
+    if len(losses) < 2 or not all(0 <= x < 100 for x in losses):
+        ap.error(f"--losses: at least two percents in 0..100 (got {args.losses!r})")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     rows_file = out / "rows.jsonl"
     if not args.table_only:
         from testbed.errors import require_root
 
         require_root("the transports-under-loss benchmark")
+        out.mkdir(parents=True, exist_ok=True)
         for r in range(args.first_round, args.first_round + args.rounds):
             run_round(args, r, rows_file)
     rows = [json.loads(x) for x in rows_file.read_text().splitlines() if x.strip()] if rows_file.exists() else []
     print(f"\n{args.collective} {args.size} x {args.iterations} iterations, 4 ranks, 2x2 leaf-spine, "
           f"{args.rate_mbps:g} Mbit/s, loss at {args.loss_host}'s NIC; medians [interval] over runs\n")
-    print(table(rows, [float(x) for x in args.losses.split(",")]))
+    print(table(rows, losses))
     return 0
 
 

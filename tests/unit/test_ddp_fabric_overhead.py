@@ -85,3 +85,5 @@ def test_pooling_joins_batches_of_the_same_rate_and_steps_and_refuses_others(tmp
         bench.load_pool([str(tmp_path / "d.json")])
     with pytest.raises(UsageError, match="cannot read it"):
         bench.load_pool([str(tmp_path / "none.json")])
+    with pytest.raises(UsageError, match="holds the same batch as"):
+        bench.load_pool([a, b, a])  # a batch given twice would count its runs twice
