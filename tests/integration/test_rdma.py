@@ -1,14 +1,14 @@
 """Collectives over RDMA (RC verbs on an rxe SoftRoCE device per host) on the real kernel, in the lab VM.
 
-4 hosts on a 2x2 leaf-spine at 20 Mbit/s. All-reduce (512 kB) and all-to-all (64 kB) complete with every rank's result
-verified; the same all-reduce runs over RDMA with and without 1% random loss on the packets arriving at h1, and over
-TCP with that loss (three runs, made once for the module; TCP without loss is verified by the host kernel's collective
-tests, tests/host/test_collective_host.py): the loss moves rxe's recovery counters and makes it send packets again;
-TCP is measured under the same loss. The two lossy runs are captured at h1's port (tcpdump -s 128) and the wire's own
-count of go-back-N retransmitted RoCE packets and retransmitted TCP segments (analysis.capture) is asserted and
-printed beside rxe's and the kernel's counters. An RDMA incast (gather) into drop-tail buffers goes back N thousands
-of times; in a lossless class (PFC) it does not, and sends far fewer packets for the same data. Timings are printed,
-never compared between single runs: the assertions are on kernel (rxe, qdisc) counters. """
+4 hosts on a 2x2 leaf-spine. All-reduce and all-to-all (64 kB, 20 Mbit/s) complete with every rank's result
+verified; the all-reduce runs are lab 09's (256 kB at 10 Mbit/s over TCP and RDMA, each without and with 1% random
+loss on the packets arriving at h1; made once for the module and graded as the lab too): the loss moves rxe's
+recovery counters and makes it send packets again; TCP is measured under the same loss. The two lossy runs are
+captured at h1's port (tcpdump -s 128) and the wire's own count of go-back-N retransmitted RoCE packets and
+retransmitted TCP segments (analysis.capture) is asserted and printed beside rxe's and the kernel's counters. An
+RDMA incast (gather) into drop-tail buffers goes back N thousands of times; in a lossless class (PFC) it does not,
+and sends far fewer packets for the same data. Timings are printed, never compared between single runs: the
+assertions are on kernel (rxe, qdisc) counters. """
 
 from __future__ import annotations
 
@@ -17,8 +17,11 @@ import json
 
 import pytest
 
+from testbed.commands import labs as classlabs
 from testbed.commands.runner import run_scenario
+from testbed.kernel import doctor
 from testbed.scenario import get
+from tests.labdrive import assert_complete_once
 
 COLL = get("collective")
 
@@ -90,49 +93,65 @@ def test_rdma_alltoall_verified(tmp_path):
     assert "wire_packets" not in s  # no capture asked, none made
 
 
+#: lab 09's runs (labs/09-roce-vs-tcp/lab.toml) as the (transport, loss percent) the tests below read them by
+LAB09_RUNS = {("tcp", 0.0): "tcp-clean", ("tcp", 1.0): "tcp-loss", ("rdma", 0.0): "rdma-clean",
+              ("rdma", 1.0): "rdma-loss"}
+
+
 @pytest.fixture(scope="module")
 def allreduce_runs(tmp_path_factory):
-    """The same all-reduce over rdma without and with 1% loss on the packets arriving at h1, and over tcp with
-    that loss; the lossy runs, whose wire the assertions read, are captured at h1's port (the capture sees packets
-    before the ingress loss drops them, so a go-back-N replay crosses it twice). A clean tcp run would only repeat
-    the host tests' verified all-reduce (tests/host/test_collective_host.py), and a capture of the clean rdma run,
-    which nothing reads, would only add tcpdump's work on the emulated CPU. {(transport, loss): (summary, run dir)}."""
-    base = tmp_path_factory.mktemp("allreduce")
+    """Lab 09's four runs, made once by the lab driver (`testbed lab run 9 --repeat 1`): one all-reduce (256 kB, 6
+    ops after a warm-up, 4 ranks at 10 Mbit/s) over tcp and rdma, without and with 1% loss on the packets arriving
+    at h1; the lossy runs, whose wire the assertions read, are captured at h1's port (the capture sees packets before
+    the ingress loss drops them, so a go-back-N replay crosses it twice). One set of runs serves the lab's grading
+    (test_lab_09_runs_once_complete_with_every_statements_metric) and this file's checks: CI's time budget (these
+    tests made three runs of their own, 77 s in the VM). {(transport, loss): (summary, run dir)}."""
+    lab = classlabs.find("09")
+    missing = doctor.missing(classlabs.needs(lab))
+    assert not missing, f"lab 09 needs {', '.join(missing)}, which this kernel lacks"
+    out = tmp_path_factory.mktemp("lab09")
+    classlabs.run(lab, out, repeats=1)
     res = {}
-    for tr, loss in (("tcp", 1.0), ("rdma", 0.0), ("rdma", 1.0)):
-        name = f"{tr}-{loss:g}"
-        cap = "h1:eth0" if loss else ""
-        res[(tr, loss)] = (run(base, name, transport=tr, loss_percent=loss, loss_host="h1", capture=cap), base / name)
+    for key, name in LAB09_RUNS.items():
+        path = out / name / "seed-1"
+        res[key] = (json.loads((path / "summary.json").read_text()), path)
+    res["lab"] = (lab, out)
     return res
+
+
+def test_lab_09_runs_once_complete_with_every_statements_metric(allreduce_runs):
+    """Lab 09 as tests/integration/test_labs_vm.py grades a VM lab run once (tests/labdrive.py's checks)."""
+    lab, out = allreduce_runs["lab"]
+    assert_complete_once(lab, out)
 
 
 def test_rdma_collective_verified(allreduce_runs):
     s, path = allreduce_runs[("rdma", 0.0)]
     assert s["data_verified"] is True and s["transport"] == "rdma"
-    assert s["cct_samples"] == 2
+    assert s["cct_samples"] == 6
     assert s["cct_ms_p50"] >= 0.95 * s["bound_ms"], s  # the shaped link is a ceiling for RDMA too
     rows = rdma_rows(path)
     assert list(rows[0]) == ["host", "device", "phase", "counter", "value"]
     assert {r["host"] for r in rows} == {"h1", "h2", "h3", "h4"}
     assert {r["phase"] for r in rows} == {"before", "after"}
     assert all(r["device"].startswith("tb-") for r in rows)
-    # every payload byte went through rxe (512 kB messages, ring: 2 x 3/4 of it per rank and op, MTU 1024: ~768
-    # packets per rank and op, 3 ops with the warm-up)
-    assert s["rdma_sent_pkts"] > 4 * 3 * 700 and s["rdma_path_mtu"] == 1024
-    # No injected loss: at 512 kB the 256 kB port buffers never overflow (rxe keeps a bounded number of packets in
-    # flight per QP), so no packet is lost and no responder sees a PSN gap (measured: 0 with 256 kB and 4 MB
-    # buffers; at 1 MB messages the same fabric did drop and rxe went back N, ~120 rounds). A stalled emulated vCPU
-    # can still let a requester's ACK timer fire with nothing lost (measured once: 1 timeout retry, 1 duplicate)
+    # every payload byte went through rxe (256 kB messages, ring: 2 x 3/4 of it per rank and op, MTU 1024: ~384
+    # packets per rank and op, 7 ops with the warm-up)
+    assert s["rdma_sent_pkts"] > 4 * 7 * 350 and s["rdma_path_mtu"] == 1024
+    # No injected loss: the 256 kB port buffers never overflow (rxe keeps a bounded number of packets in flight per
+    # QP), so no packet is lost and no responder sees a PSN gap (lab 09's INSTRUCTOR.md: 0 in 15 of 15 runs; at 1 MB
+    # messages a 20 Mbit/s fabric did drop and rxe went back N, ~120 rounds). A stalled emulated vCPU can still let
+    # a requester's ACK timer fire with nothing lost (lab 09: 0 in two sets of 5 runs, 1-24 a run in a set on a busy
+    # machine), so their number is not bounded here; every replay of the clean run is one of those, none a NAK's.
     assert s["rdma_sequence_gaps"] == 0 and s["rdma_rcvd_seq_err"] == 0, s
     assert s["rdma_sent_pkts"] == s["rdma_rcvd_pkts"], s  # every packet a host's rxe sent, one received
-    assert s["rdma_timeout_retries"] <= 3 and s["rdma_retransmit_events"] == s["rdma_timeout_retries"], s
+    assert s["rdma_retransmit_events"] == s["rdma_timeout_retries"], s
     m = json.loads((path / "manifest.json").read_text())
     assert m["topology"]["builder"]["rxe"]["h1"]["netdev"]
 
 
 def test_loss_makes_rdma_go_back_n_and_tcp_retransmit_on_the_wire(allreduce_runs):
-    res = {k: v[0] for k, v in allreduce_runs.items()}
-    tmp_path = allreduce_runs[("rdma", 1.0)][1].parent
+    res = {k: allreduce_runs[k][0] for k in LAB09_RUNS}
     for s in res.values():
         assert s["data_verified"] is True
     t1 = res[("tcp", 1.0)]
@@ -140,7 +159,7 @@ def test_loss_makes_rdma_go_back_n_and_tcp_retransmit_on_the_wire(allreduce_runs
     print("CCT mean ms with 1%% loss: tcp %.1f; rdma %.1f -> %.1f (x%.2f) against no loss" % (
         t1["cct_ms_mean"], r0["cct_ms_mean"], r1["cct_ms_mean"], r1["cct_ms_mean"] / r0["cct_ms_mean"]))
     # ECN codepoints of the RoCEv2 packets the hosts received (traffic class 0): from the hosts' IpExt counters
-    tcp_csv = list(csv.DictReader(open(tmp_path / "rdma-0" / "tcp.csv")))
+    tcp_csv = list(csv.DictReader(open(allreduce_runs[("rdma", 0.0)][1] / "tcp.csv")))
     ecn = {}
     for row in tcp_csv:
         if row["counter"].startswith("IpExtIn") and row["counter"].endswith("Pkts"):
@@ -165,7 +184,7 @@ def test_loss_makes_rdma_go_back_n_and_tcp_retransmit_on_the_wire(allreduce_runs
     assert t1["tcp_retrans_segs"] > 0 or t1["tcpinfo_total_retrans"] > 0
 
     # the wire at h1:eth0 against the end hosts' counters
-    rd = tmp_path / "rdma-1"
+    rd = allreduce_runs[("rdma", 1.0)][1]
     print("wire (h1:eth0) vs rxe, rdma with 1% loss at h1:")
     # rxe has no retransmitted-packet counter: duplicate_request counts only replayed packets a responder had
     # already accepted; the other pairs count the same events (the wire: h1's port only; rxe: h1, all hosts)
