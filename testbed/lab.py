@@ -328,6 +328,8 @@ class Lab:
         written, the uet_trim* numbers go into the summary and the programs are detached."""
         run = start_trimming(self.net.fabric, self.rundir, self.on_teardown, threshold_bytes, self.progress)
         self.on_teardown(lambda: self.summary.update(run.finish()))
+        if self.faults is not None:  # started during a slow-port fault: its programs' rates go into events.csv
+            self.faults.trimming_started()
         return run
 
     # ---- faults ----

@@ -277,6 +277,15 @@ class FaultTimeline:
             self._event("port_restored", f"{node}:{ifname}", f"rate_mbps={plan.rate_mbps:g}")
         self._tell_trimming(node, ifname, rate)
 
+    def trimming_started(self) -> None:
+        """A trimmer started while ports were slowed: its programs began at the ports' current rates (they read
+        ``fabric.port_rate_now_mbps``); one ``trim_rate`` event per slowed port, as a rate change records it, so that
+        its trims while slow are counted from its start (``trimmed_while_slow_packets``)."""
+        rates = getattr(self.fabric, "port_rate_now_mbps", {})
+        for node, ifname in sorted(self._slow):  # a copy: the timeline's thread may change the set meanwhile
+            if (node, ifname) in rates:
+                self._tell_trimming(node, ifname, rates[(node, ifname)])
+
     def _tell_trimming(self, node: str, ifname: str, rate_mbps: float) -> None:
         """A port's trimming program (the run's TrimRun, ``fabric.trim``; one started later reads
         ``fabric.port_rate_now_mbps``) drains at the port's new rate, else at a slowed port its virtual queue empties

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import os
+import time
 
 import pytest
 
@@ -98,3 +99,27 @@ def test_a_slow_port_fault_slows_the_trimming_programs_drain_and_the_port_trims_
                                                                       ("leaf1:h1", "drain_rate_mbps=20")], ev
     at_slow = int(ev[0]["detail"].split("trimmed_packets=")[1].split(";")[0])
     assert lab.summary["trimmed_while_slow_packets"] == trimmed - at_slow, lab.summary
+
+
+def test_trimming_started_during_a_slow_port_fault_drains_at_the_slowed_rate_and_says_so(tmp_path):
+    """The fault first, then lab.trim(): the port's program starts at the slowed rate (the timeline's record of each
+    port's rate now), and events.csv has its trim_rate row from the start (no trims yet), where a restore's row would
+    close the interval (here trimming finishes first, at the lab's end: analysis.faults.trimmed_while_slow leaves an
+    interval trimming outlived to trim.csv's totals)."""
+    topo = LeafSpineTopo(spines=1, leaves=2, hosts_per_leaf=2, host_rate_mbps=20, fabric_rate_mbps=40,
+                         leaf_down_queue=QueueSpec("droptail", buffer_bytes=12_000))
+    with Lab(topo, out=tmp_path / "late", quiet=True) as lab:
+        lab.at(0.0, "slow-port leaf1:h1 fraction=0.25")
+        lab.start_workload()
+        deadline = time.monotonic() + 5
+        while not (lab.fault_events()["kind"] == "port_slow").any() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        tr = lab.trim()
+        started_at = tr.loaded[("leaf1", "h1")][1].drain_rate_mbps()
+        lab.burst(["h2", "h3", "h4"], "h1", 24_000, rounds=2, transport="uet")
+        trimmed = tr.counters()[("leaf1", "h1")]["trimmed_packets"]
+    assert started_at == pytest.approx(5.0) and trimmed > 0, (started_at, trimmed)
+    with open(tmp_path / "late" / "events.csv") as f:
+        ev = [r for r in csv.DictReader(f) if r["kind"] == "trim_rate"]
+    assert [(r["target"], r["detail"].split(";")[:2]) for r in ev][0] == ("leaf1:h1", ["drain_rate_mbps=5",
+                                                                                      "trimmed_packets=0"]), ev
