@@ -41,7 +41,9 @@ the 1%/0% slowdown of p50 and p99 as a ratio of medians with its bootstrap inter
 at 1% loss each transport's CCT against TCP's. ``incast`` and ``slow-spine`` run the same way (capture at h1:eth0,
 the incast's root); their losses are queue drops before the capture, so RoCE's retransmitted packets there are the
 capture's resends plus the switch and host NIC drops (every dropped packet was sent again: go-back-N restarts at
-it), and the rows carry ``condition`` and ``level`` (0 healthy, 1 faulted).
+it), and the rows carry ``condition`` and ``level`` (0 healthy, 1 faulted), a slow spine's ``slow_fraction``, and
+``spine1_share``: which part of the bytes toward h1's leaf crossed spine1 (ECMP's luck for TCP and RoCE, whose
+flows take one spine each; spraying's split for UET).
 
 Measured: docs/uet.md, "1% loss: TCP, RoCE go-back-N and UET" and "Incast and a slow spine: TCP, RoCE go-back-N
 and UET".
@@ -114,6 +116,27 @@ def metrics(transport: str, s: dict, condition: str = "loss") -> dict:
     return m
 
 
+def spine1_share(run_dir: Path) -> float | None:
+    """Of the bytes the spines sent down to leaf1 (the incast root's leaf) during the run, spine1's share: how much
+    of leaf2's senders' data crossed the port the slow-spine fault slows (queues.csv, sent_bytes of spine1:leaf1 and
+    spine2:leaf1, last sample minus first). None without samples."""
+    import csv
+
+    first: dict[str, int] = {}
+    last: dict[str, int] = {}
+    try:
+        with (Path(run_dir) / "queues.csv").open() as f:
+            for r in csv.DictReader(f):
+                if r["port"] == "leaf1" and r["node"] in ("spine1", "spine2"):
+                    first.setdefault(r["node"], int(r["sent_bytes"]))
+                    last[r["node"]] = int(r["sent_bytes"])
+    except (OSError, KeyError, ValueError):
+        return None
+    sent = {n: last[n] - first[n] for n in last}
+    total = sum(sent.values())
+    return round(sent.get("spine1", 0) / total, 3) if total > 0 else None
+
+
 def incast_topology(args: argparse.Namespace, level: float, seed: int) -> Path:
     """The small-port incast's fabric as a topology file in OUT: the healthy fabric (2x2x2 leaf-spine at
     --rate-mbps, 1 MiB drop-tail queues), leaf1:h1 (the root's port) at --incast-buffer bytes; seeded as the
@@ -177,11 +200,13 @@ def run_round(args: argparse.Namespace, round_no: int, rows_file: Path) -> None:
         row = {"transport": transport, "condition": condition, "level": level, "seed": seed}
         if condition == "loss":
             row["loss"] = level
+        if cell == ("slow-spine", 1.0):
+            row["slow_fraction"] = args.slow_fraction
         t0 = time.monotonic()
         try:
             p = params(args, transport, cell, seed)
             s = run_scenario(get("collective"), p, seed, d, quiet=True, faults=faults(args, p, cell, seed))
-            row.update(metrics(transport, s, condition))
+            row.update(metrics(transport, s, condition), spine1_share=spine1_share(d))
         except Exception as e:  # noqa: BLE001 - a failed run is reported, the others still run
             row["error"] = f"{type(e).__name__}: {e}"[:300]
         row.update(wall_s=round(time.monotonic() - t0, 1), dir=str(d))
@@ -214,14 +239,21 @@ def _ratio(a: list[float], b: list[float]) -> str:
     return f"{d.ratio:.2f} [{d.ratio_low:.2f}, {d.ratio_high:.2f}] {d.verdict}, p={d.p_value:.3g}"
 
 
+def _belongs(r: dict, condition: str, fraction: float | None) -> bool:
+    """Whether a row is one of ``condition``'s cells: its own (a slow spine's of ``fraction``, when given; rows
+    that recorded none ran at 0.25), or the healthy incast that incast and slow-spine share."""
+    c = r.get("condition", "loss")
+    if _level(r) == 0:
+        return c == condition or {c, condition} <= {"incast", "slow-spine"}
+    return c == condition and (c != "slow-spine" or fraction is None or r.get("slow_fraction", 0.25) == fraction)
+
+
 def table(rows: list[dict], levels: list[float], condition: str = "loss", args: argparse.Namespace | None = None
           ) -> str:
     """The markdown table of one condition's rows (rows without ``condition`` are loss rows; incast and slow-spine
     share their healthy cell, level 0): per transport, medians [interval] over runs, the faulted/healthy slowdowns
     and the faulted cell's contrasts against TCP."""
-    same = {condition} if condition == "loss" else {"incast", "slow-spine"}
-    rows = [r for r in rows if r.get("condition", "loss") == condition
-            or (r.get("condition", "loss") in same and _level(r) == 0)]
+    rows = [r for r in rows if _belongs(r, condition, args.slow_fraction if args else None)]
     ok = [r for r in rows if "error" not in r and r.get("verified") is not False]
     ts = [t for t in TRANSPORTS if any(r["transport"] == t for r in ok)]
     lo, hi = min(levels), max(levels)
@@ -247,9 +279,11 @@ def table(rows: list[dict], levels: list[float], condition: str = "loss", args: 
              _ratio(_vals(ok, t, hi, f"cct_{q}_ms"), _vals(ok, "tcp", hi, f"cct_{q}_ms")))
     for key, label in (("retrans_pkts", "retransmitted packets"), ("retrans_bytes", "retransmitted bytes"),
                        ("recovery_rounds", "go-back-N rounds"), ("timer_expiries", "timer expiries"),
-                       ("switch_drops", "switch drops")):
+                       ("switch_drops", "switch drops"), ("spine1_share", "spine1's share toward leaf1")):
         for x in (lo, hi):
-            line(f"{label}, {level_label(condition, x, args)}", lambda t, key=key, x=x: _est(_vals(ok, t, x, key)))
+            fmt = "{:.2f}" if key == "spine1_share" else "{:.0f}"
+            line(f"{label}, {level_label(condition, x, args)}",
+                 lambda t, key=key, x=x, fmt=fmt: _est(_vals(ok, t, x, key), fmt))
     bad = [r for r in rows if r not in ok]
     if bad:
         lines.append(f"\nleft out: {len(bad)} runs: " + "; ".join(
@@ -270,8 +304,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--loss-host", default="h1", help="loss: the host whose NIC drops arriving packets (default h1)")
     ap.add_argument("--incast-buffer", type=int, default=16_000,
                     help="incast: the root's leaf port's drop-tail buffer in bytes when faulted (default 16000)")
-    ap.add_argument("--slow-fraction", type=float, default=0.25,
-                    help=f"slow-spine: {SLOW_PORT}'s rate as a fraction of its own (default 0.25)")
+    ap.add_argument("--slow-fraction", type=float, default=0.1,
+                    help=f"slow-spine: {SLOW_PORT}'s rate as a fraction of its own (default 0.1)")
     ap.add_argument("--collective", default="allreduce", help="loss: the collective (default allreduce, ring)")
     ap.add_argument("--size", default="256K", help="per-rank message size (default 256K)")
     ap.add_argument("--iterations", type=int, default=8, help="measured iterations a run (default 8)")
@@ -309,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.first_round, args.first_round + args.rounds):
             run_round(args, r, rows_file)
     rows = [json.loads(x) for x in rows_file.read_text().splitlines() if x.strip()] if rows_file.exists() else []
+    for r in rows:  # rows from before spine1_share was recorded: from their run directories
+        if "spine1_share" not in r and r.get("condition", "loss") != "loss" and Path(r.get("dir", "")).is_dir():
+            r["spine1_share"] = spine1_share(Path(r["dir"]))
     where = {"loss": f"loss at {args.loss_host}'s NIC", "incast": f"incast into h1, 1 MiB drop-tail queues; "
              f"faulted: h1's leaf port {args.incast_buffer} B", "slow-spine": f"incast into h1, 1 MiB drop-tail "
              f"queues; faulted: {SLOW_PORT} at {args.slow_fraction:g} of its rate"}

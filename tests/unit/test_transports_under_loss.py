@@ -56,9 +56,11 @@ def test_both_shares_the_healthy_incast_between_the_incast_and_slow_spine_tables
     args = bench.parse(["--condition", "both"])
     assert bench.levels_of(args) == [("incast", 0.0), ("incast", 1.0), ("slow-spine", 1.0)]
     rows = [{"transport": "tcp", "condition": c, "level": lv, "seed": i, "cct_p50_ms": 100.0 * (1 + lv) + i,
-             "cct_p99_ms": 120.0 * (1 + lv) + i}
+             "cct_p99_ms": 120.0 * (1 + lv) + i, **({"slow_fraction": 0.1} if c == "slow-spine" else {})}
             for i in range(3) for c, lv in (("incast", 0.0), ("incast", 1.0), ("slow-spine", 1.0))]
     rows.append({"transport": "tcp", "loss": 0.0, "seed": 7, "cct_p50_ms": 5.0, "cct_p99_ms": 5.0})
+    rows.append({"transport": "tcp", "condition": "slow-spine", "level": 1.0, "seed": 8, "cct_p50_ms": 5.0,
+                 "cct_p99_ms": 5.0})  # a slow spine of another fraction (none recorded: 0.25): not pooled
     for condition, label in (("incast", "port 16 kB"), ("slow-spine", "slow spine")):
         text = bench.table(rows, [0.0, 1.0], condition, args)
         assert f"| runs (healthy / {label}) | 3 / 3 |" in text
