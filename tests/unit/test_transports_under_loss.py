@@ -1,8 +1,10 @@
 """benchmarks/transports_under_loss.py's pure parts: the rotation that interleaves the cells, the summary keys it
-reads per transport, and the table over rows of several sessions."""
+reads per transport, the table over rows of several sessions, and the command line's refusals."""
 
 import importlib.util
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("transports_under_loss",
@@ -41,4 +43,37 @@ def test_the_table_gives_medians_slowdowns_and_leaves_out_failed_runs():
     assert "| runs (loss 0% / 1%) | 4 / 4 |" in text
     assert "| CCT p50 ms, loss 0% | 102 [100, 103] |" in text
     assert "| slowdown p50 1%/0% | 1.99 [" in text and "A > B" in text
-    assert "left out: 1 runs: uet 1% seed 9: RunFailed: agent died" in text
+    assert "left out: 1 runs: uet loss 1% seed 9: RunFailed: agent died" in text
+
+
+def test_rdma_resends_under_queue_drops_count_the_dropped_packets_too():
+    s = {"wire_roce_retransmitted_packets": 300, "switch_drops": 120, "host_nic_drops": 5}
+    assert bench.metrics("rdma", s, "loss")["retrans_pkts"] == 300  # the capture sits before netem's drops
+    assert bench.metrics("rdma", s, "incast")["retrans_pkts"] == 425  # queue drops happen before the capture
+
+
+def test_both_shares_the_healthy_incast_between_the_incast_and_slow_spine_tables():
+    args = bench.parse(["--condition", "both"])
+    assert bench.levels_of(args) == [("incast", 0.0), ("incast", 1.0), ("slow-spine", 1.0)]
+    rows = [{"transport": "tcp", "condition": c, "level": lv, "seed": i, "cct_p50_ms": 100.0 * (1 + lv) + i,
+             "cct_p99_ms": 120.0 * (1 + lv) + i, **({"slow_fraction": 0.1} if c == "slow-spine" else {})}
+            for i in range(3) for c, lv in (("incast", 0.0), ("incast", 1.0), ("slow-spine", 1.0))]
+    rows.append({"transport": "tcp", "loss": 0.0, "seed": 7, "cct_p50_ms": 5.0, "cct_p99_ms": 5.0})
+    rows.append({"transport": "tcp", "condition": "slow-spine", "level": 1.0, "seed": 8, "cct_p50_ms": 5.0,
+                 "cct_p99_ms": 5.0})  # a slow spine of another fraction (none recorded: 0.25): not pooled
+    for condition, label in (("incast", "port 16 kB"), ("slow-spine", "slow spine")):
+        text = bench.table(rows, [0.0, 1.0], condition, args)
+        assert f"| runs (healthy / {label}) | 3 / 3 |" in text
+        assert "| CCT p50 ms, healthy | 101 [100, 102] |" in text
+
+
+@pytest.mark.parametrize("argv,why", [(["--condition", "bogus"], "invalid choice: 'bogus'"),
+                                      (["--condition", "incast", "--incast-buffer", "100"], "--incast-buffer"),
+                                      (["--condition", "slow-spine", "--slow-fraction", "1.5"], "--slow-fraction")])
+def test_a_bad_condition_or_its_option_is_one_line_and_exit_2_before_anything_is_made(argv, why, tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as e:
+        bench.main([*argv, "--out", str(out)])
+    assert e.value.code == 2 and not out.exists()
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "error:" in last and why in last
