@@ -99,24 +99,35 @@ def _gid_index(ctx, want: str) -> int | None:
     return None
 
 
+def _event_fds() -> set[int]:
+    """The process's descriptors that are verbs event files (``anon_inode:[infinibandevent]``)."""
+    out = set()
+    for f in os.listdir("/proc/self/fd"):
+        try:
+            if "infinibandevent" in os.readlink(f"/proc/self/fd/{f}"):
+                out.add(int(f))
+        except OSError:
+            continue
+    return out
+
+
 def completion_channel(v: dict, ctx):
     """(channel, fd): an ibv_comp_channel of ``ctx`` and the file descriptor the kernel signals when a CQ armed with
     ibv_req_notify_cq gets a completion (readable then: select() on it instead of polling a CQ in a sleep loop).
-    pyverbs does not expose the descriptor: it is the one new ``anon_inode:[infinibandevent]`` among the process's
-    descriptors; fd is None if it cannot be told apart, both None if the device gives no channel."""
-    before = set(os.listdir("/proc/self/fd"))
+    pyverbs does not expose the descriptor: it is a verbs event file (``anon_inode:[infinibandevent]``) that was not
+    one before the channel was made (compared as event files, not as numbers: the number of the descriptor that
+    listed /proc/self/fd is free again and the channel may get it). Where two appear (the lab VM's 7.3 kernel: the
+    context's async-event file, allocated on first use, then the channel's), the channel's is the later,
+    higher-numbered one (a process's next descriptor is its lowest free one; measured in the lab VM: select() on it
+    woke 32 times for 32 completions, benchmarks/verbs_write_bw.py). fd is None if it cannot be told apart (the
+    caller then polls in short sleeps), both None if the device gives no channel."""
+    before = _event_fds()
     try:
         ch = v["CompChannel"](ctx)
     except Exception:  # noqa: BLE001 - pyverbs raises its own error types: the caller polls in short sleeps
         return None, None
-    found = []
-    for f in set(os.listdir("/proc/self/fd")) - before:
-        try:
-            if "infinibandevent" in os.readlink(f"/proc/self/fd/{f}"):
-                found.append(int(f))
-        except OSError:
-            continue
-    return ch, (found[0] if len(found) == 1 else None)
+    found = _event_fds() - before
+    return ch, (max(found) if len(found) in (1, 2) else None)
 
 
 def make_qp(v: dict, pd, cq, access: int, send_depth: int, recv_depth: int, max_send_sge: int = 1):

@@ -148,6 +148,11 @@ def test_lookahead_keeps_several_messages_per_peer_in_flight_and_verifies(fabric
     ops = 4  # the warm-up and 3 measured
     res = run_job(fabric, tmp_path / "ahead", {"protocol": "grant", "lookahead": 3}, p2p, 2)
     assert res.verified, res.per_rank
+    # both agents block on their CQ's completion channel (traffic.rxe.completion_channel told its descriptor apart:
+    # the lab VM's kernel adds a second event file), not on sleeps between polls
+    tr = [res.per_rank[r]["transport"] for r in range(2)]
+    assert all(x["completion_channel"] and x["profile"]["wakeups"] > 0 for x in tr), [
+        (x["completion_channel"], x["profile"]["wakeups"], x["profile"].get("polls_busy")) for x in tr]
     st = last_stats(res)
     recv, send = st[(1, 0)], st[(0, 1)]
     # the receiver granted ops 1..3 ahead (into staging buffers) with op 0's own receive: 4 grants open at once
