@@ -324,11 +324,11 @@ class Lab:
         """Packet trimming (UEC's switch-side answer to a full queue, docs/uet.md) on every switch port: above
         ``threshold_bytes`` of its queue (0: half of each port's buffer) a port cuts a UET data packet to its
         headers, flagged, and the receiving UET transport NACKs it at once (``transport="uet"``). Returns the
-        :class:`~testbed.workloads.trimming.TrimRun`; when the lab ends (or at its ``finish()``) trim.csv is
-        written, the uet_trim* numbers go into the summary and the programs are detached."""
+        :class:`~testbed.workloads.trimming.TrimRun`; at the lab's end (or its ``finish()``) trim.csv is written,
+        the uet_trim* numbers go into the summary and the programs are detached."""
         run = start_trimming(self.net.fabric, self.rundir, self.on_teardown, threshold_bytes, self.progress)
         self.on_teardown(lambda: self.summary.update(run.finish()))
-        if self.faults is not None:  # started during a slow-port fault: its programs' rates go into events.csv
+        if self.faults is not None:  # started during a slow-port fault: its trim_rate rows
             self.faults.trimming_started()
         return run
 

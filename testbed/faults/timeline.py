@@ -278,13 +278,11 @@ class FaultTimeline:
         self._tell_trimming(node, ifname, rate)
 
     def trimming_started(self) -> None:
-        """A trimmer started while ports were slowed: its programs began at the ports' current rates (they read
-        ``fabric.port_rate_now_mbps``); one ``trim_rate`` event per slowed port, as a rate change records it, so that
-        its trims while slow are counted from its start (``trimmed_while_slow_packets``)."""
+        """Trimming began while ports were slowed (at their rates now): a ``trim_rate`` event per slowed port."""
         rates = getattr(self.fabric, "port_rate_now_mbps", {})
-        for node, ifname in sorted(self._slow):  # a copy: the timeline's thread may change the set meanwhile
-            if (node, ifname) in rates:
-                self._tell_trimming(node, ifname, rates[(node, ifname)])
+        for key in sorted(self._slow):  # a copy: the timeline's thread may change the set meanwhile
+            if key in rates:
+                self._tell_trimming(*key, rates[key])
 
     def _tell_trimming(self, node: str, ifname: str, rate_mbps: float) -> None:
         """A port's trimming program (the run's TrimRun, ``fabric.trim``; one started later reads
