@@ -40,10 +40,11 @@ UET: uet_rto_events). Printed per transport: medians over runs with their interv
 the 1%/0% slowdown of p50 and p99 as a ratio of medians with its bootstrap interval (analysis.stats.compare), and
 at 1% loss each transport's CCT against TCP's. ``incast`` and ``slow-spine`` run the same way (capture at h1:eth0,
 the incast's root); their losses are queue drops before the capture, so RoCE's retransmitted packets there are the
-capture's resends plus the switch and host NIC drops (every dropped packet was sent again: go-back-N restarts at
-it), and the rows carry ``condition`` and ``level`` (0 healthy, 1 faulted), a slow spine's ``slow_fraction``, and
-``spine1_share``: which part of the bytes toward h1's leaf crossed spine1 (ECMP's luck for TCP and RoCE, whose
-flows take one spine each; spraying's split for UET).
+capture's resends, a lower bound (a resend dropped again never reaches the capture; the resend of a packet dropped
+at first is counted, as later packets had crossed), with the switch drops beside them (the capture's resends plus
+the drops bound the resends from above), and the rows carry ``condition`` and ``level`` (0 healthy, 1 faulted), a
+slow spine's ``slow_fraction``, and ``spine1_share``: which part of the bytes toward h1's leaf crossed spine1
+(ECMP's luck for TCP and RoCE, whose flows take one spine each; spraying's split for UET).
 
 Measured: docs/uet.md, "1% loss: TCP, RoCE go-back-N and UET" and "Incast and a slow spine: TCP, RoCE go-back-N
 and UET".
@@ -103,8 +104,7 @@ def metrics(transport: str, s: dict, condition: str = "loss") -> dict:
                  timer_expiries=s.get("tcp_timeouts"))
     elif transport == "rdma":
         wire = s.get("wire_roce_retransmitted_packets")
-        drops = (s.get("switch_drops") or 0) + (s.get("host_nic_drops") or 0)
-        m.update(retrans_pkts=wire if condition == "loss" or wire is None else wire + drops, wire_retrans=wire,
+        m.update(retrans_pkts=wire, wire_retrans=wire,
                  recovery_rounds=s.get("rdma_retransmit_events"), timer_expiries=s.get("rdma_timeout_retries"),
                  seq_naks=s.get("rdma_rcvd_seq_err"))
     else:

@@ -116,11 +116,12 @@ def completion_channel(v: dict, ctx):
     ibv_req_notify_cq gets a completion (readable then: select() on it instead of polling a CQ in a sleep loop).
     pyverbs does not expose the descriptor: it is a verbs event file (``anon_inode:[infinibandevent]``) that was not
     one before the channel was made (compared as event files, not as numbers: the number of the descriptor that
-    listed /proc/self/fd is free again and the channel may get it). Where two appear (the lab VM's 7.3 kernel: the
-    context's async-event file, allocated on first use, then the channel's), the channel's is the later,
-    higher-numbered one (a process's next descriptor is its lowest free one; measured in the lab VM: select() on it
-    woke 32 times for 32 completions, benchmarks/verbs_write_bw.py). fd is None if it cannot be told apart (the
-    caller then polls in short sleeps), both None if the device gives no channel."""
+    listed /proc/self/fd is free again and the channel may get it). Where two appear (seen once in the lab VM's 7.3
+    kernel, before that reuse was understood; presumably the context's async-event file, allocated on first use,
+    then the channel's: not checked), the channel's is taken to be the later, higher-numbered one (a process's next
+    descriptor is its lowest free one; measured in the lab VM: select() on it woke 32 times for 32 completions,
+    benchmarks/verbs_write_bw.py). fd is None if it cannot be told apart (the caller then polls in short sleeps),
+    both None if the device gives no channel."""
     before = _event_fds()
     try:
         ch = v["CompChannel"](ctx)

@@ -280,9 +280,10 @@ class FaultTimeline:
     def trimming_started(self) -> None:
         """Trimming began while ports were slowed (at their rates now): a ``trim_rate`` event per slowed port."""
         rates = getattr(self.fabric, "port_rate_now_mbps", {})
-        for key in sorted(self._slow):  # a copy: the timeline's thread may change the set meanwhile
-            if key in rates:
-                self._tell_trimming(*key, rates[key])
+        with self._lock:  # not between the player thread's rate change and its own trim_rate row
+            for key in sorted(self._slow):
+                if key in rates:
+                    self._tell_trimming(*key, rates[key])
 
     def _tell_trimming(self, node: str, ifname: str, rate_mbps: float) -> None:
         """A port's trimming program (the run's TrimRun, ``fabric.trim``; one started later reads

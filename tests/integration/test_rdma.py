@@ -167,14 +167,14 @@ def test_loss_makes_rdma_go_back_n_and_tcp_retransmit_on_the_wire(allreduce_runs
             ecn[row["counter"]] = ecn.get(row["counter"], 0) + sign * int(row["value"])
     print("rdma run, IP packets received by hosts by ECN codepoint:", ecn)
     # with loss rxe shows go-back-N recovery (responders saw PSN gaps, requesters replayed), and the replays are
-    # packets sent again: rxe's own count of packets sent rises against the run without loss (same payload).
-    # The op times are not compared: one run a side cannot tell (measured x1.72 once, 1187 -> 2045 ms; in a
-    # fresh-clone CI run 9.30 s with 1% loss against 9.26 s without, the clean run stalled by 13 ACK-timer retries;
-    # identical no-loss runs differ by up to 20%). Measured for the counters (lab VM, 1 run, shared machine):
-    # rxe sent 9288 packets without loss, 10727 with it (+15%, 22 PSN gaps; CCT 404 -> 1477 ms). The clean run's
-    # only replays are ACK-timer retries (0 here, 13 in the worst CI run, each a window of a few dozen packets), so
-    # the margin is the loss's ~90 go-back-N replays of a window each: 1 run cannot give a flake rate, the mechanism
-    # does (a false failure needs the clean run to replay more than the lossy one).
+    # packets sent again: rxe's own count of packets sent rises against the run without loss (same payload). The op
+    # times are not compared: one run a side cannot tell (measured x1.72 once, 1187 -> 2045 ms; in a fresh-clone CI
+    # run 9.30 s with 1% loss against 9.26 s without, the clean run stalled by 13 ACK-timer retries; identical no-
+    # loss runs differ by up to 20%). Measured for the counters (lab VM, 1 run, with the earlier 512 kB x 3-op
+    # runs): rxe sent 9288 packets without loss, 10727 with it (+15%, 22 PSN gaps; CCT 404 -> 1477 ms). The clean
+    # run's only replays are ACK-timer retries (0 here, 13 in the worst CI run, each a window of a few dozen
+    # packets), so the margin is the loss's ~90 go-back-N replays of a window each: 1 run cannot give a flake rate,
+    # the mechanism does (a false failure needs the clean run to replay more than the lossy one).
     assert r1["rdma_recovery_counters"] > 0 and r1["rdma_retransmit_events"] > 0, r1
     assert r1["rdma_sequence_gaps"] > 0 and r1["rdma_rcvd_seq_err"] > 0, r1
     # (the lossy run is captured and the clean one is not: tcpdump's CPU on the emulated machine could add ACK-timer
