@@ -328,6 +328,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"--losses: comma-separated percents, e.g. 0,1 (got {args.losses!r})")
     if len(losses) < 2 or not all(0 <= x < 100 for x in losses):
         ap.error(f"--losses: at least two percents in 0..100 (got {args.losses!r})")
+    from testbed.errors import UsageError
+
+    for t in args.transports.split(","):   # the scenario's own checks (--size, --iterations, ...), no file written
+        for cell in (("loss", 0.0), ("slow-spine", 0.0)):
+            try:
+                params(args, t, cell)
+            except (UsageError, ValueError) as e:
+                ap.error(str(e))
     return args
 
 

@@ -72,7 +72,8 @@ def test_both_shares_the_healthy_incast_between_the_incast_and_slow_spine_tables
 
 @pytest.mark.parametrize("argv,why", [(["--condition", "bogus"], "invalid choice: 'bogus'"),
                                       (["--condition", "incast", "--incast-buffer", "100"], "--incast-buffer"),
-                                      (["--condition", "slow-spine", "--slow-fraction", "1.5"], "--slow-fraction")])
+                                      (["--condition", "slow-spine", "--slow-fraction", "1.5"], "--slow-fraction"),
+                                      (["--iterations", "0"], "iterations"), (["--size", "huge"], "size")])
 def test_a_bad_condition_or_its_option_is_one_line_and_exit_2_before_anything_is_made(argv, why, tmp_path, capsys):
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as e:
