@@ -13,6 +13,7 @@ time budget). Both use these checks, so a lab graded elsewhere is held to the sa
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from analysis.grading import DIFFERENT, MISSING, NO_VALUE, PASS
@@ -27,6 +28,23 @@ def host_lab(ref: str):
     missing = doctor.missing(classlabs.needs(lab))
     assert not missing, f"lab {lab.ref} should run on the host kernel; it lacks {', '.join(missing)}"
     return lab
+
+
+def runs_once(ref: str, out: Path) -> tuple[object, dict[str, tuple[dict, Path]]]:
+    """Lab ``ref`` run once by the lab driver (`lab run N --repeat 1`) into ``out/<run>/seed-1/``, after checking
+    that this kernel has everything its runs need: the lab and, by run name, each run's summary (None when it has
+    none) and folder, for a test that grades the lab (:func:`assert_complete_once`) and reads the same runs for its
+    own claims."""
+    lab = classlabs.find(ref)
+    missing = doctor.missing(classlabs.needs(lab))
+    assert not missing, f"lab {lab.ref} needs {', '.join(missing)}, which this kernel lacks"
+    classlabs.run(lab, out, repeats=1)
+    runs = {}
+    for r in lab.runs:
+        path = out / r.name / "seed-1"
+        summary = path / "summary.json"   # none for a run that failed: assert_complete_once says which
+        runs[r.name] = (json.loads(summary.read_text()) if summary.exists() else None, path)
+    return lab, runs
 
 
 def assert_passes_on_its_repeats(lab, handin: Path, capsys) -> str:

@@ -3,13 +3,10 @@ are lab 03's (labs/03-dctcp-queue: 2 senders at 10 Mbit/s, 40 ms, a 150 kB buffe
 CUBIC), made once by the lab driver and graded as the lab too: one set of runs serves both (CI's time budget: this
 test made two runs of its own, 28 s in the VM, beside the lab's three)."""
 
-import json
 
 import pytest
 
-from testbed.commands import labs as classlabs
-from testbed.kernel import doctor
-from tests.labdrive import assert_complete_once
+from tests.labdrive import assert_complete_once, runs_once
 
 
 def test_dctcp_holds_the_queue_near_k_while_cubic_fills_the_buffer(tmp_path):
@@ -23,12 +20,9 @@ def test_dctcp_holds_the_queue_near_k_while_cubic_fills_the_buffer(tmp_path):
     been asserted by then. Measured (the lab's 16 faithful runs): DCTCP's queue median 16-18 packets against the band
     [5, 49.5], CUBIC's p90 88-98 against 49.5, goodput ratio 0.95-0.99 against 0.7: every graded number sits several
     times its spread inside its band."""
-    lab = classlabs.find("03")
-    missing = doctor.missing(classlabs.needs(lab))
-    assert not missing, f"lab 03 needs {', '.join(missing)}, which this kernel lacks"
     out = tmp_path / "lab"
-    classlabs.run(lab, out, repeats=1)
-    s = {r.name: json.loads((out / r.name / "seed-1" / "summary.json").read_text()) for r in lab.runs}
+    lab, runs = runs_once("03", out)
+    s = {name: summary for name, (summary, _) in runs.items()}
     for name, x in s.items():
         print(f"{name}: queue median {x['queue_median_packets']} p90 {x['queue_p90_packets']} packets, goodput "
               f"{x['goodput_mbps']:.2f} Mbit/s, marks {x['ecn_marks']}, drops {x['bottleneck_drops']}, fidelity_ok "

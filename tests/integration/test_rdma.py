@@ -17,11 +17,9 @@ import json
 
 import pytest
 
-from testbed.commands import labs as classlabs
 from testbed.commands.runner import run_scenario
-from testbed.kernel import doctor
 from testbed.scenario import get
-from tests.labdrive import assert_complete_once
+from tests.labdrive import assert_complete_once, runs_once
 
 COLL = get("collective")
 
@@ -106,15 +104,9 @@ def allreduce_runs(tmp_path_factory):
     the ingress loss drops them, so a go-back-N replay crosses it twice). One set of runs serves the lab's grading
     (test_lab_09_runs_once_complete_with_every_statements_metric) and this file's checks: CI's time budget (these
     tests made three runs of their own, 77 s in the VM). {(transport, loss): (summary, run dir)}."""
-    lab = classlabs.find("09")
-    missing = doctor.missing(classlabs.needs(lab))
-    assert not missing, f"lab 09 needs {', '.join(missing)}, which this kernel lacks"
     out = tmp_path_factory.mktemp("lab09")
-    classlabs.run(lab, out, repeats=1)
-    res = {}
-    for key, name in LAB09_RUNS.items():
-        path = out / name / "seed-1"
-        res[key] = (json.loads((path / "summary.json").read_text()), path)
+    lab, runs = runs_once("09", out)
+    res = {key: runs[name] for key, name in LAB09_RUNS.items()}
     res["lab"] = (lab, out)
     return res
 
