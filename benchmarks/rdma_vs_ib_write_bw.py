@@ -49,14 +49,16 @@ from testbed.errors import require_root  # noqa: E402
 from testbed.kernel import netns  # noqa: E402
 
 #: the agent's transport options per name (--protocols); "-spin": poll 0.5 ms (grant-la4-spin: 5 ms) before sleeping
-#: on the CQ's channel; "-laK": receive look-ahead of K ops; "-1w": a message in one write (no pieces)
+#: on the CQ's channel; "-laK": receive look-ahead of K ops; "-1w": a message in one write (no pieces); "eager-N": an
+#: eager ring of N slots of 128 KiB (unset, the default: 32 slots with one peer, traffic.rdma_credits.auto_slots)
 PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}, "grant": {"protocol": "grant"},
              "grant-spin": {"protocol": "grant", "spin_us": 500}, "eager-spin": {"spin_us": 500},
              "eager-2MB": {"credits": 16}, "grant-la2": {"protocol": "grant", "lookahead": 2},
              "grant-la4": {"protocol": "grant", "lookahead": 4},
              "grant-la16": {"protocol": "grant", "lookahead": 16},
              "grant-la4-spin": {"protocol": "grant", "lookahead": 4, "spin_us": 5000},
-             "grant-la4-1w": {"protocol": "grant", "lookahead": 4, "piece_bytes": 0}}
+             "grant-la4-1w": {"protocol": "grant", "lookahead": 4, "piece_bytes": 0},
+             "eager-8": {"credits": 8}, "eager-32": {"credits": 32}}
 
 
 def _children_cpu_s() -> float:
