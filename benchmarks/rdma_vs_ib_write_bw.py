@@ -19,8 +19,10 @@ shaper is not the limit). For each message size, --repeats rounds, each round al
   (traffic.rdma_grant); ``grant-laK``: grant with receive look-ahead, the receives of the next K ops granted
   ahead into staging buffers and sends done from copies (traffic.rdma_staging): several messages in flight.
 
-Prints, per size: each side's median with its interval and n (analysis.stats.estimate); agent / ib_write_bw as the
-ratio of medians with its bootstrap interval (analysis.stats.compare); the agents' CPU per payload byte (both
+Prints, per size: each side's median with its interval and n (analysis.stats.estimate); agent / ib_write_bw per
+round (the agent's goodput over the same round's ib_write_bw: the machine's load moves both, so this paired ratio
+is the statistic to quote), its median and interval over rounds; the ratio of medians with its bootstrap interval
+(analysis.stats.compare); the agents' CPU per payload byte (both
 ranks, from the first post to the last completion) beside perftest's (whole processes, busy-polling); and where
 the agents' time per message went (the transports' profile: blocked waiting, waiting for a clear-to-send or for
 credits, copying out of the ring, CPU). --json: the same as one JSON line.
@@ -47,14 +49,16 @@ from testbed.errors import require_root  # noqa: E402
 from testbed.kernel import netns  # noqa: E402
 
 #: the agent's transport options per name (--protocols); "-spin": poll 0.5 ms (grant-la4-spin: 5 ms) before sleeping
-#: on the CQ's channel; "-laK": receive look-ahead of K ops; "-1w": a message in one write (no pieces)
+#: on the CQ's channel; "-laK": receive look-ahead of K ops; "-1w": a message in one write (no pieces); "eager-N": an
+#: eager ring of N slots of 128 KiB (unset, the default: 32 slots with one peer, traffic.rdma_credits.auto_slots)
 PROTOCOLS = {"eager": {}, "rendezvous": {"credits": 0}, "grant": {"protocol": "grant"},
              "grant-spin": {"protocol": "grant", "spin_us": 500}, "eager-spin": {"spin_us": 500},
              "eager-2MB": {"credits": 16}, "grant-la2": {"protocol": "grant", "lookahead": 2},
              "grant-la4": {"protocol": "grant", "lookahead": 4},
              "grant-la16": {"protocol": "grant", "lookahead": 16},
              "grant-la4-spin": {"protocol": "grant", "lookahead": 4, "spin_us": 5000},
-             "grant-la4-1w": {"protocol": "grant", "lookahead": 4, "piece_bytes": 0}}
+             "grant-la4-1w": {"protocol": "grant", "lookahead": 4, "piece_bytes": 0},
+             "eager-8": {"credits": 8}, "eager-32": {"credits": 32}}
 
 
 def _children_cpu_s() -> float:
@@ -62,20 +66,11 @@ def _children_cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _significant(text: str) -> int:
-    return len(text.replace(".", "").lstrip("0"))
-
-
-def _more_digits(bw_text: str, from_rate: float, rate_text: str) -> float:
-    """perftest's BW average, or the rate-derived figure when that one has more significant digits."""
-    return from_rate if _significant(rate_text) > _significant(bw_text) else float(bw_text)
-
-
 def ib_write_bw(ns_srv: str, dev_srv: str, gid_srv: int, ns_cli: str, dev_cli: str, gid_cli: int, ip_srv: str,
                 size: int, iters: int, port: int, tx_depth: int = 0) -> tuple[float, float]:
-    """(Gbit/s: perftest's average message rate x size, CPU seconds of server and client); ``tx_depth`` > 0:
-    perftest's -t, the writes it keeps in flight (0: its default, 128)."""
-    common = ["-s", str(size), "-n", str(iters), "-F", "--report_gbits", "-p", str(port)]
+    """(Gbit/s: perftest's BW average, CPU seconds of server and client); ``tx_depth`` > 0: perftest's -t, the
+    writes it keeps in flight (0: its default, 128)."""
+    common = ["-s", str(size), "-n", str(iters), "-F", "-p", str(port)]
     common += ["-t", str(tx_depth)] if tx_depth > 0 else []
     cpu0 = _children_cpu_s()
     srv = netns.popen(ns_srv, ["ib_write_bw", "-d", dev_srv, "-x", str(gid_srv), *common], stdout=open(os.devnull, "w"),
@@ -92,9 +87,9 @@ def ib_write_bw(ns_srv: str, dev_srv: str, gid_srv: int, ns_cli: str, dev_cli: s
         for line in out.stdout.splitlines():
             f = line.split()
             if len(f) >= 5 and f[0] == str(size) and re.match(r"^\d+$", f[1]):
-                # #bytes #iterations BW-peak BW-average MsgRate[Mpps]. perftest prints the BW columns with 2 or
-                # 6 decimals and the rate with 6 (1 message/s: 5-10% at 1 MB): the one with more digits
-                gbps = _more_digits(f[3], float(f[4]) * 1e6 * size * 8 / 1e9, f[4])
+                # #bytes #iterations BW-peak BW-average[MiB/s] MsgRate[Mpps], 2 decimals: in MiB/s that is 4
+                # significant digits here (--report_gbits' Gbit/s with 2 decimals was 0.10-0.22: 5-10% steps)
+                gbps = float(f[3]) * (1 << 20) * 8 / 1e9
                 print(f"ib_write_bw: {line.strip()}", file=sys.stderr)
                 break
         else:
@@ -179,8 +174,10 @@ def measure(fab, a, size: int) -> dict:
     for p, rs in runs.items():
         g = [r["goodput_gbps"] for r in rs]
         d = compare(g, ibs)
+        paired = [x / y for x, y in zip(g, ibs)]  # the same round's load moves both: the honest statistic
         out["agents"][p] = {"gbps": estimate(g).as_dict(), "rounds": g, "ratio": d.ratio, "ratio_low": d.ratio_low,
-                            "ratio_high": d.ratio_high, "verdict": d.verdict, **_breakdown(rs, size, a.iters)}
+                            "ratio_high": d.ratio_high, "verdict": d.verdict, "paired_ratios": paired,
+                            "paired_ratio": estimate(paired).as_dict(), **_breakdown(rs, size, a.iters)}
     return out
 
 
@@ -195,8 +192,10 @@ def report(m: dict) -> None:
           "(server + client, busy-polling)")
     for p, r in m["agents"].items():
         per = ", ".join(f"{x:.3f}" for x in r["rounds"])
-        print(f"  agent {p}: {e(r['gbps'])} Gbit/s (rounds {per}); agent/ib_write_bw {r['ratio']:.3f} "
-              f"[{r['ratio_low']:.3f}, {r['ratio_high']:.3f}] (ratio of medians, bootstrap 95%; {r['verdict']})")
+        pair = ", ".join(f"{x:.2f}" for x in r["paired_ratios"])
+        print(f"  agent {p}: {e(r['gbps'])} Gbit/s (rounds {per})")
+        print(f"    agent/ib_write_bw per round: {e(r['paired_ratio'])} (rounds {pair}); ratio of medians "
+              f"{r['ratio']:.3f} [{r['ratio_low']:.3f}, {r['ratio_high']:.3f}] (bootstrap 95%; {r['verdict']})")
         parts = []
         for who in ("sender", "receiver"):
             g = lambda k: r[f"{who}_{k}_ms_per_message"]  # noqa: E731

@@ -85,7 +85,7 @@ class RdmaTransport(Transport):
     def __init__(self, rank: int, ip: str = "0.0.0.0", device: str | None = None, dscp: int = 0,
                  traffic_class: int | None = None, mtu: int = 0, timeout: int = 16, retry_cnt: int = 7,
                  rnr_retry: int = 7, min_rnr_timer: int = 12, send_depth: int = 128, recv_depth: int = 0,
-                 credits: int = 8, slot_bytes: int = 128 * 1024, signal_every: int = 16, protocol: str = "",
+                 credits: int | None = None, slot_bytes: int = 128 * 1024, signal_every: int = 16, protocol: str = "",
                  piece_bytes: int = 256 * 1024, spin_us: int = 0, psn_seed: int | None = None,
                  devices: dict | None = None, lookahead: int = 0, **_ignored):
         super().__init__(rank)
@@ -96,11 +96,11 @@ class RdmaTransport(Transport):
                                              recv_depth, self.CTL_RESERVE, spin_us, lookahead)
         self.ip, self.device, self.want_mtu = ip, device, int(mtu)
         self.tc = options.traffic_class_of(dscp, traffic_class)
-        self.timeout, self.retry_cnt, self.rnr_retry = int(timeout), int(retry_cnt), int(rnr_retry)
-        self.min_rnr_timer = int(min_rnr_timer)
-        self.send_depth, self.recv_depth = int(send_depth), recv_depth
-        self.credits, self.slot_bytes, self.signal_every = int(credits), int(slot_bytes), int(signal_every)
-        self.protocol = protocol
+        self.timeout, self.retry_cnt, self.rnr_retry, self.min_rnr_timer = map(int, (timeout, retry_cnt, rnr_retry,
+                                                                                      min_rnr_timer))
+        self.send_depth, self.recv_depth, self.protocol = int(send_depth), recv_depth, protocol
+        self.credits = None if credits is None else int(credits)  # None: traffic.rdma_credits.auto_slots per peer
+        self.slot_bytes, self.signal_every = int(slot_bytes), int(signal_every)
         self.proto = (Eager(self, self.credits, self.slot_bytes) if protocol == "eager" else Rendezvous(self)
                       if protocol == "rendezvous" else GrantProto(self, int(piece_bytes), int(lookahead)))
         self.lookahead = int(lookahead)  # the agent announces its next ops' receives (post_ahead) this far ahead
@@ -161,6 +161,7 @@ class RdmaTransport(Transport):
             raise TransportError("connect() before listen()")
         deadline = time.monotonic() + timeout_s
         self.boot.connect(peers, timeout_s)
+        getattr(self.proto, "fit", lambda n: None)(len(peers))  # eager: its ring's slots for this many peers
         my_mtu = IB_MTU_ENUM[self.path_mtu]
         gid_bytes = ipaddress.IPv6Address(str(self.gid)).packed
         mine = {}
@@ -377,9 +378,8 @@ class RdmaTransport(Transport):
                 "path_mtu": self.path_mtu, "active_mtu": self.active_mtu, "traffic_class": self.tc,
                 "timeout": self.timeout, "retry_cnt": self.retry_cnt, "rnr_retry": self.rnr_retry,
                 "min_rnr_timer": self.min_rnr_timer, "connections": len(self.peers), "cc": [],
-                "protocol": self.protocol, "lookahead": self.lookahead, "credits": self.credits,
-                "slot_bytes": self.slot_bytes,
-                "spin_us": round(self.cq.spin_s * 1e6), "completion_channel": self.cq.fd is not None,
+                "protocol": self.protocol, "lookahead": self.lookahead, "credits": self.credits, "slot_bytes":
+                self.slot_bytes, "spin_us": round(self.cq.spin_s * 1e6), "completion_channel": self.cq.fd is not None,
                 "profile": {k: round(v, 6) if isinstance(v, float) else v for k, v in self.prof.items()}}
 
     def close(self) -> None:

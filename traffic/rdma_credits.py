@@ -10,7 +10,8 @@ waiting for the receiver before each one. Pure accounting and wire formats; no d
   sender's registered buffer.
 * Credits: the sender writes only into slots it holds (:class:`SendWindow`: all of them at the start). The receiver
   frees a slot once the piece is copied into the posted receive buffer and gives freed slots back in batches, a
-  bitmap in one small SEND (:data:`CREDIT`) per ``max(1, slots // 4)`` freed slots (:class:`RecvRing`).
+  bitmap in one small SEND (:data:`CREDIT`) per ``max(1, slots // 4)`` freed slots (:class:`RecvRing`). Unset,
+  ``slots`` follows the number of peers (:func:`auto_slots`: 32 for up to 4 peers, 8 from 16 on).
 * A piece whose receive is not posted yet stays in its slot; when more than half of the ring is held that way the
   oldest is copied out to memory of its own (the transport does it) and its slot freed: a schedule that is
   deadlock-free with unbounded eager buffering (kernel TCP) cannot then starve the sender of credits.
@@ -29,6 +30,11 @@ HDR_BYTES = 64
 CREDIT = struct.Struct("<IIQ")
 CREDIT_MAGIC = 0x74624352
 MAX_SLOTS = 64  # a credit bitmap is one 64-bit word
+#: ``credits`` unset: each peer's ring gets RING_BUDGET_SLOTS / peers slots, between MIN_AUTO_SLOTS and
+#: MAX_AUTO_SLOTS (of 128 KiB: 4 MiB with up to 4 peers, the old 1 MiB from 16 peers on). Measured in the lab VM
+#: (benchmarks/verbs_steps.py, docs/collective.md): with 1 MiB in flight the writer waits for credits while rxe
+#: idles; 4 MiB moved 1.17x as much at 1 MB messages
+RING_BUDGET_SLOTS, MIN_AUTO_SLOTS, MAX_AUTO_SLOTS = 128, 8, 32
 
 
 def check_ring(slots: int, slot_bytes: int) -> None:
@@ -37,6 +43,12 @@ def check_ring(slots: int, slot_bytes: int) -> None:
         raise ValueError(f"credits must be 0..{MAX_SLOTS} (got {slots}; 0: rendezvous per message)")
     if int(slots) and not 4096 <= int(slot_bytes) <= (1 << 30):
         raise ValueError(f"slot_bytes must be 4096..{1 << 30} (got {slot_bytes})")
+
+
+def auto_slots(peers: int) -> int:
+    """The ring's slots per peer when ``credits`` is not set: a rank's rings (and as many send buffers) stay within
+    RING_BUDGET_SLOTS slots up to RING_BUDGET_SLOTS / MIN_AUTO_SLOTS peers."""
+    return min(MAX_AUTO_SLOTS, max(MIN_AUTO_SLOTS, RING_BUDGET_SLOTS // max(1, int(peers))))
 
 
 def chunks(nbytes: int, slot_bytes: int) -> list[tuple[int, int]]:

@@ -24,7 +24,8 @@ from collections import deque
 import numpy as np
 
 from traffic.rdma_connect import QpInfo
-from traffic.rdma_credits import (CREDIT, CREDIT_MAGIC, HDR, HDR_BYTES, HDR_MAGIC, RecvRing, SendWindow, chunks)
+from traffic.rdma_credits import (CREDIT, CREDIT_MAGIC, HDR, HDR_BYTES, HDR_MAGIC, RecvRing, SendWindow, auto_slots,
+                                  chunks)
 from traffic.transport import Request, TransportError
 
 K_PIECE = 4  # the work-request kind of a piece (traffic.rdma numbers the others)
@@ -54,12 +55,18 @@ class Eager:
     """The eager protocol of transport ``t`` (a traffic.rdma.RdmaTransport: its control slots, send queues,
     registered buffers, completed-request list and profile)."""
 
-    def __init__(self, t, slots: int, slot_bytes: int):
-        self.t, self.slots, self.slot_bytes = t, slots, slot_bytes
+    def __init__(self, t, slots: int | None, slot_bytes: int):
+        self.t, self.slots, self.slot_bytes = t, slots, slot_bytes  # slots None: auto_slots, fitted in fit()
         self.recvs: dict[tuple[int, int], list] = {}  # (peer, tag) -> [request, bytes landed, destination array]
         self.early: dict[tuple[int, int], list] = {}  # pieces that came before their receive
 
     # ---- setup ----
+
+    def fit(self, peers: int) -> None:
+        """The ring's slots per peer, unless ``credits`` was given: fewer as the rank has more peers (memory)."""
+        if self.slots is None:
+            self.slots = auto_slots(peers)
+        self.t.credits = self.slots
 
     def setup(self, p) -> tuple[int, int, int, int]:
         """Register the ring for peer ``p``; (address, rkey, slots, slot bytes) to tell the peer."""

@@ -4,7 +4,7 @@ built. Pure; no device needed."""
 
 from __future__ import annotations
 
-from traffic.rdma_credits import check_ring
+from traffic.rdma_credits import MAX_AUTO_SLOTS, check_ring
 from traffic.rxe import IB_MTU_ENUM
 
 #: the data protocols (``protocol``; "": eager with ``credits`` > 0, else rendezvous) and their numbers on the wire
@@ -32,6 +32,7 @@ def check(dscp, traffic_class, mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer
             raise ValueError(f"{nm} must be {lo}..{hi} (got {val})")
     if mtu and int(mtu) not in IB_MTU_ENUM:
         raise ValueError(f"mtu must be one of {sorted(IB_MTU_ENUM)} (got {mtu})")
+    credits = MAX_AUTO_SLOTS if credits is None else int(credits)  # unset: at most this many (auto_slots)
     check_ring(credits, slot_bytes)
     protocol = protocol or ("eager" if int(credits) else "rendezvous")
     if protocol not in PROTOCOLS:

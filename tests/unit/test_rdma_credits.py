@@ -12,7 +12,7 @@ from collections import deque
 import pytest
 
 from traffic.rdma_connect import INFO, QpInfo, exchange, ready
-from traffic.rdma_credits import RecvRing, SendWindow, check_ring, chunks
+from traffic.rdma_credits import RecvRing, SendWindow, auto_slots, check_ring, chunks
 from traffic.rdma_sendq import Posted, SendQueue
 from traffic.transport import TransportError
 
@@ -197,3 +197,9 @@ def test_a_silent_peer_times_out_in_one_line():
     finally:
         a.close()
         b.close()
+
+
+def test_an_unset_ring_shrinks_as_a_rank_has_more_peers():
+    """4 MiB of 128 KiB slots per peer up to 4 peers, the old 1 MiB from 16 on: a rank's rings stay within 128 slots."""
+    assert [auto_slots(n) for n in (0, 1, 4, 5, 8, 16, 64)] == [32, 32, 32, 25, 16, 8, 8]
+    assert all(auto_slots(n) * n <= 128 for n in range(1, 17))
