@@ -9,8 +9,8 @@ afterwards: h1 -> leaf1 -> h2 of a 1-leaf testbed.network.fabric with an rxe dev
 shaper is not the limit). For each message size, --repeats rounds, each round alternating:
 
 * ib_write_bw (perftest, RC RDMA WRITE, --iters messages of the size, its default of up to 128 in flight) between
-  the two rxe devices, RoCEv2 GID of the hosts' IPv4 addresses: its "BW average" (--report_gbits; or its
-  message rate x the size where that has more digits), and the CPU seconds both perftest processes used;
+  the two rxe devices, RoCEv2 GID of the hosts' IPv4 addresses: its "BW average" in MiB/s (4 digits; --report_gbits
+  prints 2 decimals, 5-10% steps at 0.1-0.2 Gbit/s), and the CPU seconds both perftest processes used;
 * for each of --protocols, two agents (traffic.agent, transport rdma, data verified), rank 0 -> rank 1
   point-to-point (the `pipeline` schedule, 2 ranks), --iters measured messages after one warm-up; goodput =
   payload bytes / (last op end - first op start). ``eager``: the transport's default (pieces written into the

@@ -330,12 +330,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         ap.error(f"--losses: at least two percents in 0..100 (got {args.losses!r})")
     from testbed.errors import UsageError
 
-    for t in args.transports.split(","):   # the scenario's own checks (--size, --iterations, ...), no file written
-        for cell in (("loss", 0.0), ("slow-spine", 0.0)):
-            try:
-                params(args, t, cell)
-            except (UsageError, ValueError) as e:
-                ap.error(str(e))
+    # the scenario's own checks (--size, --iterations, ...) on the session's healthy cell, no file written
+    cell = ("loss", 0.0) if args.condition == "loss" else ("slow-spine", 0.0)
+    for t in [] if args.table_only else args.transports.split(","):
+        try:
+            params(args, t, cell)
+        except (UsageError, ValueError) as e:
+            ap.error(str(e))
     return args
 
 

@@ -13,7 +13,8 @@ then the agent itself (--agents, benchmarks/rdma_vs_ib_write_bw.py's PROTOCOLS).
 * ``pieces``: each message in writes of ``piece`` bytes (the agent's 128 KiB slots), the same bytes in flight;
 * ``imm``: + each piece a WRITE WITH IMMEDIATE: a receive consumed and a completion at the server per piece;
 * ``credits``: + the server's ring of ``window`` slots, the client writing only into slots it holds credits for,
-  the server giving them back by a SEND per ``credit_every`` pieces (the agent: 8 slots, a SEND per 2);
+  the server giving them back by a SEND per ``credit_every`` pieces (the agent's old ring: 8 slots, a SEND per 2;
+  ``credits32``: its default now, 32 slots, a SEND per 8);
 * ``copy``: + the client copies each piece into a registered send buffer first and the server copies it out of
   its slot into the message's destination (the agent's eager copies);
 * ``verify``: + the server compares each message with what was sent (the agent verifies at the end of a job).
@@ -54,8 +55,8 @@ STEPS["copy32nv"] = {**STEPS["credits32"], "copy": True}
 STEPS["credits128"] = {**STEPS["imm"], "window": 128, "credit_every": 32}
 #: the step each one differs from by one thing (reported as a paired ratio when both ran)
 PARENT = {"pieces": "whole", "imm": "pieces", "credits": "imm", "copy": "credits", "verify": "copy",
-          "whole1": "whole", "pieces8": "pieces", "credits32": "imm", "credits128": "imm", "copy32nv": "credits32",
-          "copy32": "copy32nv"}
+          "whole1": "whole", "pieces8": "pieces", "credits32": "credits", "credits128": "credits",
+          "copy32nv": "credits32", "copy32": "copy32nv"}
 STEPS["pieces8"] = {"piece": SLOT, "window": 8}
 
 

@@ -33,7 +33,8 @@ MAX_SLOTS = 64  # a credit bitmap is one 64-bit word
 #: ``credits`` unset: each peer's ring gets RING_BUDGET_SLOTS / peers slots, between MIN_AUTO_SLOTS and
 #: MAX_AUTO_SLOTS (of 128 KiB: 4 MiB with up to 4 peers, the old 1 MiB from 16 peers on). Measured in the lab VM
 #: (benchmarks/verbs_steps.py, docs/collective.md): with 1 MiB in flight the writer waits for credits while rxe
-#: idles; 4 MiB moved 1.17x as much at 1 MB messages
+#: idles; 4 MiB moved 1.11x [1.07, 1.26] as much at 1 MB
+#: messages (the agent, paired rounds, n = 6; 1.17x [0.99, 1.28] in an earlier session, n = 5)
 RING_BUDGET_SLOTS, MIN_AUTO_SLOTS, MAX_AUTO_SLOTS = 128, 8, 32
 
 

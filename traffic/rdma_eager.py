@@ -24,8 +24,8 @@ from collections import deque
 import numpy as np
 
 from traffic.rdma_connect import QpInfo
-from traffic.rdma_credits import (CREDIT, CREDIT_MAGIC, HDR, HDR_BYTES, HDR_MAGIC, RecvRing, SendWindow, auto_slots,
-                                  chunks)
+from traffic.rdma_credits import (CREDIT, CREDIT_MAGIC, HDR, HDR_BYTES, HDR_MAGIC, MIN_AUTO_SLOTS, RecvRing,
+                                  SendWindow, auto_slots, chunks)
 from traffic.transport import Request, TransportError
 
 K_PIECE = 4  # the work-request kind of a piece (traffic.rdma numbers the others)
@@ -64,8 +64,8 @@ class Eager:
 
     def fit(self, peers: int) -> None:
         """The ring's slots per peer, unless ``credits`` was given: fewer as the rank has more peers (memory)."""
-        if self.slots is None:
-            self.slots = auto_slots(peers)
+        if self.slots is None:   # a write and about one credit message per slot must find a posted receive
+            self.slots = max(MIN_AUTO_SLOTS, min(auto_slots(peers), (int(self.t.recv_depth) - 2) // 2))
         self.t.credits = self.slots
 
     def setup(self, p) -> tuple[int, int, int, int]:

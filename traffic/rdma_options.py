@@ -4,7 +4,7 @@ built. Pure; no device needed."""
 
 from __future__ import annotations
 
-from traffic.rdma_credits import MAX_AUTO_SLOTS, check_ring
+from traffic.rdma_credits import MAX_AUTO_SLOTS, MIN_AUTO_SLOTS, check_ring
 from traffic.rxe import IB_MTU_ENUM
 
 #: the data protocols (``protocol``; "": eager with ``credits`` > 0, else rendezvous) and their numbers on the wire
@@ -32,7 +32,10 @@ def check(dscp, traffic_class, mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer
             raise ValueError(f"{nm} must be {lo}..{hi} (got {val})")
     if mtu and int(mtu) not in IB_MTU_ENUM:
         raise ValueError(f"mtu must be one of {sorted(IB_MTU_ENUM)} (got {mtu})")
-    credits = MAX_AUTO_SLOTS if credits is None else int(credits)  # unset: at most this many (auto_slots)
+    # unset: the eager ring is fitted to the peers (auto_slots: at most MAX_AUTO_SLOTS), within what recv_depth
+    # allows and never below MIN_AUTO_SLOTS (traffic.rdma_eager.Eager.fit); the checks below hold that least ring
+    auto = credits is None
+    credits = MIN_AUTO_SLOTS if auto else int(credits)
     check_ring(credits, slot_bytes)
     protocol = protocol or ("eager" if int(credits) else "rendezvous")
     if protocol not in PROTOCOLS:
@@ -46,7 +49,7 @@ def check(dscp, traffic_class, mtu, timeout, retry_cnt, rnr_retry, min_rnr_timer
     if int(lookahead) and protocol != "grant":
         raise ValueError(f"lookahead needs protocol grant (got {protocol}): only grants name a receive ahead")
     # receives in use at once: a write per slot of our ring and about as many credit messages
-    recv_depth = int(recv_depth) or max(128, 2 * int(credits) + 2)
+    recv_depth = int(recv_depth) or max(128, 2 * (MAX_AUTO_SLOTS if auto else int(credits)) + 2)
     if int(send_depth) < 2 * ctl_reserve or recv_depth < 2 * int(credits) + 2:
         raise ValueError(f"send_depth must be >= {2 * ctl_reserve} and recv_depth >= 2 x credits + 2")
     return protocol, recv_depth

@@ -203,3 +203,19 @@ def test_an_unset_ring_shrinks_as_a_rank_has_more_peers():
     """4 MiB of 128 KiB slots per peer up to 4 peers, the old 1 MiB from 16 on: a rank's rings stay within 128 slots."""
     assert [auto_slots(n) for n in (0, 1, 4, 5, 8, 16, 64)] == [32, 32, 32, 25, 16, 8, 8]
     assert all(auto_slots(n) * n <= 128 for n in range(1, 17))
+
+
+def test_a_fitted_ring_stays_within_the_receive_queue_and_a_given_one_is_kept():
+    """Eager.fit: the unset ring follows the peers but leaves a receive for each slot's write and credit message
+    (recv_depth >= 2 x slots + 2), never below 8 slots (traffic.rdma_options checks that much); credits=N stays N."""
+    from types import SimpleNamespace
+
+    from traffic.rdma_eager import Eager
+
+    for depth, peers, want in ((128, 2, 32), (40, 2, 19), (18, 1, 8), (128, 16, 8)):
+        t = SimpleNamespace(recv_depth=depth, credits=None)
+        Eager(t, None, 128 * 1024).fit(peers)
+        assert t.credits == want, (depth, peers, t.credits)
+    t = SimpleNamespace(recv_depth=128, credits=12)
+    Eager(t, 12, 128 * 1024).fit(2)
+    assert t.credits == 12

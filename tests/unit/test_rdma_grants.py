@@ -98,6 +98,17 @@ def _opts(**kw):
     return check(**base)
 
 
+def test_an_unset_ring_asks_for_the_least_ring_of_an_explicit_receive_queue():
+    """credits unset (the fitted eager ring, traffic.rdma_credits.auto_slots): the default receive queue holds the
+    largest ring, and an explicit smaller one is accepted down to the least ring's 2 x 8 + 2 (Eager.fit then fits
+    the ring to it), for every protocol as with credits=8."""
+    assert _opts(credits=None) == ("eager", 128)
+    for proto in ("eager", "grant", "rendezvous"):
+        assert _opts(credits=None, protocol=proto, recv_depth=40) == (proto, 40)
+    with pytest.raises(ValueError, match="recv_depth >= 2 x credits"):
+        _opts(credits=None, recv_depth=17)
+
+
 def test_protocol_follows_credits_unless_named():
     assert _opts() == ("eager", 128)
     assert _opts(credits=0) == ("rendezvous", 128)
