@@ -74,3 +74,50 @@ def assert_delivered(out: dict, size_bytes: int) -> float:
     n_tx, digest_tx, seconds = tx["stdout"].split()
     assert int(n_rx) == int(n_tx) == size_bytes and digest_rx == digest_tx, out
     return float(seconds)
+
+
+# ---- a collective across servers (testbed.commands.serverjobs) -------------------------------------------------
+
+def ring_job(ranks: int, message_bytes: int, iterations: int, timeout_s: float = 90.0) -> tuple[dict, dict]:
+    """A ring all-reduce job (one op per iteration, no compute, data verified) and its schedules, as
+    Controller takes them."""
+    from traffic import job as jobm
+    from traffic.collectives import make_schedule
+
+    spec = jobm.JobSpec(ranks=ranks, segments=(jobm.Segment((("allreduce", "op"),), iterations),), seed=5)
+    job = {"ranks": ranks, "seed": 5, "verify": True, "timeout_s": timeout_s,
+           "transport": {"kind": "tcp", "cc": "cubic", "dscp": 0}, "plan": jobm.iteration_plan(spec)}
+    return job, {"op": make_schedule("allreduce", ranks, message_bytes, seed=3)}
+
+
+def causal_slack_s(res, rate_mbps: float, burst_bytes: int) -> list[float]:
+    """For a 2-rank job, per (iteration, op, receiving rank): the receiver's op end minus the sender's op start
+    (both on the reference clock) minus the least time the receiver's bytes can take through a ``rate_mbps`` port
+    that lets ``burst_bytes`` pass at once (its HTB burst). In a 2-rank ring every byte a rank receives in an op
+    is sent by its peer in the same op, after the peer's op began, and crosses the peer's and its own shaped ports:
+    so each value is >= 0 in true time whatever the path, and a value below -(clock bound) means the two ranks'
+    clocks were not put on one clock within that bound."""
+    rows = {(r[0], r[2], r[4]): r for r in res.ops}
+    assert {k[2] for k in rows} == {0, 1}, sorted(rows)
+    out = []
+    for (it, k, rank), row in sorted(rows.items()):
+        peer = rows[(it, k, 1 - rank)]
+        least_s = max(0, row[8] - burst_bytes) * 8 / (rate_mbps * 1e6)
+        out.append(row[6] - peer[5] - least_s)
+    return out
+
+
+def job_processes_left(folders_glob: str = "/tmp/tb-*-job-*") -> list[str]:
+    """traffic.agent processes on this machine and job folders a server's agent made (serverprocs) still there."""
+    import glob
+    from pathlib import Path
+
+    found = glob.glob(folders_glob)
+    for p in Path("/proc").iterdir():
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "-m traffic.agent" in cmd:
+            found.append(f"{p.name}: {cmd[:120]}")
+    return found
