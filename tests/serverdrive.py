@@ -108,7 +108,8 @@ def causal_slack_s(res, rate_mbps: float, burst_bytes: int) -> list[float]:
 
 
 def job_processes_left(folders_glob: str = "/tmp/tb-*-job-*") -> list[str]:
-    """traffic.agent processes on this machine and job folders a server's agent made (serverprocs) still there."""
+    """Ranks a server's agent started on this machine (traffic.agent with an inherited control connection: other
+    runs' agents have a path) and job folders it made (serverprocs), still there."""
     import glob
     from pathlib import Path
 
@@ -118,6 +119,6 @@ def job_processes_left(folders_glob: str = "/tmp/tb-*-job-*") -> list[str]:
             cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "-m traffic.agent" in cmd:
+        if "-m traffic.agent" in cmd and "--control fd:" in cmd:
             found.append(f"{p.name}: {cmd[:120]}")
     return found

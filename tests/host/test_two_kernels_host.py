@@ -328,6 +328,7 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
             print(json.dumps({"since_start_s": time.monotonic() - t0, "fabric": d,
                               "ping": ping.stdout.strip().splitlines()[-1], "transfer_s": seconds,
                               "vxlan_datagrams_into_vm": got, "clock": [a, b]}))
+            _allreduce_across_kernels(vm, fab, topo)
         assert not [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
         print(f"fabric torn down {time.monotonic() - t0:.1f} s after the agents' start")
         left = guest.call("run", argv=["sh", "-c", "ip netns list; ip -o link show"])
@@ -340,6 +341,54 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
     finally:
         local.close()
         guest.close()
+
+
+#: the ring all-reduce across the kernels: 2 ranks (h1 in the host's kernel, h2 in the VM's), 256 kB each, 4 times
+ALLREDUCE_BYTES, ALLREDUCE_ITERATIONS = 256_000, 4
+
+
+def _allreduce_across_kernels(vm: SshdVm, fab, topo) -> None:
+    """A ring all-reduce over h1 (host kernel) and h2 (VM kernel) through the Controller listening on TCP on the
+    host server's wire address, each rank started by its server's agent (testbed.commands.serverjobs), the VM's
+    rank with its job files shipped over ssh. Every rank verifies its data, and the ops of both kernels, put on the
+    host's clock with the clock passes before and after the job, line up within the measured bound. Two causal
+    checks, each true in real time whatever the path and each failed by a clock error larger than its slack:
+
+    * each rank's op ends no earlier than its peer's op began plus the time its received bytes take through the
+      20 Mbit/s ports (in a 2-rank ring every byte a rank receives in an op is sent by the peer in that op, after
+      the peer's op began): the slack is the op's time beyond the line rate (6-30 ms measured), so an offset error
+      beyond that in either direction fails one of the two ranks' checks;
+    * every op of both ranks lies between the controller's go (t_ready: an op starts after its rank received the
+      go) and the controller's receipt of the last result (t_end: a result is sent after its ops ended).
+
+    Rejected: comparing the two ranks' first op starts (the go instant goes out with the same offset the results
+    come back with, so an offset error cancels) and "ends agree within one step's time" (a timing assumption, not
+    causality)."""
+    from tests.serverdrive import causal_slack_s, job_processes_left, ring_job
+    from testbed.commands.serverjobs import run_collective
+    from traffic.controller import Member
+
+    t0 = time.monotonic()
+    job, schedules = ring_job(2, ALLREDUCE_BYTES, ALLREDUCE_ITERATIONS)
+    members = [Member(r, h, fab.ns(h), topo.host_ip(h)) for r, h in enumerate(("h1", "h2"))]
+    res = run_collective(fab, vm.servers.with_name("job"), job, schedules, members, listen=(WIRE_HOST, 0),
+                         listen_in=lambda: netns.entered(vm.wire), clock_start=fab.clocks[-1])
+    assert res.verified and all(v["verified"] for v in res.per_rank.values()), res.per_rank
+    assert len(res.ops) == 2 * ALLREDUCE_ITERATIONS, res.ops
+    bound_s = res.clock_uncertainty_s
+    assert 0 < bound_s < 2e-3 and res.per_rank[1]["clock"]["uncertainty_s"] == bound_s, res.per_rank[1]["clock"]
+    slack = causal_slack_s(res, 20, 3 * 1500)
+    assert min(slack) >= -bound_s, (slack, bound_s)
+    for row in res.ops:
+        assert res.t_ready - bound_s <= row[5] <= row[6] <= res.t_end + bound_s, (row, res.t_ready, res.t_end)
+    print(json.dumps({"allreduce_s": time.monotonic() - t0, "bound_s": bound_s, "slack_s": slack,
+                      "op_s": {r: [x[6] - x[5] for x in v["ops"]] for r, v in res.per_rank.items()},
+                      "clock": res.per_rank[1]["clock"]}))
+    assert job_processes_left() == [], job_processes_left()
+    with vm.guest() as guest:
+        left = guest.call("run", argv=["sh", "-c", "pgrep -f 'traffic[.]agent'; ls -d /tmp/tb-*-job-* 2>/dev/null; "
+                                       "true"])
+        assert left["stdout"].strip() == "", left
 
 
 def _share_goes_with_its_lab(vm: SshdVm, topo, local, guest) -> None:
