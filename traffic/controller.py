@@ -54,6 +54,7 @@ class Results:
     t_ready: float
     t_end: float
     per_rank: dict[int, dict]
+    t_spawned: float | None = None   # when the controller began starting the agents (their set-up: t_ready - this)
 
     @property
     def t_measure_by_rank(self) -> dict[int, float]:
@@ -131,6 +132,7 @@ class Controller:
         self.python = python or sys.executable
         self.start_delay_s = start_delay_s
         self.procs: dict[int, object] = {}
+        self.t_spawned: float | None = None
         self.listener: socket.socket | None = None
         self.peers: list[_Peer] = []
         self._dirfd: int | None = None
@@ -195,6 +197,7 @@ class Controller:
         (self.workdir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
         self._bind()
         env = dict(os.environ)
+        self.t_spawned = time.monotonic()
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         for m in self.members:
@@ -317,7 +320,7 @@ class Controller:
                 p.wait(timeout=30)
             except Exception:  # noqa: BLE001
                 pass
-        return Results(t_start, t_ready, t_end, results)
+        return Results(t_start, t_ready, t_end, results, self.t_spawned)
 
     def stop(self, reason: str = "") -> None:
         """Tell agents to stop (if any still listen), end the processes we started, close the socket."""

@@ -96,6 +96,7 @@ class ServerSpawner:
     def __init__(self, fab):
         self.fab = fab
         self.server_of_ns = {fab.ns(node): server for node, server in fab.placement.server_of.items()}
+        self.spawn_s: dict[int, float] = {}    # per rank: the spawn request's wall time (files, connect, start)
 
     def __call__(self, namespace: str, argv: list[str], cwd: str | None = None, stdout=None, **_popen) -> RemoteProcess:
         link = self.fab.links[self.server_of_ns[namespace]]
@@ -103,8 +104,11 @@ class ServerSpawner:
         if not spec.startswith("tcp:"):
             raise ValueError(f"ranks on servers need the controller on TCP (listen=...), not {spec!r}")
         address, _, port = spec[4:].rpartition(":")
-        files = job_files(Path(cwd or "."), argv[argv.index("--job") + 1], int(argv[argv.index("--rank") + 1]))
+        rank = int(argv[argv.index("--rank") + 1])
+        t0 = time.monotonic()
+        files = job_files(Path(cwd or "."), argv[argv.index("--job") + 1], rank)
         r = link.call("spawn", timeout_s=60, ns=namespace, argv=argv, files=files, control=[address, int(port)])
+        self.spawn_s[rank] = time.monotonic() - t0
         return RemoteProcess(link, int(r["pid"]), stdout)
 
 
@@ -121,7 +125,8 @@ def clock_models(start: dict[str, dict], end: dict[str, dict]) -> dict[str, Cloc
 
 def on_reference(res: Results, models: dict[int, ClockModel | None]) -> Results:
     """``res`` with each rank's op start/end and t_measure moved onto the reference clock by its model (None: the
-    reference's own ranks), and each rank's ``clock``: the offset at the run's start, the model's bound and drift."""
+    reference's own ranks), and each rank's ``clock``: the offset at the run's start, the model's bound and drift.
+    ``res`` itself is not changed."""
     per_rank = {}
     for r, v in res.per_rank.items():
         m, v = models.get(r), dict(v)
@@ -135,7 +140,7 @@ def on_reference(res: Results, models: dict[int, ClockModel | None]) -> Results:
             v["clock"] = {"offset_s": m.offset_at(res.t_start), "uncertainty_s": m.uncertainty_s,
                           "drift_ppm": m.drift_ppm, "drift_bound_ppm": m.drift_bound_ppm}
         per_rank[r] = v
-    return Results(res.t_start, res.t_ready, res.t_end, per_rank)
+    return Results(res.t_start, res.t_ready, res.t_end, per_rank, res.t_spawned)
 
 
 def run_collective(fab, workdir: Path, job: dict, schedules: dict, members: list[Member], listen: tuple[str, int],
@@ -145,11 +150,13 @@ def run_collective(fab, workdir: Path, job: dict, schedules: dict, members: list
     inside ``listen_in`` when that address is in another namespace than this process's), every rank spawned by its
     server's agent (:class:`ServerSpawner`), the start instant sent on each rank's clock (``clock_start``: a clock
     pass of ``fab``, default a fresh one); after the job a second pass, and the results on the reference clock
-    (:func:`on_reference`). ControlError when the job fails (the ranks' logs are agent-<rank>.log in ``workdir``)."""
+    (:func:`on_reference`), each rank with its spawn request's time (``spawn_s``). ControlError when the job fails
+    (the ranks' logs are agent-<rank>.log in ``workdir``)."""
     start = clock_start or fab.clock(exchanges)
     server_of = {m.rank: fab.server_of(m.host) for m in members}
     offsets = {r: float(start[s]["offset_s"]) for r, s in server_of.items()}
-    ctl = Controller(workdir, job, schedules, members, ServerSpawner(fab), start_delay_s=0.5, listen=listen,
+    spawner = ServerSpawner(fab)
+    ctl = Controller(workdir, job, schedules, members, spawner, start_delay_s=0.5, listen=listen,
                      listen_in=listen_in, clock_offsets_s=offsets)
     try:
         ctl.start()
@@ -157,4 +164,7 @@ def run_collective(fab, workdir: Path, job: dict, schedules: dict, members: list
     finally:
         ctl.stop()
     models = clock_models(start, fab.clock(exchanges))
-    return on_reference(res, {r: models[s] for r, s in server_of.items()})
+    out = on_reference(res, {r: models[s] for r, s in server_of.items()})
+    for r, v in out.per_rank.items():
+        v["spawn_s"] = spawner.spawn_s.get(r)
+    return out

@@ -3,7 +3,8 @@ tap there, and nothing left when the run is sent SIGTERM mid-boot (benchmarks/tw
 across the wire and a VXLAN link and measures the guest clock's offset: a documented command, its figures in
 docs/servers.md); then the VM as a server reached over ssh: its own sshd on the wire, `testbed servers check` /
 `clean` through the agents, the guest clock's offset (its bound under 2 ms, and minus the offset, the host's clock
-at the guest's boot, between the VM's launch and its sshd listening) and a fabric across both kernels.
+at the guest's boot, between the VM's launch and its sshd listening), a fabric across both kernels and a ring
+all-reduce over it with its control channel TCP over the wire and its ops on one clock.
 
 One VM boot per test (about 10 s and 120 s under software emulation). The benchmark's full run (ping, tunnel and two
 clock passes: 43-57 s with its own boot) left CI's host layer: the servers test crosses the same wire and tunnel
@@ -382,6 +383,7 @@ def _allreduce_across_kernels(vm: SshdVm, fab, topo) -> None:
     for row in res.ops:
         assert res.t_ready - bound_s <= row[5] <= row[6] <= res.t_end + bound_s, (row, res.t_ready, res.t_end)
     print(json.dumps({"allreduce_s": time.monotonic() - t0, "bound_s": bound_s, "slack_s": slack,
+                      "setup_s": res.t_ready - res.t_spawned, "spawn_s": [v["spawn_s"] for v in res.per_rank.values()],
                       "op_s": {r: [x[6] - x[5] for x in v["ops"]] for r, v in res.per_rank.items()},
                       "clock": res.per_rank[1]["clock"]}))
     assert job_processes_left() == [], job_processes_left()
@@ -413,9 +415,11 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
     client or namespace on either side; `testbed clean --servers` reaches the guest; the VM powers off when told (the
     run's stop file) and nothing is left: namespaces, QEMU, agents, sshd, the keys' folder.
 
-    Then a fabric over both kernels (_fabric_across_kernels: 20.9-21.8 s of it, n=3). The whole test took
+    Then a fabric over both kernels (_fabric_across_kernels: 20.9-21.8 s of it, n=3; 32.6-44.4 s, n=3, with the
+    ring all-reduce across the kernels, _allreduce_across_kernels: 5.4-7.3 s of it). The whole test took
     117-119 s (n=3) and 125 s on a machine shared with other runs (the VM's boot to sshd listening: 20-24 s; 80 s was
-    seen under other helpers' loads). Measured over 6 runs
+    seen under other helpers' loads; 134-169 s, n=3, with the all-reduce, on a machine shared with other VM runs).
+    Measured over 6 runs
     (docs/servers.md): the offset's bound was 274-445 us with the fastest exchange 587-957 us; the 2 ms limit leaves
     room for a machine 3x busier, as the benchmark's own run did (docs/servers.md)."""
     with sshd_vm(tmp_path) as vm:
