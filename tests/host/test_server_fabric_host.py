@@ -183,26 +183,17 @@ def test_a_collective_across_servers_verifies_over_tcp_control(tmp_path):
     shipped and the control connection opened from the server's namespace (no AF_UNIX path in common); every rank
     verifies its data, the ranks' ops line up causally on the reference clock, and nothing is left: no rank, no job
     folder."""
-    from tests.serverdrive import causal_slack_s, job_processes_left, ring_job
-    from testbed.commands.serverjobs import run_collective
-    from traffic.controller import Member
+    from tests.serverdrive import allreduce_across, job_processes_left
 
     topo = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
     run = secrets.token_hex(3)
-    job, schedules = ring_job(2, 256_000, 3)
     with two_servers() as (nics, agents):
         with ServerFabric(topo, run, agents) as fab:
-            members = [Member(r, h, fab.ns(h), topo.host_ip(h)) for r, h in enumerate(("h1", "h2"))]
-            res = run_collective(fab, tmp_path / "job", job, schedules, members, listen=("198.19.0.1", 0),
-                                 listen_in=lambda: netns.entered(nics[0]), exchanges=20)
-            assert res.verified and all(v["verified"] for v in res.per_rank.values()), res.per_rank
-            assert len(res.ops) == 6 and res.per_rank[0]["clock"]["reference"]
+            res, slack = allreduce_across(fab, tmp_path / "job", ("198.19.0.1", 0), lambda: netns.entered(nics[0]),
+                                          3, max_bound_s=1e-3, exchanges=20)
             bound_s = res.clock_uncertainty_s
-            assert 0 < bound_s < 1e-3 and abs(res.per_rank[1]["clock"]["offset_s"]) <= bound_s   # one kernel
-            slack = causal_slack_s(res, 20, 3 * 1500)
-            print(json.dumps({"slack_s": slack, "bound_s": bound_s,
-                              "op_s": [r[6] - r[5] for r in res.ops]}))
-            assert min(slack) >= -bound_s, slack
+            assert abs(res.per_rank[1]["clock"]["offset_s"]) <= bound_s           # one kernel, one clock
+            print(json.dumps({"slack_s": slack, "bound_s": bound_s, "op_s": [r[6] - r[5] for r in res.ops]}))
             assert not (tmp_path / "job" / "ctl.sock").exists()
             logs = [(tmp_path / "job" / f"agent-{r}.log").read_text() for r in (0, 1)]
             assert all("Traceback" not in x for x in logs), logs
