@@ -74,3 +74,85 @@ def assert_delivered(out: dict, size_bytes: int) -> float:
     n_tx, digest_tx, seconds = tx["stdout"].split()
     assert int(n_rx) == int(n_tx) == size_bytes and digest_rx == digest_tx, out
     return float(seconds)
+
+
+# ---- a collective across servers (testbed.commands.serverjobs) -------------------------------------------------
+
+def ring_job(ranks: int, message_bytes: int, iterations: int, timeout_s: float = 90.0) -> tuple[dict, dict]:
+    """A ring all-reduce job (one op per iteration, no compute, data verified) and its schedules, as
+    Controller takes them."""
+    from traffic import job as jobm
+    from traffic.collectives import make_schedule
+
+    spec = jobm.JobSpec(ranks=ranks, segments=(jobm.Segment((("allreduce", "op"),), iterations),), seed=5)
+    job = {"ranks": ranks, "seed": 5, "verify": True, "timeout_s": timeout_s,
+           "transport": {"kind": "tcp", "cc": "cubic", "dscp": 0}, "plan": jobm.iteration_plan(spec)}
+    return job, {"op": make_schedule("allreduce", ranks, message_bytes, seed=3)}
+
+
+def causal_slack_s(res, rate_mbps: float, burst_bytes: int) -> list[float]:
+    """For a 2-rank job, per (iteration, op, receiving rank): the receiver's op end minus the sender's op start
+    (both on the reference clock) minus the least time the receiver's bytes can take through a ``rate_mbps`` port
+    that lets ``burst_bytes`` pass at once (its HTB burst). In a 2-rank ring every byte a rank receives in an op
+    is sent by its peer in the same op, after the peer's op began, and crosses the peer's and its own shaped ports:
+    so each value is >= 0 in true time whatever the path, and a value below -(clock bound) means the two ranks'
+    clocks were not put on one clock within that bound."""
+    rows = {(r[0], r[2], r[4]): r for r in res.ops}
+    assert {k[2] for k in rows} == {0, 1}, sorted(rows)
+    out = []
+    for (it, k, rank), row in sorted(rows.items()):
+        peer = rows[(it, k, 1 - rank)]
+        least_s = max(0, row[8] - burst_bytes) * 8 / (rate_mbps * 1e6)
+        out.append(row[6] - peer[5] - least_s)
+    return out
+
+
+def job_processes_left(folders_glob: str = "/tmp/tb-*-job-*") -> list[str]:
+    """Ranks a server's agent started on this machine (traffic.agent with an inherited control connection: other
+    runs' agents have a path) and job folders it made (serverprocs), still there."""
+    import glob
+    from pathlib import Path
+
+    found = glob.glob(folders_glob)
+    for p in Path("/proc").iterdir():
+        try:
+            cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "-m traffic.agent" in cmd and "--control fd:" in cmd:
+            found.append(f"{p.name}: {cmd[:120]}")
+    return found
+
+
+def allreduce_across(fab, workdir, listen: tuple[str, int], listen_in, iterations: int, message_bytes: int = 256_000,
+                     rate_mbps: float = 20, max_bound_s: float = 2e-3, **kw):
+    """A 2-rank ring all-reduce over h1 and h2 of ``fab`` (on different servers) through the Controller on TCP
+    ``listen`` (testbed.commands.serverjobs.run_collective; ``kw`` to it), asserting: every rank verified its data;
+    every op row is there; the far rank's clock bound is in (0, ``max_bound_s``); and two causal checks on the
+    reference clock, each true in real time whatever the path and each failed by a clock error larger than its
+    slack:
+
+    * each rank's op ends no earlier than its peer's op began plus the time its received bytes take through the
+      ``rate_mbps`` ports (:func:`causal_slack_s`): the slack is the op's time beyond the line rate, so an offset
+      error beyond it in either direction fails one of the two ranks' checks;
+    * every op of both ranks lies between the controller's go (t_ready: an op starts after its rank received the
+      go) and its receipt of the last result (t_end: a result is sent after its ops ended).
+
+    Rejected: comparing the two ranks' first op starts (the go goes out with the same offset the results come back
+    with, so an offset error cancels) and "ends agree within one step's time" (a timing assumption, not causality).
+    Returns the results and the slacks."""
+    from testbed.commands.serverjobs import run_collective
+    from traffic.controller import Member
+
+    job, schedules = ring_job(2, message_bytes, iterations)
+    members = [Member(r, h, fab.ns(h), fab.topology.host_ip(h)) for r, h in enumerate(("h1", "h2"))]
+    res = run_collective(fab, workdir, job, schedules, members, listen=listen, listen_in=listen_in, **kw)
+    assert res.verified and all(v["verified"] for v in res.per_rank.values()), res.per_rank
+    assert len(res.ops) == 2 * iterations and res.per_rank[0]["clock"]["reference"], res.ops
+    bound_s = res.clock_uncertainty_s
+    assert 0 < bound_s < max_bound_s and res.per_rank[1]["clock"]["uncertainty_s"] == bound_s, res.per_rank[1]
+    slack = causal_slack_s(res, rate_mbps, 3 * 1500)
+    assert min(slack) >= -bound_s, (slack, bound_s)
+    for row in res.ops:
+        assert res.t_ready - bound_s <= row[5] <= row[6] <= res.t_end + bound_s, (row, res.t_ready, res.t_end)
+    return res, slack

@@ -3,10 +3,13 @@
     python -m traffic.agent --job RUNDIR/job.json --rank R --ip 198.18.1.1 --control RUNDIR/ctl.sock
 
 Control plane (JSON lines over a path-based AF_UNIX socket in the run directory: it works across network
-namespaces and puts no packet on the emulated network), agent <-> controller:
+namespaces and puts no packet on the emulated network; across servers, ``--control fd:N``, a TCP connection over
+the servers' own network that the server's agent opened and handed down: traffic.channel.connect), agent <->
+controller:
 
     A: hello {rank, addr}          C: peers {addrs: {rank: addr}}     (data connections opened here, untimed)
-    A: ready {rank, cc}            C: go {t_start}                     (every agent starts at one monotonic instant)
+    A: ready {rank, cc}            C: go {t_start}                     (every agent starts at one monotonic instant,
+                                                                        t_start on this machine's clock)
     A: result {rank, ops, tcp_info, verified, mismatches, ...}         C: bye
 
 Data plane: a traffic.transport.Transport (kernel TCP: traffic.tcp; RDMA: traffic.rdma; UET over UDP:
@@ -30,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import sys
 import time
 import traceback
@@ -39,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from traffic import schedule_json
-from traffic.channel import AgentError, Channel
+from traffic.channel import AgentError, Channel, connect
 from traffic.rdma import RdmaTransport
 from traffic.schedule import Schedule, expected_output, random_input
 from traffic.tcp import TcpTransport
@@ -352,18 +354,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--job", required=True, help="job.json written by the controller")
     ap.add_argument("--rank", type=int, required=True)
     ap.add_argument("--ip", required=True, help="this host's data-plane address")
-    ap.add_argument("--control", required=True, help="the controller's AF_UNIX socket (path)")
+    ap.add_argument("--control", required=True,
+                    help="the controller: its AF_UNIX socket's path, tcp:HOST:PORT, or fd:N (an inherited socket)")
     a = ap.parse_args(argv)
     try:
         job, scheds = load_job(Path(a.job), a.rank)
     except Exception as e:  # noqa: BLE001 - one line, then the controller sees the exit status
         print(f"traffic.agent: rank {a.rank}: cannot load the job: {e}", file=sys.stderr)
         return EXIT_ERROR
-    cs = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        cs.settimeout(30)
-        cs.connect(a.control)
-    except OSError as e:
+        cs = connect(a.control)
+    except (OSError, ValueError) as e:
         print(f"traffic.agent: rank {a.rank}: control socket {a.control}: {e}", file=sys.stderr)
         return EXIT_ERROR
     try:

@@ -1,5 +1,8 @@
-"""The agent's end of the control connection: JSON lines over the controller's path-based AF_UNIX socket in the run
-directory (it works across network namespaces and puts no packet on the emulated network). :class:`AgentError` is
+"""The agent's end of the control connection: JSON lines over a stream socket to the controller. On one machine it is
+the controller's path-based AF_UNIX socket in the run directory (it works across network namespaces and puts no
+packet on the emulated network); across machines (docs/servers.md) a TCP connection over the servers' own network,
+which the server's agent opens from its own namespace and hands the rank's process as an inherited descriptor
+(:func:`connect`'s ``fd:N``), since the host's namespace sees only the emulated fabric. :class:`AgentError` is
 every failure an agent reports in one line: a silent or closed controller, an abort."""
 
 from __future__ import annotations
@@ -11,6 +14,32 @@ import time
 
 class AgentError(RuntimeError):
     pass
+
+
+def connect(spec: str, timeout_s: float = 30.0) -> socket.socket:
+    """The control connection ``spec`` names: ``fd:N`` (a connected stream socket this process inherited),
+    ``tcp:HOST:PORT`` (connect from this namespace), or a path (the controller's AF_UNIX socket). OSError, or
+    ValueError for a malformed spec."""
+    if spec.startswith("fd:"):
+        fd = int(spec[3:])
+        s = socket.socket(fileno=fd)
+        if s.type != socket.SOCK_STREAM:
+            s.detach()
+            raise ValueError(f"descriptor {fd} is not a stream socket")
+        return s
+    if spec.startswith("tcp:"):
+        host, _, port = spec[4:].rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"expected tcp:HOST:PORT, got {spec!r}")
+        return socket.create_connection((host, int(port)), timeout=timeout_s)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout_s)
+        s.connect(spec)
+    except OSError:
+        s.close()
+        raise
+    return s
 
 
 class Channel:

@@ -10,6 +10,12 @@ begins each iteration; ``on_iteration(K)`` gets it (the lab's fault timeline sta
 
 ``spawn(namespace, argv, **popen_kwargs) -> subprocess.Popen`` starts a process inside a host's namespace
 (testbed.kernel.netns.popen). This module knows nothing of fabrics, so benchmarks and tests can drive it directly.
+
+Across servers (docs/servers.md) the AF_UNIX socket does not reach another kernel: ``listen=(address, port)`` makes
+the controller listen on TCP instead, on the reference server's own address (``listen_in``: a context manager the
+socket is made in, e.g. the namespace holding that address), and agents get ``--control tcp:ADDRESS:PORT``, which a
+server's spawn turns into a connection of its own (testbed.commands.serverjobs). ``clock_offsets_s`` (per rank: its
+machine's CLOCK_MONOTONIC minus this one's) puts the common start instant on each rank's own clock.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class Results:
     t_ready: float
     t_end: float
     per_rank: dict[int, dict]
+    t_spawned: float | None = None   # when the controller began starting the agents (their set-up: t_ready - this)
 
     @property
     def t_measure_by_rank(self) -> dict[int, float]:
@@ -65,6 +72,13 @@ class Results:
     @property
     def ops(self) -> list[list]:
         return sorted((row for r in self.per_rank.values() for row in r["ops"]), key=lambda x: (x[0], x[2], x[4]))
+
+    @property
+    def clock_uncertainty_s(self) -> float:
+        """The largest bound on any rank's clock against the controller's (0 when every rank ran on its machine,
+        or none was put on it): what to allow when comparing times of ranks on different servers."""
+        return max((float(v.get("clock", {}).get("uncertainty_s", 0.0)) for v in self.per_rank.values()),
+                   default=0.0)
 
     @property
     def tcp_info(self) -> list[list]:
@@ -102,8 +116,12 @@ class _Peer:
 class Controller:
     def __init__(self, workdir: Path, job: dict, schedules: dict[str, Schedule], members: list[Member],
                  spawn: Callable, progress: Callable[[str], None] | None = None, python: str | None = None,
-                 start_delay_s: float = 0.3, on_iteration: Callable[[int], None] | None = None):
+                 start_delay_s: float = 0.3, on_iteration: Callable[[int], None] | None = None,
+                 listen: tuple[str, int] | None = None, listen_in: Callable | None = None,
+                 clock_offsets_s: dict[int, float] | None = None):
         self.workdir = Path(workdir)
+        self.listen, self.listen_in = listen, listen_in
+        self.clock_offsets_s = dict(clock_offsets_s or {})
         # rank 0 reports each iteration's start while the job runs when the job asks it to (report_iterations)
         self.on_iteration = on_iteration
         self.job = job
@@ -114,6 +132,7 @@ class Controller:
         self.python = python or sys.executable
         self.start_delay_s = start_delay_s
         self.procs: dict[int, object] = {}
+        self.t_spawned: float | None = None
         self.listener: socket.socket | None = None
         self.peers: list[_Peer] = []
         self._dirfd: int | None = None
@@ -122,7 +141,25 @@ class Controller:
 
     # ---- files and processes ----
 
+    def _bind_tcp(self) -> None:
+        """The TCP listener on ``listen`` (made inside ``listen_in`` when given); agents get tcp:ADDRESS:PORT."""
+        import contextlib
+
+        with self.listen_in() if self.listen_in else contextlib.nullcontext():
+            ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            ls.bind(self.listen)
+            ls.listen(len(self.members) + 4)
+        except OSError:
+            ls.close()
+            raise
+        self.sock_path = f"tcp:{self.listen[0]}:{ls.getsockname()[1]}"
+        self.listener = ls
+
     def _bind(self) -> None:
+        if self.listen is not None:
+            return self._bind_tcp()
         path = self.workdir / SOCK_NAME
         if path.exists():
             path.unlink()
@@ -160,6 +197,7 @@ class Controller:
         (self.workdir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
         self._bind()
         env = dict(os.environ)
+        self.t_spawned = time.monotonic()
         root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         for m in self.members:
@@ -242,12 +280,16 @@ class Controller:
 
     def _broadcast(self, obj: dict) -> None:
         for p in self.peers:
-            if not p.eof:
-                try:
-                    p.sock.setblocking(True)
-                    p.send(obj)
-                finally:
-                    p.sock.setblocking(False)
+            self._send_to(p, obj)
+
+    @staticmethod
+    def _send_to(p: _Peer, obj: dict) -> None:
+        if not p.eof:
+            try:
+                p.sock.setblocking(True)
+                p.send(obj)
+            finally:
+                p.sock.setblocking(False)
 
     def run(self, setup_timeout_s: float = 120.0, run_timeout_s: float = 600.0,
             before_go: Callable[[], None] | None = None) -> Results:
@@ -265,7 +307,8 @@ class Controller:
             before_go()
         t_ready = time.monotonic()
         t_start = t_ready + self.start_delay_s
-        self._broadcast({"type": "go", "t_start": t_start})
+        for p in self.peers:     # the one instant, on each rank's own clock
+            self._send_to(p, {"type": "go", "t_start": t_start + self.clock_offsets_s.get(p.rank, 0.0)})
         ccs = sorted(set(c for r in ready.values() for c in r.get('cc', [])))
         self.say(f"go: {len(self.members)} ranks connected ({', '.join(ccs)})")
         results: dict[int, dict] = {}
@@ -277,7 +320,7 @@ class Controller:
                 p.wait(timeout=30)
             except Exception:  # noqa: BLE001
                 pass
-        return Results(t_start, t_ready, t_end, results)
+        return Results(t_start, t_ready, t_end, results, self.t_spawned)
 
     def stop(self, reason: str = "") -> None:
         """Tell agents to stop (if any still listen), end the processes we started, close the socket."""
@@ -308,7 +351,8 @@ class Controller:
             self.listener.close()
             self.listener = None
             try:
-                (self.workdir / SOCK_NAME).unlink() if self._sock_dir is None else os.unlink(self.sock_path)
+                if self.listen is None:
+                    (self.workdir / SOCK_NAME).unlink() if self._sock_dir is None else os.unlink(self.sock_path)
             except OSError:
                 pass
         import shutil
@@ -321,6 +365,22 @@ class Controller:
         if self._dirfd is not None:
             os.close(self._dirfd)
             self._dirfd = None
+
+
+def job_files(workdir: Path, job_name: str, rank: int) -> dict[str, str]:
+    """What rank ``rank``'s agent reads of a started job (``job_name`` in ``workdir``): the job, and per schedule its
+    per-rank file when there is one (else the whole schedule), by name relative to ``workdir`` -> text. What a
+    server that cannot read the run directory is sent (testbed.commands.serverjobs)."""
+    workdir = Path(workdir)
+    job = json.loads((workdir / job_name).read_text())
+    base = Path(job_name).parent
+    out = {job_name: (workdir / job_name).read_text()}
+    own = job.get("rank_schedules", {})
+    for key, fn in job.get("schedules", {}).items():
+        mine = base / own[key].format(rank=rank) if key in own else None
+        name = str(mine) if mine is not None and (workdir / mine).exists() else str(base / fn)
+        out[name] = (workdir / name).read_text()
+    return out
 
 
 def subprocess_devnull():

@@ -10,17 +10,19 @@ ssh's own pipe (no port, no password of its own)::
                                                   -> {"id": 2, "ok": false, "error": "one line"}   (on failure)
 
 Operations (``OPS``): ping, version (the testbed commit and package version), doctor (the kernel's capabilities,
-testbed.kernel.doctor), nic (the interface holding an address, its MTU and GRO), run (a command here or in one of the
-project's namespaces), clock_serve / clock_probe (the clock echo and its prober, testbed.measure.clockprobe and
-analysis.clockoffset), vxlan_up / vxlan_down (a scratch VXLAN end in a namespace of the agent's, for the servers
-check), clean (testbed clean on this server: only the project's tb- objects), quit.
+testbed.kernel.doctor), nic (the interface holding an address, its MTU and GRO), run (a command here or in one of
+the project's namespaces, to its end), spawn / proc_poll / proc_kill (a process started in one of them without
+holding the agent, with its files and a control connection: testbed.commands.serverprocs), clock_serve / clock_probe
+(the clock echo and its prober, testbed.measure.clockprobe and analysis.clockoffset), vxlan_up / vxlan_down (a
+scratch VXLAN end in a namespace of the agent's, for the servers check), clean (testbed clean on this server: only
+the project's tb- objects), quit.
 
-**It tears down what it made when its stdin closes**: a lab killed on the reference server (SIGKILL included)
-closes the ssh session, the agent reads EOF, removes its namespaces and ends its echoes; SIGTERM and SIGHUP (sshd's
-when the connection drops) do the same. **And when the lab goes silent** (``--lease-s S``, what AgentLink.start
-asks for): a link that stops carrying packets without closing (a cable pulled, a firewall that starts dropping)
-leaves sshd waiting for its keepalive for hours; the lab renews its lease with a ping every S/3 s, and an agent
-that has no request for S s while idle tears down and ends with status 1 (:class:`Lease`).
+**It tears down what it made when its stdin closes**: a lab killed on the reference server (SIGKILL included) closes
+the ssh session, the agent reads EOF, kills what it spawned, removes its namespaces and ends its echoes; SIGTERM and
+SIGHUP (sshd's when the connection drops) do the same. **And when the lab goes silent** (``--lease-s S``, what
+AgentLink.start asks for): a link that stops carrying packets without closing (a cable pulled, a firewall that
+starts dropping) leaves sshd waiting for its keepalive for hours; the lab renews its lease with a ping every S/3 s,
+and an agent that has no request for S s while idle tears down and ends with status 1 (:class:`Lease`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import time
 from pathlib import Path
 
 from testbed import __version__
+from testbed.commands.serverprocs import Processes
 from testbed.kernel import netns
 from testbed.kernel.state import RunState
 
@@ -85,6 +88,7 @@ class Agent:
         self.state = RunState()
         self.echoes: list[tuple[socket.socket, threading.Thread]] = []
         self.fabric = None   # the share this server builds (testbed.network.share), if any
+        self.procs = Processes(self.state)   # what spawn started (a collective's ranks)
 
     # ---- operations -------------------------------------------------------------------------------------------
     def ping(self) -> dict:
@@ -108,6 +112,17 @@ class Agent:
         full = netns.in_namespace(ns, argv) if ns else argv
         r = subprocess.run(full, capture_output=True, text=True, timeout=timeout_s, stdin=subprocess.DEVNULL)
         return {"rc": r.returncode, "stdout": r.stdout[-20000:], "stderr": r.stderr[-5000:]}
+
+    def spawn(self, ns: str, argv: list[str], files: dict[str, str] | None = None, control: list | None = None,
+              control_arg: str = "--control") -> dict:
+        """argv started in the project's namespace ``ns`` (not waited for): serverprocs.Processes.spawn."""
+        return self.procs.spawn(ns, argv, files, control, control_arg)
+
+    def proc_poll(self, pid: int) -> dict:
+        return self.procs.poll(pid)
+
+    def proc_kill(self, pid: int, sig: int = signal.SIGKILL) -> dict:
+        return self.procs.kill(pid, sig)
 
     def clock_serve(self, bind: str, port: int, idle_s: float = 60.0) -> dict:
         """Start the clock echo on ``bind``:``port`` (a thread; it ends on STOP, after idle_s, or with the agent, and
@@ -222,7 +237,9 @@ class Agent:
 
     # ---- lifetime ---------------------------------------------------------------------------------------------
     def teardown(self) -> None:
-        """Remove what this agent made: its share, its namespaces, its echoes, its run state."""
+        """Remove what this agent made: the processes it started, its share, its namespaces, its echoes, its run
+        state."""
+        self.procs.teardown()
         if self.fabric is not None:
             self.fabric.teardown()
             self.fabric = None
@@ -235,8 +252,8 @@ class Agent:
         self.state.drop()
 
 
-OPS = ("ping", "version", "doctor", "nic", "run", "clock_serve", "clock_probe", "vxlan_up", "vxlan_down",
-       "build_share", "share_counters", "teardown_share", "clean")
+OPS = ("ping", "version", "doctor", "nic", "run", "spawn", "proc_poll", "proc_kill", "clock_serve", "clock_probe",
+       "vxlan_up", "vxlan_down", "build_share", "share_counters", "teardown_share", "clean")
 
 
 

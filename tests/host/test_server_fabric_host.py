@@ -1,7 +1,9 @@
 """A fabric over servers built by the servers' agents (testbed.commands.serverfabric, docs/servers.md), on one
 kernel: two agents, each started inside a namespace standing for a server's own network stack (its NIC on a wire
 between them), build their shares of a 2x2 leaf-spine with the crossing links as VXLAN between the NICs' addresses.
-The two-kernel version (one share in the lab VM) is tests/host/test_two_kernels_host.py. About 4 s."""
+A 2-rank ring all-reduce runs over it with its control channel TCP between the servers' namespaces
+(testbed.commands.serverjobs). The two-kernel version (one share in the lab VM) is tests/host/test_two_kernels_host.py.
+About 14 s (the lease test 6 s, the collective 3.6 s)."""
 
 from __future__ import annotations
 
@@ -173,3 +175,47 @@ def test_a_fabric_that_does_not_fit_the_nics_is_refused_before_any_agent_builds(
         assert set(netns.list_ours()) == before
         with netns.ipr_in(nics[1]) as ipr:
             ipr.link("del", index=ipr.link_lookup(ifname="squatter")[0])
+
+
+def test_a_collective_across_servers_verifies_over_tcp_control(tmp_path):
+    """A 2-rank ring all-reduce over the two servers' shares (h1 on server-1, h2 on server-2): the controller listens
+    on TCP on server-1's address inside its namespace, each rank is started by its server's agent with its job files
+    shipped and the control connection opened from the server's namespace (no AF_UNIX path in common); every rank
+    verifies its data, the ranks' ops line up causally on the reference clock, and nothing is left: no rank, no job
+    folder."""
+    from tests.serverdrive import allreduce_across, job_processes_left
+
+    topo = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
+    run = secrets.token_hex(3)
+    with two_servers() as (nics, agents):
+        with ServerFabric(topo, run, agents) as fab:
+            res, slack = allreduce_across(fab, tmp_path / "job", ("198.19.0.1", 0), lambda: netns.entered(nics[0]),
+                                          3, max_bound_s=1e-3, exchanges=20)
+            bound_s = res.clock_uncertainty_s
+            assert abs(res.per_rank[1]["clock"]["offset_s"]) <= bound_s           # one kernel, one clock
+            print(json.dumps({"slack_s": slack, "bound_s": bound_s, "op_s": [r[6] - r[5] for r in res.ops]}))
+            assert not (tmp_path / "job" / "ctl.sock").exists()
+            logs = [(tmp_path / "job" / f"agent-{r}.log").read_text() for r in (0, 1)]
+            assert all("Traceback" not in x for x in logs), logs
+            left = _spawned_processes_end(agents[1], fab.ns("h2"))
+    assert job_processes_left() == [], job_processes_left()
+    assert not os.path.exists(f"/proc/{left}"), left      # the agent's teardown killed and reaped it
+
+
+def _spawned_processes_end(agent, ns: str) -> int:
+    """A process the agent spawned runs with its files in its folder until killed (then reaped, the folder gone);
+    a second one is left running for the agent's teardown. Returns the second's pid."""
+    import time
+
+    argv = ["sh", "-c", 'test "$(cat sub/x.txt)" = shipped && echo ok && exec sleep 300']   # ends at once unless
+    r = agent.call("spawn", ns=ns, argv=argv, files={"sub/x.txt": "shipped\n"})      # its file was there
+    time.sleep(0.5)
+    assert agent.call("proc_poll", pid=r["pid"]) == {"rc": None} and os.path.isdir(r["folder"])
+    assert agent.call("proc_kill", pid=r["pid"])["signalled"]
+    deadline = time.monotonic() + 10
+    while (done := agent.call("proc_poll", pid=r["pid"]))["rc"] is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert done == {"rc": -9, "log": "ok\n"} and not os.path.exists(r["folder"]), done
+    with pytest.raises(AgentError, match="must be relative"):
+        agent.call("spawn", ns=ns, argv=argv, files={"../x": ""})
+    return agent.call("spawn", ns=ns, argv=argv)["pid"]

@@ -3,7 +3,8 @@ tap there, and nothing left when the run is sent SIGTERM mid-boot (benchmarks/tw
 across the wire and a VXLAN link and measures the guest clock's offset: a documented command, its figures in
 docs/servers.md); then the VM as a server reached over ssh: its own sshd on the wire, `testbed servers check` /
 `clean` through the agents, the guest clock's offset (its bound under 2 ms, and minus the offset, the host's clock
-at the guest's boot, between the VM's launch and its sshd listening) and a fabric across both kernels.
+at the guest's boot, between the VM's launch and its sshd listening), a fabric across both kernels and a ring
+all-reduce over it with its control channel TCP over the wire and its ops on one clock.
 
 One VM boot per test (about 10 s and 120 s under software emulation). The benchmark's full run (ping, tunnel and two
 clock passes: 43-57 s with its own boot) left CI's host layer: the servers test crosses the same wire and tunnel
@@ -328,6 +329,7 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
             print(json.dumps({"since_start_s": time.monotonic() - t0, "fabric": d,
                               "ping": ping.stdout.strip().splitlines()[-1], "transfer_s": seconds,
                               "vxlan_datagrams_into_vm": got, "clock": [a, b]}))
+            _allreduce_across_kernels(vm, fab)
         assert not [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
         print(f"fabric torn down {time.monotonic() - t0:.1f} s after the agents' start")
         left = guest.call("run", argv=["sh", "-c", "ip netns list; ip -o link show"])
@@ -340,6 +342,32 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
     finally:
         local.close()
         guest.close()
+
+
+#: the ring all-reduce across the kernels: 2 ranks (h1 in the host's kernel, h2 in the VM's), 256 kB each, 4 times
+ALLREDUCE_BYTES, ALLREDUCE_ITERATIONS = 256_000, 4
+
+
+def _allreduce_across_kernels(vm: SshdVm, fab) -> None:
+    """A ring all-reduce over h1 (host kernel) and h2 (VM kernel) through the Controller listening on TCP on the
+    host server's wire address, each rank started by its server's agent, the VM's with its job files shipped over
+    ssh: every rank verifies its data and the ops of both kernels, on the host's clock, pass the causal checks of
+    tests.serverdrive.allreduce_across within the measured bound (their slack: 10.8-73 ms measured, docs/servers.md);
+    no rank or job folder is left on either kernel."""
+    from tests.serverdrive import allreduce_across, job_processes_left
+
+    t0 = time.monotonic()
+    res, slack = allreduce_across(fab, vm.servers.with_name("job"), (WIRE_HOST, 0), lambda: netns.entered(vm.wire),
+                                  ALLREDUCE_ITERATIONS, ALLREDUCE_BYTES, clock_start=fab.clocks[-1])
+    bound_s = res.clock_uncertainty_s
+    print(json.dumps({"allreduce_s": time.monotonic() - t0, "bound_s": bound_s, "slack_s": slack,
+                      "setup_s": res.t_ready - res.t_spawned, "spawn_s": [v["spawn_s"] for v in res.per_rank.values()],
+                      "op_s": {r: [x[6] - x[5] for x in v["ops"]] for r, v in res.per_rank.items()},
+                      "clock": res.per_rank[1]["clock"]}))
+    assert job_processes_left() == [], job_processes_left()
+    left = fab.links["server-2"].call("run", argv=["sh", "-c", "pgrep -f 'traffic[.]agent'; ls -d /tmp/tb-*-job-* "
+                                                   "2>/dev/null; true"])   # the guest's agent, already up
+    assert left["rc"] == 0 and left["stdout"].strip() == "", left
 
 
 def _share_goes_with_its_lab(vm: SshdVm, topo, local, guest) -> None:
@@ -364,9 +392,11 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
     client or namespace on either side; `testbed clean --servers` reaches the guest; the VM powers off when told (the
     run's stop file) and nothing is left: namespaces, QEMU, agents, sshd, the keys' folder.
 
-    Then a fabric over both kernels (_fabric_across_kernels: 20.9-21.8 s of it, n=3). The whole test took
+    Then a fabric over both kernels (_fabric_across_kernels: 20.9-21.8 s of it, n=3; 32.6-45.8 s, n=5, with the
+    ring all-reduce across the kernels, _allreduce_across_kernels: 5.4-7.3 s of it). The whole test took
     117-119 s (n=3) and 125 s on a machine shared with other runs (the VM's boot to sshd listening: 20-24 s; 80 s was
-    seen under other helpers' loads). Measured over 6 runs
+    seen under other helpers' loads; 134-227 s, n=5, with the all-reduce, on a machine shared with other VM runs).
+    Measured over 6 runs
     (docs/servers.md): the offset's bound was 274-445 us with the fastest exchange 587-957 us; the 2 ms limit leaves
     room for a machine 3x busier, as the benchmark's own run did (docs/servers.md)."""
     with sshd_vm(tmp_path) as vm:
