@@ -79,15 +79,17 @@ class Processes:
                 proc = subprocess.Popen(netns.in_namespace(ns, argv), cwd=folder, stdin=subprocess.DEVNULL,
                                         stdout=log, stderr=log, pass_fds=(sock.fileno(),) if sock else (),
                                         start_new_session=True)
+                # registered at once, so a signal from here on leaves it to teardown (not an orphan); a pid the
+                # kernel reuses is this process now, not the one that ended with it
+                self.running[proc.pid], self.folders[proc.pid] = proc, folder
+                self.ended.pop(proc.pid, None)
+                self.state.add("pids", proc.pid)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         finally:
             if sock is not None:
                 sock.close()                  # the process holds its own copy
-        self.running[proc.pid] = proc
-        self.folders[proc.pid] = folder
-        self.state.add("pids", proc.pid)
         return {"pid": proc.pid, "folder": folder}
 
     def poll(self, pid: int) -> dict:
@@ -116,8 +118,10 @@ class Processes:
         for pid, proc in list(self.running.items()):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
+            try:
                 proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                continue   # still alive: its pid stays in the run's state for `testbed clean`
             self._forget(pid)
 
     def _proc(self, pid: int) -> subprocess.Popen:
