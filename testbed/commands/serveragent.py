@@ -14,7 +14,9 @@ testbed.kernel.doctor), nic (the interface holding an address, its MTU and GRO),
 the project's namespaces, to its end), spawn / proc_poll / proc_kill (a process started in one of them without
 holding the agent, with its files and a control connection: testbed.commands.serverprocs), clock_serve / clock_probe
 (the clock echo and its prober, testbed.measure.clockprobe and analysis.clockoffset), vxlan_up / vxlan_down (a
-scratch VXLAN end in a namespace of the agent's, for the servers check), clean (testbed clean on this server: only
+scratch VXLAN end in a namespace of the agent's, for the servers check), build_share / share_counters /
+teardown_share (this server's share of a fabric), sample_start / sample_stop (its queue sampler:
+testbed.commands.serversamples), clean (testbed clean on this server: only
 the project's tb- objects), quit.
 
 **It tears down what it made when its stdin closes**: a lab killed on the reference server (SIGKILL included) closes
@@ -39,6 +41,7 @@ from pathlib import Path
 
 from testbed import __version__
 from testbed.commands.serverprocs import Processes
+from testbed.commands.serversamples import ShareSampling
 from testbed.kernel import netns
 from testbed.kernel.state import RunState
 
@@ -89,6 +92,7 @@ class Agent:
         self.echoes: list[tuple[socket.socket, threading.Thread]] = []
         self.fabric = None   # the share this server builds (testbed.network.share), if any
         self.procs = Processes(self.state)   # what spawn started (a collective's ranks)
+        self.samples = ShareSampling()       # the share's queue sampler (serversamples)
 
     # ---- operations -------------------------------------------------------------------------------------------
     def ping(self) -> dict:
@@ -123,6 +127,12 @@ class Agent:
 
     def proc_kill(self, pid: int, sig: int = signal.SIGKILL) -> dict:
         return self.procs.kill(pid, sig)
+
+    def sample_start(self, interval_ms: float = 1.0) -> dict:
+        return self.samples.start(self.fabric, interval_ms)
+
+    def sample_stop(self) -> dict:
+        return self.samples.stop()
 
     def clock_serve(self, bind: str, port: int, idle_s: float = 60.0) -> dict:
         """Start the clock echo on ``bind``:``port`` (a thread; it ends on STOP, after idle_s, or with the agent, and
@@ -219,6 +229,7 @@ class Agent:
         """Remove the share (its namespaces; the VXLAN ends die with their nodes)."""
         if self.fabric is None:
             return {"removed": []}
+        self.samples.teardown()
         names = list(self.fabric.namespaces.values())
         self.fabric.teardown()
         self.fabric = None
@@ -240,6 +251,7 @@ class Agent:
         """Remove what this agent made: the processes it started, its share, its namespaces, its echoes, its run
         state."""
         self.procs.teardown()
+        self.samples.teardown()
         if self.fabric is not None:
             self.fabric.teardown()
             self.fabric = None
@@ -253,7 +265,8 @@ class Agent:
 
 
 OPS = ("ping", "version", "doctor", "nic", "run", "spawn", "proc_poll", "proc_kill", "clock_serve", "clock_probe",
-       "vxlan_up", "vxlan_down", "build_share", "share_counters", "teardown_share", "clean")
+       "vxlan_up", "vxlan_down", "build_share", "share_counters", "teardown_share", "sample_start", "sample_stop",
+       "clean")
 
 
 

@@ -12,11 +12,14 @@ import dataclasses
 import json
 import os
 import secrets
+import time
 
 import pytest
 
 from tests.serverdrive import assert_delivered, transfer
 from testbed.commands.serverfabric import ServerFabric
+from testbed.commands.serverjobs import clock_models
+from testbed.commands.serversamples import sample_servers
 from testbed.commands.serverlink import AgentError, AgentLink, agent_command
 from testbed.errors import UsageError
 from testbed.kernel import links, netns, tunnel
@@ -73,9 +76,12 @@ def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel(tmp_path):
             d = fab.describe()
             assert d["placement"] == {"server-1": ["h1", "leaf1", "spine1"], "server-2": ["h2", "leaf2", "spine2"]}
             assert set(netns.list_ours()) >= {fab.ns(n) for n in ("h1", "h2", "leaf1", "leaf2", "spine1", "spine2")}
-            fab.clock(exchanges=20)
+            start = fab.clock(exchanges=20)
+            sampling = sample_servers(fab, every_ms=2.0)     # each server samples its own ports
             before = fab.counters()
+            t_sent = time.monotonic()
             out = transfer(fab, "h1", "h2", SIZE_BYTES)
+            t_done = time.monotonic()
             seconds = assert_delivered(out, SIZE_BYTES)
             after = fab.counters()
             # the data went through the tunnels: VXLAN datagrams arrived at server-2's NIC, at least one per
@@ -85,7 +91,8 @@ def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel(tmp_path):
             rx = sum(p["rx_bytes"] for p in after["server-2"]["ports"].values())
             assert rx >= SIZE_BYTES, after
             assert seconds >= SIZE_BYTES * 8 / 20e6 * 0.9       # shaped: no faster than the 20 Mbit/s ports
-            fab.clock(exchanges=20)                              # a second pass binds the echo's port again
+            end = fab.clock(exchanges=20)                        # a second pass binds the echo's port again
+            _samples_of_both_servers(sampling.stop(clock_models(start, end)), t_sent, t_done)
             rec = fab.record(tmp_path / "servers.json")
             s2 = json.loads((tmp_path / "servers.json").read_text())["servers"]["server-2"]
             assert s2 == json.loads(json.dumps(rec["servers"]["server-2"]))
@@ -99,6 +106,28 @@ def test_each_server_builds_its_share_and_tcp_crosses_the_tunnel(tmp_path):
             assert s2["nic"]["gro"]["rx-gro"] is False and rec["caveats"] == []
         left = [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
         assert left == [], left
+
+
+def _samples_of_both_servers(got, t_sent: float, t_done: float) -> None:
+    """Each server sampled its own share's ports (every row's node is one placed there), on the reference clock:
+    the transfer's bytes left h1's port (server-1) and reached h2 through leaf2's (server-2), each growing only while
+    the transfer ran (within the far clock's bound and one sampling round)."""
+    placed = {"server-1": {"h1", "leaf1", "spine1"}, "server-2": {"h2", "leaf2", "spine2"}}
+    assert set(got.stats) == set(placed) and all(st["queue_samples"] > 10 for st in got.stats.values()), got.stats
+    slack = got.stats["server-2"]["clock_uncertainty_s"] + 0.05
+    assert 0 < slack - 0.05 < 1e-3, got.stats
+    for server, nodes in placed.items():
+        assert got.cpu[server], server
+    grew: dict[tuple, list] = {}
+    for t, node, port, _cls, *nums in got.queues:
+        grew.setdefault((node, port), []).append((t, nums[4]))     # sent_bytes
+    assert {n for n, _ in grew} == placed["server-1"] | placed["server-2"], sorted(grew)
+    for node in ("h1", "leaf2"):   # h1's only port; leaf2's port towards h2 carried the most
+        rows = max((v for (n, _), v in grew.items() if n == node), key=lambda v: v[-1][1] - v[0][1])
+        assert rows[-1][1] - rows[0][1] >= SIZE_BYTES, (node, rows[0], rows[-1])
+        moving = [t for (t, b), (_, b0) in zip(rows[1:], rows) if b > b0]
+        assert t_sent - slack <= moving[0] and moving[-1] <= t_done + slack, (node, moving[0], moving[-1],
+                                                                                 t_sent, t_done)
 
 
 def test_a_share_is_removed_when_its_agent_loses_the_lab():
