@@ -227,11 +227,57 @@ def _spawned_processes_end(agent, ns: str) -> int:
     r = agent.call("spawn", ns=ns, argv=argv, files={"sub/x.txt": "shipped\n"})      # its file was there
     time.sleep(0.5)
     assert agent.call("proc_poll", pid=r["pid"]) == {"rc": None} and os.path.isdir(r["folder"])
+    recorded = _run_state_of(r["folder"])        # pid and folder in the agent's run state for `testbed clean`
+    assert r["folder"] in recorded["folders"] and r["pid"] in recorded["pids"], recorded
     assert agent.call("proc_kill", pid=r["pid"])["signalled"]
     deadline = time.monotonic() + 10
     while (done := agent.call("proc_poll", pid=r["pid"]))["rc"] is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert done == {"rc": -9, "log": "ok\n"} and not os.path.exists(r["folder"]), done
+    assert r["folder"] not in _run_state_of(r["folder"])["folders"]
     with pytest.raises(AgentError, match="must be relative"):
         agent.call("spawn", ns=ns, argv=argv, files={"../x": ""})
     return agent.call("spawn", ns=ns, argv=argv)["pid"]
+
+
+def _run_state_path(folder: str):
+    """Where the agent that made job folder ``folder`` (tb-<run>-job-*) saves its run state."""
+    from testbed.commands.clean import JOB_FOLDER
+    from testbed.kernel import state
+
+    return state.STATE_DIR / f"{JOB_FOLDER.match(os.path.basename(folder))['run']}.json"
+
+
+def _run_state_of(folder: str) -> dict:
+    return json.loads(_run_state_path(folder).read_text())
+
+
+def test_a_killed_agents_job_folder_and_process_are_left_to_testbed_clean():
+    """An agent SIGKILLed while its rank runs cannot tear down: the rank and its job folder stay, recorded in the
+    agent's run state, and `testbed clean`'s plan (what it removes) has both."""
+    import shutil
+    import signal
+
+    from testbed.commands import clean
+
+    ns = f"tb-{secrets.token_hex(2)}-srv"
+    netns.create(ns)
+    link = AgentLink.start(parse("server-1 localhost")[0], lease_s=None)
+    r = None
+    try:
+        r = link.call("spawn", ns=ns, argv=["sleep", "300"], files={"job.json": "{}"})
+        recorded = _run_state_of(r["folder"])
+        assert recorded["pid"] == link.proc.pid and recorded["folders"] == [r["folder"]], recorded
+        os.kill(link.proc.pid, signal.SIGKILL)
+        link.proc.wait(timeout=10)
+        assert os.path.isdir(r["folder"]) and os.path.exists(f"/proc/{r['pid']}")
+        planned = clean.plan()
+        assert r["folder"] in planned["job_folders"] and r["pid"] in planned["processes"], planned
+    finally:
+        link.close(grace_s=2)
+        if r is not None:                     # what `testbed clean` does for this run (not run whole: it would end
+            with contextlib.suppress(ProcessLookupError):        # every run on this machine)
+                os.killpg(r["pid"], signal.SIGKILL)
+            shutil.rmtree(r["folder"], ignore_errors=True)
+            _run_state_path(r["folder"]).unlink(missing_ok=True)
+        netns.remove(ns)

@@ -244,3 +244,28 @@ def test_strays_wrong_tokens_and_a_duplicate_rank_are_closed_and_the_real_ranks_
     silent.close()
     for c in ranks.values():
         c.sock.close()
+
+
+def test_clean_takes_the_job_folders_of_runs_not_live_and_nothing_else(tmp_path):
+    """A server agent's job folders (tb-<run>-job-*) that a SIGKILLed agent left: the ones its saved state records and
+    ones no state records; never a live run's, a link, a file, or a path a state names outside that pattern."""
+    from testbed.commands.clean import job_folders
+
+    tmp, elsewhere = tmp_path / "tmp", tmp_path / "elsewhere"
+    tmp.mkdir()
+    elsewhere.mkdir()
+    made = {}
+    for key, parent, name in (("recorded", elsewhere, "tb-ab12-job-x1y2z3w4"), ("orphan", tmp, "tb-cd34-job-aaaa1111"),
+                              ("live", tmp, "tb-ef56-job-bbbb2222"), ("other_run", elsewhere, "tb-zz99-job-cccc3333"),
+                              ("plain", tmp, "tb-ab12-notajob"), ("victim", elsewhere, "data")):
+        made[key] = parent / name
+        made[key].mkdir()
+    (tmp / "tb-ab12-job-link0000").symlink_to(made["victim"])
+    (tmp / "tb-ab12-job-file0000").write_text("x")
+    states = [{"run_id": "ab12", "pid": 1, "folders": [str(made["recorded"]), str(made["other_run"]),
+                                                       str(made["victim"]), "relative/tb-ab12-job-zzzz9999"]},
+              {"run_id": "ef56", "pid": 2, "folders": [str(made["live"])]},
+              {"run_id": "old0", "pid": 3}]                       # a state written before folders were recorded
+    got = job_folders(states, live_runs={"ef56"}, tmpdir=str(tmp))
+    assert got == sorted([str(made["recorded"]), str(made["orphan"])])
+    assert str(made["live"]) in job_folders(states, live_runs=set(), tmpdir=str(tmp))
