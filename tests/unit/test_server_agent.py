@@ -15,7 +15,7 @@ import pytest
 
 from testbed import cli
 from testbed.commands import serveragent, servers
-from testbed.commands.serverlink import AgentError, AgentLink, ssh_argv
+from testbed.commands.serverlink import AgentError, AgentGone, AgentLink, AgentTimeout, ssh_argv
 from testbed.commands.serverlink import agent_command as serveragent_command
 from testbed.network.serversfile import parse
 from testbed.vm import sshd
@@ -59,7 +59,7 @@ def test_local_link_is_a_subprocess_speaking_the_same_protocol():
         with pytest.raises(AgentError, match="nic: LookupError: no namespace tb-zz99-nothere"):
             link.call("nic", address="127.0.0.1", ns="tb-zz99-nothere")
     assert link.proc.returncode == 0                          # quit answered, the agent ended by itself
-    with pytest.raises(AgentError, match="gone"):
+    with pytest.raises(AgentGone, match="gone"):
         link.call("ping")
 
 
@@ -155,7 +155,7 @@ def test_servers_check_missing_file_is_status_2(tmp_path, capsys):
 
 def test_a_late_reply_is_skipped_and_the_next_call_gets_its_own():
     with AgentLink.start(parse("s1 localhost")[0]) as link:
-        with pytest.raises(AgentError, match="no answer to run within 0 s"):
+        with pytest.raises(AgentTimeout, match="no answer to run within 0 s"):   # slow, not gone
             link.call("run", timeout_s=0.2, argv=["sleep", "0.6"])
         time.sleep(0.8)                                        # the late reply and the next one arrive together
         assert link.call("run", argv=["echo", "next"])["stdout"] == "next\n"

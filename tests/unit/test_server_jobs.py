@@ -269,3 +269,36 @@ def test_clean_takes_the_job_folders_of_runs_not_live_and_nothing_else(tmp_path)
     got = job_folders(states, live_runs={"ef56"}, tmpdir=str(tmp))
     assert got == sorted([str(made["recorded"]), str(made["orphan"])])
     assert str(made["live"]) in job_folders(states, live_runs=set(), tmpdir=str(tmp))
+
+
+class _SlowLink(_Link):
+    """proc_poll that times out ``slow`` times (the agent busy), then answers; or fails with ``error`` for good."""
+
+    def __init__(self, slow: int = 0, error: Exception | None = None):
+        super().__init__()
+        self.slow, self.error = slow, error
+
+    def call(self, op, timeout_s=60, **kw):
+        from testbed.commands.serverlink import AgentTimeout
+
+        self.asked.append(op)
+        if self.error is not None:
+            raise self.error
+        if len(self.asked) <= self.slow:
+            raise AgentTimeout(f"s2: no answer to {op} within {timeout_s:.0f} s")
+        return {"rc": 0, "log": "rank 1 done\n"}
+
+
+def test_a_rank_whose_agent_is_slow_is_asked_again_and_one_whose_agent_is_gone_has_ended(tmp_path, monkeypatch):
+    from testbed.commands.serverlink import AgentError, AgentGone, AgentTimeout
+
+    monkeypatch.setattr(serverjobs, "POLL_EVERY_S", 0.0)
+    assert serverjobs.poll_outcome(AgentTimeout("s2: no answer")) is None
+    assert serverjobs.poll_outcome(AgentGone("s2: the agent is gone (status 1)")) == serverjobs.AGENT_GONE
+    assert serverjobs.poll_outcome(AgentError("s2: proc_poll: LookupError: no process 4")) == serverjobs.AGENT_GONE
+    with open(tmp_path / "agent-1.log", "wb") as log:
+        slow = serverjobs.RemoteProcess(_SlowLink(slow=2), 4242, log)
+    assert slow.poll() is None and slow.poll() is None and "no answer" in slow.last_error
+    assert slow.poll() == 0 and (tmp_path / "agent-1.log").read_text() == "rank 1 done\n"
+    gone = serverjobs.RemoteProcess(_SlowLink(error=AgentGone("s2: the agent is gone (status -9)")), 4243)
+    assert gone.poll() == serverjobs.AGENT_GONE == gone.wait(timeout=1)
