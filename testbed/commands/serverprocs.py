@@ -117,15 +117,21 @@ class Processes:
         return {"signalled": True}
 
     def teardown(self) -> None:
-        """Kill and reap every process still running, remove every folder."""
+        """Kill and reap every process still running, remove every folder. One that cannot be killed or does not
+        end keeps its pid and folder in the run's state (for `testbed clean`) and the others are still ended;
+        RuntimeError naming them at the end."""
+        failed = []
         for pid, proc in list(self.running.items()):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
             try:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                continue   # still alive: its pid stays in the run's state for `testbed clean`
+            except (OSError, subprocess.TimeoutExpired) as e:
+                failed.append(f"{pid} ({type(e).__name__}: {e})")
+                continue
             self._forget(pid)
+        if failed:
+            raise RuntimeError(f"process {', '.join(failed)} not ended")
 
     def _proc(self, pid: int) -> subprocess.Popen:
         proc = self.running.get(int(pid))
