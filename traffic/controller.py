@@ -176,9 +176,11 @@ class Controller:
             if s.collective != "custom":  # an agent checks a custom schedule by simulating all of it
                 per_rank[key] = "ranks/" + schedule_json.dump_for_ranks(s, self.workdir / "ranks", f"schedule-{key}")
         job = dict(self.job, schedules=files, rank_schedules=per_rank, format="testbed-collective-job", version=1)
-        if self.token is not None:
-            job["control_token"] = self.token
-        _write_private(self.workdir / "job.json", json.dumps(job, indent=1) + "\n")
+        text = json.dumps(dict(job, control_token=self.token) if self.token else job, indent=1) + "\n"
+        if self.token is not None:      # readable by its owner only
+            _write_private(self.workdir / "job.json", text)
+        else:
+            (self.workdir / "job.json").write_text(text)
         self._bind()
         env = dict(os.environ)
         self.t_spawned = time.monotonic()
