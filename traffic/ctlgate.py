@@ -105,11 +105,10 @@ class Gate:
         try:
             while len(self.hellos) < len(self.ranks):
                 if time.monotonic() > deadline:
-                    raise error(f"only {len(self.hellos)} of {len(self.ranks)} agents connected"
-                                + (f" (rejected: {'; '.join(self.rejected)})" if self.rejected else ""))
+                    raise error(f"only {len(self.hellos)} of {len(self.ranks)} agents connected{self._refused()}")
                 bad = failed()
                 if bad:
-                    raise error("; ".join(bad))
+                    raise error("; ".join(bad) + self._refused())
                 for key, _ in sel.select(0.2):
                     if key.data is None:
                         self._accept(sel)
@@ -122,6 +121,9 @@ class Gate:
             sel.close()
             self.listener.setblocking(True)
         return self.hellos
+
+    def _refused(self) -> str:
+        return f" (connections refused: {'; '.join(self.rejected)})" if self.rejected else ""
 
     def _accept(self, sel: selectors.BaseSelector) -> None:
         try:

@@ -246,6 +246,28 @@ def test_strays_wrong_tokens_and_a_duplicate_rank_are_closed_and_the_real_ranks_
         c.sock.close()
 
 
+
+def test_a_set_up_that_fails_names_the_connections_it_refused(tmp_path):
+    """A rank that ends before it joined (e.g. refused for a token it was not given) fails the run, and the error
+    says what was refused."""
+    from traffic.controller import ControlError
+
+    def spawn(ns, argv, **kw):
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.4); raise SystemExit(3)"])
+    ctl = Controller(tmp_path, {"ranks": 2, "seed": 1, "transport": {"kind": "tcp"}, "plan": []},
+                     {"op": make_schedule("allreduce", 2, 4_000, seed=1)},
+                     [Member(r, f"h{r}", f"ns{r}", "127.0.0.1") for r in range(2)], spawn, listen=("127.0.0.1", 0))
+    try:
+        ctl.start()
+        stray = socket.create_connection(("127.0.0.1", ctl.listener.getsockname()[1]))
+        stray.sendall(b'{"type": "hello", "rank": 0}\n')
+        with pytest.raises(ControlError, match=r"^rank [01] exited with status 3: .*\(connections refused: wrong "
+                           r"or missing token\)$"):
+            ctl.run(setup_timeout_s=10)
+        stray.close()
+    finally:
+        ctl.stop()
+
 def test_clean_takes_the_job_folders_of_runs_not_live_and_nothing_else(tmp_path):
     """A server agent's job folders (tb-<run>-job-*) that a SIGKILLed agent left: the ones its saved state records and
     ones no state records; never a live run's, a link, a file, or a path a state names outside that pattern."""
