@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import secrets
+import socket
 import time
 
 import pytest
@@ -206,20 +207,35 @@ def test_a_fabric_that_does_not_fit_the_nics_is_refused_before_any_agent_builds(
             ipr.link("del", index=ipr.link_lookup(ifname="squatter")[0])
 
 
-def test_a_collective_across_servers_verifies_over_tcp_control(tmp_path):
+def test_a_collective_across_servers_verifies_over_tcp_control(tmp_path, monkeypatch):
     """A 2-rank ring all-reduce over the two servers' shares (h1 on server-1, h2 on server-2): the controller listens
     on TCP on server-1's address inside its namespace, each rank is started by its server's agent with its job files
     shipped and the control connection opened from the server's namespace (no AF_UNIX path in common); every rank
     verifies its data, the ranks' ops line up causally on the reference clock, and nothing is left: no rank, no job
-    folder."""
+    folder. Before the ranks, two strays on the servers' network claim their places (one with a wrong token, one
+    with none): both are closed and the real ranks take their places."""
     from tests.serverdrive import allreduce_across, job_processes_left
+    from testbed.commands import serverjobs
 
+    strays: list[socket.socket] = []
+    spawn = serverjobs.ServerSpawner.__call__
+
+    def strays_first(self, namespace, argv, **kw):
+        if not strays:
+            address, _, port = argv[argv.index("--control") + 1][4:].rpartition(":")
+            with netns.entered(nics[1]):
+                for hello in ({"type": "hello", "rank": 0, "token": "0" * 32}, {"type": "hello", "rank": 1}):
+                    strays.append(socket.create_connection((address, int(port)), timeout=5))
+                    strays[-1].sendall(json.dumps(dict(hello, addr=["198.19.0.2", 1])).encode() + b"\n")
+        return spawn(self, namespace, argv, **kw)
+    monkeypatch.setattr(serverjobs.ServerSpawner, "__call__", strays_first)
     topo = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
     run = secrets.token_hex(3)
     with two_servers() as (nics, agents):
         with ServerFabric(topo, run, agents) as fab:
             res, slack = allreduce_across(fab, tmp_path / "job", ("198.19.0.1", 0), lambda: netns.entered(nics[0]),
                                           3, max_bound_s=1e-3, exchanges=20)
+            assert len(strays) == 2 and all(s.recv(100) == b"" for s in strays)   # closed, no peers sent to them
             bound_s = res.clock_uncertainty_s
             assert abs(res.per_rank[1]["clock"]["offset_s"]) <= bound_s           # one kernel, one clock
             print(json.dumps({"slack_s": slack, "bound_s": bound_s, "op_s": [r[6] - r[5] for r in res.ops]}))
@@ -240,11 +256,57 @@ def _spawned_processes_end(agent, ns: str) -> int:
     r = agent.call("spawn", ns=ns, argv=argv, files={"sub/x.txt": "shipped\n"})      # its file was there
     time.sleep(0.5)
     assert agent.call("proc_poll", pid=r["pid"]) == {"rc": None} and os.path.isdir(r["folder"])
+    recorded = _run_state_of(r["folder"])        # pid and folder in the agent's run state for `testbed clean`
+    assert r["folder"] in recorded["folders"] and r["pid"] in recorded["pids"], recorded
     assert agent.call("proc_kill", pid=r["pid"])["signalled"]
     deadline = time.monotonic() + 10
     while (done := agent.call("proc_poll", pid=r["pid"]))["rc"] is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert done == {"rc": -9, "log": "ok\n"} and not os.path.exists(r["folder"]), done
+    assert r["folder"] not in _run_state_of(r["folder"])["folders"]
     with pytest.raises(AgentError, match="must be relative"):
         agent.call("spawn", ns=ns, argv=argv, files={"../x": ""})
     return agent.call("spawn", ns=ns, argv=argv)["pid"]
+
+
+def _run_state_path(folder: str):
+    """Where the agent that made job folder ``folder`` (tb-<run>-job-*) saves its run state."""
+    from testbed.commands.clean import JOB_FOLDER
+    from testbed.kernel import state
+
+    return state.STATE_DIR / f"{JOB_FOLDER.match(os.path.basename(folder))['run']}.json"
+
+
+def _run_state_of(folder: str) -> dict:
+    return json.loads(_run_state_path(folder).read_text())
+
+
+def test_a_killed_agents_job_folder_and_process_are_left_to_testbed_clean():
+    """An agent SIGKILLed while its rank runs cannot tear down: the rank and its job folder stay, recorded in the
+    agent's run state, and `testbed clean`'s plan (what it removes) has both."""
+    import shutil
+    import signal
+
+    from testbed.commands import clean
+
+    ns = f"tb-{secrets.token_hex(2)}-srv"
+    netns.create(ns)
+    link = AgentLink.start(parse("server-1 localhost")[0], lease_s=None)
+    r = None
+    try:
+        r = link.call("spawn", ns=ns, argv=["sleep", "300"], files={"job.json": "{}"})
+        recorded = _run_state_of(r["folder"])
+        assert recorded["pid"] == link.proc.pid and recorded["folders"] == [r["folder"]], recorded
+        os.kill(link.proc.pid, signal.SIGKILL)
+        link.proc.wait(timeout=10)
+        assert os.path.isdir(r["folder"]) and os.path.exists(f"/proc/{r['pid']}")
+        planned = clean.plan()
+        assert r["folder"] in planned["job_folders"] and r["pid"] in planned["processes"], planned
+    finally:
+        link.close(grace_s=2)
+        if r is not None:                     # what `testbed clean` does for this run (not run whole: it would end
+            with contextlib.suppress(ProcessLookupError):        # every run on this machine)
+                os.killpg(r["pid"], signal.SIGKILL)
+            shutil.rmtree(r["folder"], ignore_errors=True)
+            _run_state_path(r["folder"]).unlink(missing_ok=True)
+        netns.remove(ns)
