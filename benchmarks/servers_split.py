@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import json
 import secrets
+import signal
 import statistics
 import sys
 import tempfile
@@ -156,6 +157,10 @@ def main() -> int:
     from testbed.errors import require_root
 
     require_root("benchmarks/servers_split.py")
+
+    def on_sigterm(signum, frame):       # as Ctrl-C: the VM, the wire and the run's keys go on the way out
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_sigterm)
     with tempfile.TemporaryDirectory(prefix="tb-split-") as tmp:
         m = measure(a, Path(tmp))
     report(m)

@@ -97,9 +97,10 @@ def run_pair(script: str, ns_srv: str, ip_srv: str, ns_cli: str, ip_cli: str, ar
     """Start ``script --child server|client --ip IP ARGS`` in the two namespaces, swap their coordinates, start the
     measurement at once on both, and return (client's result, server's result, client's coordinates); the children
     are ended (and killed if they do not) whatever happens."""
-    ends = [_Child(ns, [sys.executable, script, "--child", role, "--ip", ip, *args], role)
-            for ns, ip, role in ((ns_srv, ip_srv, "server"), (ns_cli, ip_cli, "client"))]
+    ends: list[_Child] = []
     try:
+        for ns, ip, role in ((ns_srv, ip_srv, "server"), (ns_cli, ip_cli, "client")):
+            ends.append(_Child(ns, [sys.executable, script, "--child", role, "--ip", ip, *args], role))
         infos = [e.read(timeout_s) for e in ends]
         for e, other in zip(ends, reversed(infos)):
             e.write(other)

@@ -74,7 +74,8 @@ def verdict(msg, token: str | None, ranks: set[int], admitted: set[int]) -> str 
         return "its first message is not a hello"
     if token is not None:
         got = msg.get("token")
-        if not isinstance(got, str) or not hmac.compare_digest(got.encode(), token.encode()):
+        if not isinstance(got, str) or not hmac.compare_digest(got.encode("utf-8", "surrogatepass"),
+                                                               token.encode("utf-8", "surrogatepass")):
             return "wrong or missing token"
     rank = msg.get("rank")
     if not isinstance(rank, int) or isinstance(rank, bool) or rank not in ranks:
@@ -126,9 +127,18 @@ class Gate:
         return f" (connections refused: {'; '.join(self.rejected)})" if self.rejected else ""
 
     def _accept(self, sel: selectors.BaseSelector) -> None:
+        """A new candidate; the oldest silent one is closed first when as many wait as the ranks could need four
+        times over, or when this process is out of descriptors (a flood of idle connections must not end the run)."""
+        waiting = [k.data for k in sel.get_map().values() if k.data is not None]
+        if len(waiting) >= 4 * len(self.ranks) + 16:
+            self._reject(sel, waiting[0], "too many connections waiting for a hello")
         try:
             s, _ = self.listener.accept()
         except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:       # EMFILE / ENFILE: free one and take the next on the following round
+            if waiting:
+                self._reject(sel, waiting[0], f"closed to take new connections ({e.strerror})")
             return
         s.setblocking(False)
         p = Peer(s)
@@ -138,7 +148,7 @@ class Gate:
         p.fill()
         try:
             first = p.lines(limit=1)
-        except ValueError:
+        except (ValueError, RecursionError):   # not JSON, or nested past the parser's depth
             return self._reject(sel, p, "its first line is not JSON")
         if not first:
             if p.eof:

@@ -32,6 +32,9 @@ from traffic.controller import Controller, Member, Results, job_files
 
 #: a far rank's status is asked of its agent at most this often (a request each; the controller looks every 0.2 s)
 POLL_EVERY_S = 0.5
+#: how long one status request may take: a timeout is asked again at the next poll, so a hung (not gone) agent holds
+#: the controller's loop this long per far rank and poll, not the 30 s a share's build may take
+POLL_TIMEOUT_S = 5.0
 #: the status reported for a rank whose server's agent cannot be reached (the agent kills it as it ends)
 AGENT_GONE = 255
 
@@ -61,7 +64,7 @@ class RemoteProcess:
             return self.returncode
         self._asked = time.monotonic()
         try:
-            r = self.link.call("proc_poll", timeout_s=30, pid=self.pid)
+            r = self.link.call("proc_poll", timeout_s=POLL_TIMEOUT_S, pid=self.pid)
         except AgentError as e:
             r = {"rc": poll_outcome(e), "log": f"{e}\n"}
             self.last_error = str(e)

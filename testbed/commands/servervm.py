@@ -98,19 +98,28 @@ def _boot(wire: str, folder: Path, lifetime_s: float) -> subprocess.Popen:
 
 
 def _end(vm: SshdVm | None, proc: subprocess.Popen | None, keys: sshd.Keys | None, wire: str) -> None:
-    if keys is not None:
-        keys.stop_file.touch()
-    if proc is not None:
-        try:
-            out = proc.communicate(timeout=120)[0]
-        except subprocess.TimeoutExpired:
-            proc.terminate()                 # testbed vm ends its QEMU on SIGTERM
-            out = proc.communicate(timeout=90)[0]
-        if vm is not None:
-            vm.output = out or ""
-    for pid in netns.pids_in(wire):          # what still runs in the wire namespace (a QEMU still exiting)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+    """The stop file, then the VM's own end (sshd ends, the guest powers off), SIGTERM to ``testbed vm`` (it ends its
+    QEMU) if it does not, SIGKILL if that does not either; whatever still runs in the wire namespace is killed in
+    every case."""
+    try:
+        if keys is not None:
+            keys.stop_file.touch()
+        if proc is not None:
+            out = ""
+            for step in (None, proc.terminate, proc.kill):
+                if step is not None:
+                    step()
+                try:
+                    out = proc.communicate(timeout=120 if step is None else 60)[0] or ""
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            if vm is not None:
+                vm.output = out
+    finally:
+        for pid in netns.pids_in(wire):      # what still runs in the wire namespace (a QEMU still exiting)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
@@ -146,6 +155,8 @@ def sshd_vm(folder: Path, lifetime_s: float = 280.0, boot_timeout_s: float = 240
         try:
             _end(vm, proc, keys, wire)
         finally:
-            netns.remove(wire)
-            state.drop()
-            shutil.rmtree(folder, ignore_errors=True)
+            try:
+                netns.remove(wire)
+                state.drop()
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)     # the run's private key with it

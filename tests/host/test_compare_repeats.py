@@ -123,6 +123,15 @@ def grade_as_lab_02(lab, handin, tmp_path, capsys) -> None:
     assert " ".join(ratio.says.split()) in said and "rto_min_ms=200 (lab: 5)" in said, said
 
 
+def _first_faithful(folder):
+    """The folder's first run (by seed) that the fidelity verdict kept (the repeat's summary leaves the others
+    out): seed 1 unless the machine could not keep up with it."""
+    for path in sorted(folder.glob("seed-*"), key=lambda p: int(p.name.split("-")[1])):
+        if json.loads((path / "summary.json").read_text()).get("fidelity_ok", True):
+            return path
+    raise AssertionError(f"no faithful run in {folder}")
+
+
 def test_low_rto_min_cuts_the_incast_round_tail(lab02_folders):
     """RTOmin sets the incast tail, on one run a side: A's and B's first runs (seed 1; until 2026-12-06
     tests/host/test_incast_rto_real_cpu.py made these two runs again). On the real CPU RTT jitter is far below
@@ -135,13 +144,13 @@ def test_low_rto_min_cuts_the_incast_round_tail(lab02_folders):
     and 3.78 [3.40, 4.32], the rank test's p 7e-8 both times. The asserted low end (2) sits 1.2 below the lowest
     measured, where the intervals' own widths are ~0.9: with the earlier p50 ratios (3.5-4.4 over 3 runs) a false
     failure is far rarer than 1 in 100."""
-    runs = {200: lab02_folders["a"] / "seed-1", 5: lab02_folders["b"] / "seed-1"}
+    runs = {200: _first_faithful(lab02_folders["a"]), 5: _first_faithful(lab02_folders["b"])}
     s = {rto: json.loads((path / "summary.json").read_text()) for rto, path in runs.items()}
     keys = ("round_ms_p50", "round_ms_p99", "round_ms_ideal", "bottleneck_drops", "tcp_timeouts")
     print({rto: {k: v[k] for k in keys} for rto, v in s.items()})
-    for rto, path in runs.items():  # the configuration measured above (lab02_runs checks the rest), seed 1
+    for rto, path in runs.items():  # the configuration measured above (lab02_runs checks the rest)
         m = json.loads((path / "manifest.json").read_text())
-        assert m["params"]["rto_min_ms"] == rto and m["seed"] == 1, (rto, m["params"], m["seed"])
+        assert m["params"]["rto_min_ms"] == rto and path.name == f"seed-{m['seed']}", (rto, m["params"], m["seed"])
     for v in s.values():
         assert v["bottleneck_drops"] > 0 and v["tcp_timeouts"] > 0, v  # both runs lose whole tails
     # a round that waits for a timeout waits rto_min: >= 200 ms at the default

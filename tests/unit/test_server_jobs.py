@@ -201,11 +201,15 @@ def test_strays_wrong_tokens_and_a_duplicate_rank_are_closed_and_the_real_ranks_
     assert all(token not in " ".join(argv) for _, argv, _ in spawned)          # not in argv: ps shows argv
     hello = {"type": "hello", "addr": ["127.0.0.1", 1], "token": token}
     ranks, silent, out = {}, socket.create_connection(("127.0.0.1", port)), {}
+    idle: list[socket.socket] = []
 
     def drive() -> None:
         try:
+            for _ in range(4 * 2 + 16):    # a flood of connections that never speak, as many as the gate keeps
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
             for stray in (dict(hello, rank=0, token="0" * 32), {k: v for k, v in hello.items() if k != "token"},
-                          b"GET / HTTP/1.0\r\n\r\n", dict(hello, rank=7)):
+                          b"GET / HTTP/1.0\r\n\r\n", dict(hello, rank=7), dict(hello, rank=0, token="\ud800"),
+                          b"[" * 60_000 + b"\n"):
                 c = socket.create_connection(("127.0.0.1", port))
                 line = stray if isinstance(stray, bytes) else json.dumps(dict({"rank": 1}, **stray)).encode() + b"\n"
                 c.sendall(line)
@@ -236,12 +240,17 @@ def test_strays_wrong_tokens_and_a_duplicate_rank_are_closed_and_the_real_ranks_
         t.join(30)
         ctl.stop()
     assert "error" not in out, out
-    assert out["strays_closed"] == [True] * 4 and out["duplicate_closed"], out
-    assert ctl.rejected == ["wrong or missing token", "wrong or missing token", "its first line is not JSON",
-                            "unknown rank 7", "rank 0 is connected already"]
+    assert out["strays_closed"] == [True] * 6 and out["duplicate_closed"], out
+    flood = "too many connections waiting for a hello"
+    assert [r for r in ctl.rejected if r != flood] == [
+        "wrong or missing token", "wrong or missing token", "its first line is not JSON", "unknown rank 7",
+        "wrong or missing token", "its first line is not JSON", "rank 0 is connected already"], ctl.rejected
+    assert ctl.rejected.count(flood) >= 1, ctl.rejected      # the oldest idle ones made room for the ranks
     assert set(out["peers0"]["addrs"]) == {"0", "1"} and res.verified and set(res.per_rank) == {0, 1}
     assert _closed(silent, 5)      # a connection that never spoke is closed once the ranks are in
     silent.close()
+    for c in idle:
+        c.close()
     for c in ranks.values():
         c.sock.close()
 
