@@ -1,4 +1,4 @@
-"""What the fabric-over-servers tests do on a built fabric (testbed.commands.serverfabric): a TCP transfer between
+"""What the fabric-over-servers tests do on a built fabric (testbed.network.serverfabric): a TCP transfer between
 two hosts whose data is checked end to end (the receiver's SHA-256 of what arrived against the sender's of what it
 sent), each end run by its server's agent (`run` in the host's namespace), so the receiver may sit in another
 kernel."""
@@ -76,7 +76,7 @@ def assert_delivered(out: dict, size_bytes: int) -> float:
     return float(seconds)
 
 
-# ---- a collective across servers (testbed.commands.serverjobs) -------------------------------------------------
+# ---- a collective across servers (testbed.workloads.serverjobs) -------------------------------------------------
 
 def ring_job(ranks: int, message_bytes: int, iterations: int, timeout_s: float = 90.0) -> tuple[dict, dict]:
     """A ring all-reduce job (one op per iteration, no compute, data verified) and its schedules, as
@@ -127,7 +127,7 @@ def job_processes_left(folders_glob: str = "/tmp/tb-*-job-*") -> list[str]:
 def allreduce_across(fab, workdir, listen: tuple[str, int], listen_in, iterations: int, message_bytes: int = 256_000,
                      rate_mbps: float = 20, max_bound_s: float = 2e-3, **kw):
     """A 2-rank ring all-reduce over h1 and h2 of ``fab`` (on different servers) through the Controller on TCP
-    ``listen`` (testbed.commands.serverjobs.run_collective; ``kw`` to it), asserting: every rank verified its data;
+    ``listen`` (testbed.workloads.serverjobs.run_collective; ``kw`` to it), asserting: every rank verified its data;
     every op row is there; the far rank's clock bound is in (0, ``max_bound_s``); and two causal checks on the
     reference clock, each true in real time whatever the path and each failed by a clock error larger than its
     slack:
@@ -141,7 +141,7 @@ def allreduce_across(fab, workdir, listen: tuple[str, int], listen_in, iteration
     Rejected: comparing the two ranks' first op starts (the go goes out with the same offset the results come back
     with, so an offset error cancels) and "ends agree within one step's time" (a timing assumption, not causality).
     Returns the results and the slacks."""
-    from testbed.commands.serverjobs import run_collective
+    from testbed.workloads.serverjobs import run_collective
     from traffic.controller import Member
 
     job, schedules = ring_job(2, message_bytes, iterations)

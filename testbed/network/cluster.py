@@ -13,7 +13,7 @@ shapers and queues, so everything above (routes, queues, telemetry, agents) is t
 
 Servers that are other machines: each builds its *share* (testbed.network.share: the same Fabric code on the nodes
 placed on it, its crossing links as VXLAN ends over its real NIC), started through its agent
-(testbed.commands.serverfabric); :func:`build_share_tunnels` below makes those ends. Not yet collected back from
+(testbed.network.serverfabric); :func:`build_share_tunnels` below makes those ends. Not yet collected back from
 a real server: its telemetry (docs/servers.md).
 """
 

@@ -150,7 +150,7 @@ class SshdVm:
 
     def guest(self):
         """A fresh agent link to the VM (ssh started inside the wire namespace)."""
-        from testbed.commands.serverlink import AgentLink
+        from testbed.network.serverlink import AgentLink
         from testbed.network.serversfile import load
 
         with netns.entered(self.wire):
@@ -282,15 +282,15 @@ def _clean_reaches_the_guest(vm: SshdVm) -> None:
 
 def _fabric_across_kernels(vm: SshdVm) -> None:
     """A 2x2 leaf-spine (one host per leaf, 20 Mbit/s, MTU 1450 so VXLAN fits the 1500-byte wire) over the two
-    kernels: each server's agent builds its share (testbed.commands.serverfabric), leaf2, spine2 and h2 in the
+    kernels: each server's agent builds its share (testbed.network.serverfabric), leaf2, spine2 and h2 in the
     VM's kernel, the rest in the host's, the two crossing links VXLAN over the wire. Pings and a TCP transfer with its
     data checked cross between the kernels; the VM's NIC counted the VXLAN datagrams; the record (servers.json) has
     each server's kernel, nodes and two clock passes whose bounds agree; each side's teardown leaves no
     namespace of the run; a share whose lab vanishes (its agent's input closes, as when the lab is SIGKILLed) is
     removed by the guest's agent itself."""
     from tests.serverdrive import assert_delivered, transfer
-    from testbed.commands.serverfabric import ServerFabric
-    from testbed.commands.serverlink import AgentLink
+    from testbed.network.serverfabric import ServerFabric
+    from testbed.network.serverlink import AgentLink
     from testbed.network.serversfile import load
     from topologies.leafspine import uniform_leaf_spine
 
@@ -372,7 +372,7 @@ def _allreduce_across_kernels(vm: SshdVm, fab) -> None:
 
 def _share_goes_with_its_lab(vm: SshdVm, topo, local, guest) -> None:
     """The lab vanishes (as when it is SIGKILLed): the agents' input ends and each removes its share itself."""
-    from testbed.commands.serverfabric import ServerFabric
+    from testbed.network.serverfabric import ServerFabric
 
     run2 = secrets.token_hex(3)
     ServerFabric(topo, run2, [local, guest]).build()

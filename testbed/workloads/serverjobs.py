@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from analysis.clockoffset import ClockModel, Offset
-from testbed.commands.serverlink import AgentError, AgentLink
+from testbed.network.serverlink import AgentError, AgentLink
 from traffic.controller import Controller, Member, Results, job_files
 
 #: a far rank's status is asked of its agent at most this often (a request each; the controller looks every 0.2 s)
