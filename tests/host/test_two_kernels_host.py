@@ -179,9 +179,9 @@ def sshd_vm(tmp_path: Path):
         state.add("namespaces", wire)
         netns.create(wire)
         launched = time.monotonic()
-        vm = subprocess.Popen(netns.in_namespace(wire, [*CLI, "vm", "--rwdir", str(folder), "--timeout", "300", "--",
+        vm = subprocess.Popen(netns.in_namespace(wire, [*CLI, "vm", "--rwdir", str(folder), "--timeout", "360", "--",
                               sys.executable, "-m", "testbed.vm.sshd", "serve", "--folder", str(folder),
-                              "--address", f"{WIRE_GUEST}/24", "--lifetime-s", "280"]),
+                              "--address", f"{WIRE_GUEST}/24", "--lifetime-s", "340"]),
                               env=dict(os.environ, TESTBED_VM_TAP="tbvm0", PYTHONPATH=str(ROOT)),
                               start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
@@ -385,6 +385,65 @@ def _share_goes_with_its_lab(vm: SshdVm, topo, local, guest) -> None:
         assert "tb-" not in left["stdout"] and "tbvx" not in left["stdout"], left
 
 
+#: `testbed run collective --set servers=FILE` over the two kernels: h1 (host) and h2 (VM), 20 Mbit/s, MTU 1450
+RUN_SETTINGS = {"ranks": 2, "spines": 2, "leaves": 2, "hosts_per_leaf": 1, "host_rate_mbps": 20, "fabric_rate_mbps": 20,
+                "mtu": 1450, "collective": "allreduce", "size": 256_000, "iterations": 3, "warmup": 0,
+                "sample_interval_ms": 0}
+
+
+def _servers_file_run(vm: SshdVm, tmp_path: Path) -> None:
+    """`testbed run collective --set servers=FILE` with the servers file naming this machine and the VM: the Lab
+    over a ServerFabric (testbed.workloads.serverlab). From the run directory: exit 0, data verified, ops.csv with
+    both ranks' rows, servers.json with two kernels and their clock passes, clocks.csv's bound (the summary's
+    clock_uncertainty_us_max) in (0, 2 ms), and the causal check of tests.serverdrive on the ops as written to
+    ops.csv (on the reference clock); nothing left on either kernel. Then bad servers files (an unknown option, a
+    crossing link's MTU the VM's NIC cannot carry): status 2, one line, no namespace made."""
+    import types
+
+    from analysis.load import load_csv
+    from tests.serverdrive import causal_slack_s, job_processes_left
+
+    before = set(netns.list_ours())
+    sets = [x for k, v in {**RUN_SETTINGS, "servers": vm.servers}.items() for x in ("--set", f"{k}={v}")]
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    r = vm.cli("run", "collective", *sets, "--out", str(out), "--quiet", timeout=300)
+    run_s = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["data_verified"] is True and summary["cct_ms_p50"] > 0, summary
+    ops = load_csv(out / "ops.csv", "ops")
+    assert sorted(ops["rank"].value_counts().items()) == [(0, 3), (1, 3)], ops
+    rec = json.loads((out / "servers.json").read_text())["servers"]
+    assert rec["server-1"]["kernel"] == os.uname().release != rec["server-2"]["kernel"], rec
+    assert rec["server-2"]["nodes"] == ["h2", "leaf2", "spine2"] and len(rec["server-2"]["clock"]) >= 2, rec
+    clocks = load_csv(out / "clocks.csv", "clocks").set_index("rank")
+    bound_s = float(clocks.loc[1, "uncertainty_s"])
+    assert clocks.loc[1, "server"] == "server-2" and 0 < bound_s < 2e-3, clocks
+    assert summary["clock_uncertainty_us_max"] == bound_s * 1e6, summary
+    rows = [[o.iteration, o.op, o.op_index, o.collective, o.rank, o.start_s, o.end_s, o.bytes_sent, o.bytes_recv]
+            for o in ops.itertuples()]
+    slack = causal_slack_s(types.SimpleNamespace(ops=rows), RUN_SETTINGS["host_rate_mbps"], 3 * 1500)
+    assert min(slack) >= -bound_s, (slack, bound_s)
+    print(json.dumps({"servers_file_run_s": run_s, "bound_s": bound_s, "slack_s": slack,
+                      "cct_ms_p50": summary["cct_ms_p50"], "clock_passes": rec["server-2"]["clock"]}))
+    assert set(netns.list_ours()) <= before and not job_processes_left(), netns.list_ours()
+    assert not _agents_running(_BEFORE), _agents_running(_BEFORE)
+    with vm.guest() as guest:
+        left = guest.call("run", argv=["sh", "-c", "ip netns list; pgrep -f 'traffic[.]agent'; "
+                                       "ls -d /tmp/tb-*-job-* 2>/dev/null; true"])
+        assert left["rc"] == 0 and left["stdout"].strip() == "", left
+    for name, line, says in (("option", f"server-2 root@{WIRE_GUEST} key={vm.keys.client} colour=blue",
+                              "options are"),
+                             ("mtu", f"server-2 root@{WIRE_GUEST} key={vm.keys.client} mtu=1400", "crosses servers")):
+        bad = vm.servers.with_name(f"bad-{name}.txt")
+        bad.write_text(f"server-1 localhost address={WIRE_HOST}\n{line}\n")
+        sets = [x for k, v in {**RUN_SETTINGS, "servers": bad}.items() for x in ("--set", f"{k}={v}")]
+        r = vm.cli("run", "collective", *sets, "--out", str(tmp_path / f"bad-{name}"), timeout=120)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert set(netns.list_ours()) <= before and not _agents_running(_BEFORE)
+
+
 def test_servers_check_over_ssh_into_the_vm(tmp_path):
     """One VM boot (sshd on the wire, started by testbed.vm.sshd), then `testbed servers check` over {localhost, the
     VM} run inside the wire namespace: every check passes and the offset's bound is reported; a server that does not
@@ -410,6 +469,7 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
         _sigterm_leaves_nothing(vm)
         _clean_reaches_the_guest(vm)
         _fabric_across_kernels(vm)
+        _servers_file_run(vm, tmp_path)
 
 
 def _links_in(ns: str) -> list[str]:
