@@ -53,7 +53,7 @@ CLOCK_PASS_FRESH_S = 60.0
 
 #: (parameter, its value a servers run needs, what it is): what a servers run refuses otherwise
 _NEEDS = (("transport", "tcp", "RDMA and UET transports"), ("background", "", "background flows"),
-          ("sample_interval_ms", 0, "queue sampling (a far server's samplers are not built: set it to 0)"),
+          ("sample_interval_ms", 0, "queue sampling on far servers; set 0"),
           ("gpus_per_host", 1, "scale-up domains"), ("pfc", "off", "PFC"), ("dcqcn", "off", "DCQCN"),
           ("trim", ("auto", "off"), "packet trimming"), ("loss_percent", 0, "loss"), ("capture", "", "captures"),
           ("load_balancing", "ecmp", "spraying and flowlet balancing"), ("cmd", "", "programs"))
@@ -81,10 +81,10 @@ def _differs(value: Any, ok: Any) -> bool:
 def refusals(params: Mapping[str, Any], faults: Iterable = ()) -> list[str]:
     """What of ``params`` (a scenario's or a job's, by name) and ``faults`` a servers run cannot do yet, one
     phrase each (empty: it can run)."""
-    out = [f"{what} ({name}={params[name]})" for name, ok, what in _NEEDS
+    out = [f"{name}={params[name]} ({what})" for name, ok, what in _NEEDS
            if name in params and _differs(params[name], ok)]
     if list(faults):
-        out.append("faults")
+        out.append("--fault (faults)")
     return out
 
 
@@ -230,6 +230,8 @@ class ServersRun:
         """``res`` on the reference clock (a clock pass after the job) and clocks.csv: per rank its server's offset
         at the job's start, the bound and the drift of its clock model (0 for the reference's ranks)."""
         out = self.launch.finish(res)
+        # the controller's go and its receipt of the last result, on the reference clock: every op lies between
+        rundir.manifest["control_window_s"] = [res.t_ready, res.t_end]
         rows = []
         for r, v in sorted(out.per_rank.items()):
             c = v["clock"]
