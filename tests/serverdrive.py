@@ -176,8 +176,8 @@ def servers_file_run(vm, tmp_path: Path, wire_host: str, wire_guest: str, agents
     their clock passes, clocks.csv's bound (the summary's clock_uncertainty_us_max) in (0, 2 ms), and both causal
     checks of :func:`allreduce_across` on the ops as written to ops.csv (on the reference clock; the controller's go
     and last result from the manifest's control_window_s); nothing left on either kernel (``agents_left``: this
-    machine's agents and ssh clients the run started). Then bad servers files (an unknown option, a crossing link's
-    MTU the VM's NIC cannot carry): status 2, one line, no namespace made."""
+    machine's agents and ssh clients the run started). Then a bad servers file (a crossing link's MTU the VM's NIC
+    cannot carry): status 2, one line, no namespace made."""
     import json
     import os
     import time
@@ -220,9 +220,8 @@ def servers_file_run(vm, tmp_path: Path, wire_host: str, wire_guest: str, agents
         left = guest.call("run", argv=["sh", "-c", "ip netns list; pgrep -f 'traffic[.]agent'; "
                                        "ls -d /tmp/tb-*-job-* 2>/dev/null; true"])
         assert left["rc"] == 0 and left["stdout"].strip() == "", left
-    for name, line, says in (("option", f"server-2 root@{wire_guest} key={vm.keys.client} colour=blue",
-                              "options are"),
-                             ("mtu", f"server-2 root@{wire_guest} key={vm.keys.client} mtu=1400", "crosses servers")):
+    # (a bad line of the file is refused by the same load, unit-tested in tests/unit/test_servers_file.py)
+    for name, line, says in (("mtu", f"server-2 root@{wire_guest} key={vm.keys.client} mtu=1400", "crosses servers"),):
         bad = vm.servers.with_name(f"bad-{name}.txt")
         bad.write_text(f"server-1 localhost address={wire_host}\n{line}\n")
         sets = [x for k, v in {**RUN_SETTINGS, "servers": bad}.items() for x in ("--set", f"{k}={v}")]

@@ -368,7 +368,7 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
 
     Then a fabric over both kernels (_fabric_across_kernels: 20.9-21.8 s of it, n=3), and a servers-file run
     across them (tests.serverdrive.servers_file_run: `testbed run collective --set servers=FILE`, a ring all-reduce
-    over the kernels with both causal checks, and two bad files; it replaced the all-reduce the fabric part ran
+    over the kernels with both causal checks, and a bad file; it replaced the all-reduce the fabric part ran
     through serverjobs.run_collective directly, 5.4-7.3 s, which the one-kernel test still runs). The whole test took
     117-119 s (n=3) and 125 s on a machine shared with other runs (the VM's boot to sshd listening: 20-24 s; 80 s was
     seen under other helpers' loads; 134-227 s, n=5, with the all-reduce, on a machine shared with other VM runs).
