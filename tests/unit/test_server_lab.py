@@ -64,3 +64,42 @@ def test_the_summary_takes_the_largest_bound_from_clocks_csv():
                            "drift_ppm": [0.0, 1.0, 1.0], "drift_bound_ppm": [0.0, 160.0, 160.0]})
     assert clock_metrics(clocks) == {"clock_uncertainty_us_max": pytest.approx(710.0), "clock_servers": 2}
     assert clock_metrics(clocks.iloc[:0]) == {}
+
+
+def _job_on_two_servers(bound_s: float):
+    """A 2-rank 256 kB all-reduce planned on a 2x2 leaf-spine at 20 Mbit/s, MTU 1450, and a ServersRun whose fabric
+    (h1 on server-1, h2 on server-2) had one clock pass with server-2 known to +-``bound_s`` (plain data: no agent)."""
+    import types
+
+    from testbed.workloads.serverlab import ServersRun
+    from testbed.workloads.settings import CollectiveSettings
+    from topologies.leafspine import uniform_leaf_spine
+    from traffic.controller import Member
+
+    spec = uniform_leaf_spine(2, 2, 1, 20, 20, mtu=1450)
+    plan = CollectiveSettings(collective="allreduce", size="256000", ranks=2, iterations=3).plan(spec, 1)
+    where = {"h1": "server-1", "h2": "server-2"}
+    fab = types.SimpleNamespace(clocks=[{"server-1": {"offset_s": 0.0, "uncertainty_s": 0.0, "reference": True},
+                                         "server-2": {"offset_s": -70000.5, "uncertainty_s": bound_s}}],
+                                server_of=where.get, ns=lambda n: f"tb-x-{n}",
+                                placement=types.SimpleNamespace(server_of=where))
+    run = ServersRun.__new__(ServersRun)
+    run.spec, run.fab, run.max_clock_uncertainty_ms, run.clock_at = spec, fab, 0.0, float("inf")
+    run.servers = [types.SimpleNamespace(address="198.19.0.1")]
+    job = types.SimpleNamespace(plan=plan, transport="tcp", rundir=types.SimpleNamespace(manifest={}))
+    members = [Member(r, h, fab.ns(h), spec.host_ip(h)) for r, h in enumerate(plan.placement.hosts)]
+    return run, job, members
+
+
+def test_a_job_whose_clock_is_coarser_than_its_need_is_refused_before_its_ranks_start():
+    from testbed.errors import RunFailed
+
+    run, job, members = _job_on_two_servers(bound_s=6e-3)
+    with pytest.raises(RunFailed) as e:   # raised where the Controller's keywords are made: no rank was spawned
+        run.controller_args(job, members)
+    assert str(e.value).startswith("servers: server server-2's clock is known to +-6 ms, coarser than this run's "
+                                   "analysis needs (+-5.36 ms: 5% of the smallest op's alpha-beta bound, 107 ms)")
+    run, job, members = _job_on_two_servers(bound_s=0.6e-3)
+    kw = run.controller_args(job, members)   # the lab's fresh pass is the job's start: offsets per rank
+    assert kw["clock_offsets_s"] == {0: 0.0, 1: -70000.5} and kw["listen"] == ("198.19.0.1", 0), kw
+    assert job.rundir.manifest["clock_need_s"] == pytest.approx(5.36e-3, rel=1e-3)
