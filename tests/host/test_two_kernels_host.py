@@ -345,7 +345,9 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
 
 
 def _share_goes_with_its_lab(vm: SshdVm, topo, local, guest) -> None:
-    """The lab vanishes (as when it is SIGKILLed): the agents' input ends and each removes its share itself."""
+    """The lab vanishes (as when it is SIGKILLed): the agents' input ends and each removes its share itself. The
+    guest's last look also finds nothing the earlier servers-file run (tests.serverdrive.servers_file_run) left: no
+    namespace, rank or job folder."""
     from testbed.network.serverfabric import ServerFabric
 
     run2 = secrets.token_hex(3)
@@ -355,8 +357,10 @@ def _share_goes_with_its_lab(vm: SshdVm, topo, local, guest) -> None:
         assert lk.proc.wait(timeout=60) == 0
     assert not [n for n in netns.list_ours() if n.startswith(f"tb-{run2}-")]
     with vm.guest() as again:
-        left = again.call("run", argv=["sh", "-c", "ip netns list; ip -o link show"])
-        assert "tb-" not in left["stdout"] and "tbvx" not in left["stdout"], left
+        left = again.call("run", argv=["sh", "-c", "ip netns list; ip -o link show; pgrep -f 'traffic[.]agent'; "
+                                       "ls -d /tmp/tb-*-job-* 2>/dev/null; true"])
+        assert left["rc"] == 0 and "tb-" not in left["stdout"] and "tbvx" not in left["stdout"], left
+        assert not [x for x in left["stdout"].splitlines() if x.strip().isdigit()], left   # no rank's pid
 
 
 def test_servers_check_over_ssh_into_the_vm(tmp_path):
@@ -385,10 +389,10 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
         assert "server-1     nic      ok" in r.stdout, r.stdout
         _sigterm_leaves_nothing(vm)
         _clean_reaches_the_guest(vm)
-        _fabric_across_kernels(vm)
         from tests.serverdrive import servers_file_run
 
         servers_file_run(vm, tmp_path, WIRE_HOST, WIRE_GUEST, lambda: _agents_running(_BEFORE))
+        _fabric_across_kernels(vm)   # its last look into the guest also covers what the run could have left there
 
 
 def _links_in(ns: str) -> list[str]:
