@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import select
 import sys
 import time
@@ -197,10 +196,10 @@ def _server(end: _End, k: dict, size: int, iters: int, ring, dst) -> dict:
 
 
 def _child(role: str, ip: str, size: int, iters: int, k: dict) -> None:
-    """One end: exchange QP coordinates over the pipes, go to RTS, run the step, print the result."""
+    """One end: the handshake (benchmarks.verbs_pair.connect_end), run the step, print the result."""
     import numpy as np
 
-    from traffic.rxe import IB_MTU, qp_to_rts
+    from benchmarks.verbs_pair import connect_end
 
     piece = k["piece"] or size
     end = _End(ip, 300, 300)
@@ -210,16 +209,8 @@ def _child(role: str, ip: str, size: int, iters: int, k: dict) -> None:
     if role == "server":
         for _ in range(280 if k["imm"] else 0):
             end.post_recv(mr, 0, 0)
-    mtu = int(end.ctx.query_port(1).active_mtu)
-    psn = os.getpid() & 0xFFFFFF
-    print(json.dumps({"qpn": end.qp.qp_num, "psn": psn, "gid": str(end.ctx.query_gid(1, end.gidx)), "addr": mr.buf,
-                      "rkey": mr.rkey, "mtu": mtu, "mtu_bytes": IB_MTU.get(mtu)}), flush=True)
-    peer = json.loads(sys.stdin.readline())
-    qp_to_rts(end.v, end.qp, qpn=peer["qpn"], psn=peer["psn"], gid=peer["gid"], my_psn=psn,
-              mtu_enum=min(mtu, peer["mtu"]), gid_index=end.gidx, traffic_class=0, min_rnr_timer=12, timeout=16,
-              retry_cnt=7, rnr_retry=7)
-    print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
+    peer = connect_end(end.v, end.ctx, end.gidx, end.qp, mr)
+    if peer is None:
         return
     if role == "client":
         res = _client(end, k, size, iters, peer, src, buf)
@@ -230,35 +221,12 @@ def _child(role: str, ip: str, size: int, iters: int, k: dict) -> None:
 
 
 def step_run(ns_srv: str, ip_srv: str, ns_cli: str, ip_cli: str, size: int, iters: int, step: str) -> dict:
-    """One client/server pair running ``step``: Gbit/s and the server's verification failures."""
-    from testbed.kernel import netns
+    """One client/server pair running ``step`` (benchmarks.verbs_pair.run_pair): Gbit/s and the server's
+    verification failures."""
+    from benchmarks.verbs_pair import run_pair
 
-    me = [sys.executable, str(Path(__file__).resolve())]
     args = ["--size", str(size), "--iters", str(iters), "--step", step]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    procs = [netns.popen(ns, me + ["--child", role, "--ip", ip] + args, stdin=-1, stdout=-1, text=True, env=env)
-             for ns, ip, role in ((ns_srv, ip_srv, "server"), (ns_cli, ip_cli, "client"))]
-    try:
-        infos = [p.stdout.readline() for p in procs]
-        for p, other in zip(procs, reversed(infos)):
-            p.stdin.write(other)
-            p.stdin.flush()
-        if any(p.stdout.readline().strip() != "ready" for p in procs):
-            raise RuntimeError("a pyverbs end did not reach RTS")
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        cli = json.loads(procs[1].stdout.readline())
-        srv = json.loads(procs[0].stdout.readline())
-        for p in procs:
-            p.stdin.write("end\n")
-            p.stdin.flush()
-            p.wait(timeout=30)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    cli, srv, _ = run_pair(str(Path(__file__).resolve()), ns_srv, ip_srv, ns_cli, ip_cli, args)
     secs = max(cli["t1"], srv["t1"]) - cli["t0"]
     return {"gbps": size * iters * 8 / secs / 1e9, "bad": srv.get("bad", 0), "wakeups": cli["wakeups"]}
 
@@ -321,22 +289,14 @@ def main() -> int:
     a.agents = [s for s in a.agents.split(",") if s]
     if set(a.steps) - set(STEPS) or set(a.agents) - set(PROTOCOLS) or a.iters < 1 or a.repeats < 1:
         ap.error("bad --steps/--agents/--iters/--repeats")
+    from benchmarks.verbs_pair import rxe_pair
     from testbed.errors import require_root
-    from testbed.network.fabric import Fabric
-    from topologies import LeafSpineSpec, LinkSpec
-    from traffic.rxe import find_device
 
     require_root("benchmarks/verbs_steps.py")
-    fab = Fabric(LeafSpineSpec(spines=1, leaves=1, hosts_per_leaf=2, host_link=LinkSpec(1000.0),
-                               fabric_link=LinkSpec(1000.0)), f"s{os.getpid() % 100000}", rxe=True)
     rows: dict[str, list[float]] = {}
-    try:
-        fab.build(None, None)
-        hosts = tuple((fab.ns(h), fab.host_ip(h), *find_device(fab.host_ip(h))) for h in ("h1", "h2"))
+    with rxe_pair("s") as hosts:
         for k in range(a.repeats):
             _round(k, a, hosts, rows)
-    finally:
-        fab.teardown()
     report(rows)
     print(json.dumps(rows))
     return 0

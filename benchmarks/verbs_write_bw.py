@@ -31,8 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _child(role: str, ip: str, size: int, iters: int, depth: int, mode: str) -> None:
-    """One end: print our QP's coordinates, read the peer's, go to RTS; the client then writes and prints its time."""
-    from traffic.rxe import IB_MTU, completion_channel, find_device, make_qp, qp_to_rts, verbs
+    """One end: the handshake (benchmarks.verbs_pair.connect_end); the client then writes and prints its time."""
+    from benchmarks.verbs_pair import connect_end
+    from traffic.rxe import completion_channel, find_device, make_qp, verbs
 
     v = verbs()
     e = v["e"]
@@ -46,17 +47,8 @@ def _child(role: str, ip: str, size: int, iters: int, depth: int, mode: str) -> 
     access = e.IBV_ACCESS_LOCAL_WRITE | e.IBV_ACCESS_REMOTE_WRITE
     mr = v["MR"](pd, size, access)
     qp = make_qp(v, pd, cq, access, max(depth, 1) + 1, 4)
-    mtu_enum = int(ctx.query_port(1).active_mtu)
-    psn = os.getpid() & 0xFFFFFF
-    gid = str(ctx.query_gid(1, gidx))
-    print(json.dumps({"qpn": qp.qp_num, "psn": psn, "gid": gid, "addr": mr.buf, "rkey": mr.rkey, "mtu": mtu_enum,
-                      "mtu_bytes": IB_MTU.get(mtu_enum)}), flush=True)
-    peer = json.loads(sys.stdin.readline())
-    qp_to_rts(v, qp, qpn=peer["qpn"], psn=peer["psn"], gid=peer["gid"], my_psn=psn,
-              mtu_enum=min(mtu_enum, peer["mtu"]), gid_index=gidx, traffic_class=0, min_rnr_timer=12, timeout=16,
-              retry_cnt=7, rnr_retry=7)
-    print("ready", flush=True)
-    if sys.stdin.readline().strip() != "go":
+    peer = connect_end(v, ctx, gidx, qp, mr)
+    if peer is None:
         return
     if role == "client":
         sge = v["SGE"](mr.buf, size, mr.lkey)
@@ -105,37 +97,13 @@ def _write(v: dict, qp, cq, ch, fd, sge, peer: dict, iters: int, depth: int, mod
 
 def pyverbs_run(ns_srv: str, ip_srv: str, ns_cli: str, ip_cli: str, size: int, iters: int, depth: int,
                 mode: str) -> dict:
-    """One client/server pair: the client's result plus its Gbit/s."""
-    from testbed.kernel import netns
+    """One client/server pair (benchmarks.verbs_pair.run_pair): the client's result plus its Gbit/s."""
+    from benchmarks.verbs_pair import run_pair
 
-    me = [sys.executable, str(Path(__file__).resolve())]
     args = ["--size", str(size), "--iters", str(iters), "--depth", str(depth), "--mode", mode]
-    procs = [netns.popen(ns, me + ["--child", role, "--ip", ip] + args, stdin=-1, stdout=-1, text=True,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
-             for ns, ip, role in ((ns_srv, ip_srv, "server"), (ns_cli, ip_cli, "client"))]
-    try:
-        infos = [p.stdout.readline() for p in procs]
-        for p, other in zip(procs, reversed(infos)):
-            p.stdin.write(other)
-            p.stdin.flush()
-        if any(p.stdout.readline().strip() != "ready" for p in procs):
-            raise RuntimeError("a pyverbs end did not reach RTS")
-        for p in procs:
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        res = json.loads(procs[1].stdout.readline())
-        procs[0].stdout.readline()
-        for p in procs:
-            p.stdin.write("end\n")
-            p.stdin.flush()
-            p.wait(timeout=30)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    res, _, info = run_pair(str(Path(__file__).resolve()), ns_srv, ip_srv, ns_cli, ip_cli, args)
     res["gbps"] = size * iters * 8 / res["seconds"] / 1e9
-    res["mtu_bytes"] = json.loads(infos[1])["mtu_bytes"]
+    res["mtu_bytes"] = info["mtu_bytes"]
     return res
 
 
@@ -198,22 +166,14 @@ def main() -> int:
     if a.child:
         _child(a.child, a.ip, a.size, a.iters, a.depth, a.mode)
         return 0
+    from benchmarks.verbs_pair import rxe_pair
     from testbed.errors import require_root
-    from testbed.network.fabric import Fabric
-    from topologies import LeafSpineSpec, LinkSpec
-    from traffic.rxe import find_device
 
     require_root("benchmarks/verbs_write_bw.py")
-    fab = Fabric(LeafSpineSpec(spines=1, leaves=1, hosts_per_leaf=2, host_link=LinkSpec(1000.0),
-                               fabric_link=LinkSpec(1000.0)), f"v{os.getpid() % 100000}", rxe=True)
     rows: dict[str, list[float]] = {}
-    try:
-        fab.build(None, None)
-        hosts = tuple((fab.ns(h), fab.host_ip(h), *find_device(fab.host_ip(h))) for h in ("h1", "h2"))
+    with rxe_pair("v") as hosts:
         for k in range(a.repeats):
             _round(k, a, hosts, rows)
-    finally:
-        fab.teardown()
     report(rows, a.depths, a.modes)
     print(json.dumps(rows))
     return 0

@@ -7,7 +7,8 @@ namespaces and puts no packet on the emulated network; across servers, ``--contr
 the servers' own network that the server's agent opened and handed down: traffic.channel.connect), agent <->
 controller:
 
-    A: hello {rank, addr}          C: peers {addrs: {rank: addr}}     (data connections opened here, untimed)
+    A: hello {rank, addr[, token]} C: peers {addrs: {rank: addr}}     (data connections opened here, untimed;
+                                                                        token: the job file's control_token)
     A: ready {rank, cc}            C: go {t_start}                     (every agent starts at one monotonic instant,
                                                                         t_start on this machine's clock)
     A: result {rank, ops, tcp_info, verified, mismatches, ...}         C: bye
@@ -233,7 +234,10 @@ def _join(t: Transport, chan: Channel, job: dict, scheds: dict[str, Schedule], r
     """The untimed start: hello with our listen address, the peers' addresses, the data connections, ready; then
     the go. Returns this rank's op states and the instant every agent starts at."""
     addr = t.listen()
-    chan.send({"type": "hello", "rank": rank, "addr": addr, "pid": os.getpid()})
+    hello = {"type": "hello", "rank": rank, "addr": addr, "pid": os.getpid()}
+    if job.get("control_token"):   # the run's secret (a TCP controller admits no hello without it)
+        hello["token"] = job["control_token"]
+    chan.send(hello)
     msg = chan.recv(timeout)
     seed = int(job["seed"])
     states = {k: OpState(k, s, rank, seed + 7919 * i, bool(job.get("verify", True)))

@@ -15,13 +15,18 @@ Across servers (docs/servers.md) the AF_UNIX socket does not reach another kerne
 the controller listen on TCP instead, on the reference server's own address (``listen_in``: a context manager the
 socket is made in, e.g. the namespace holding that address), and agents get ``--control tcp:ADDRESS:PORT``, which a
 server's spawn turns into a connection of its own (testbed.commands.serverjobs). ``clock_offsets_s`` (per rank: its
-machine's CLOCK_MONOTONIC minus this one's) puts the common start instant on each rank's own clock.
+machine's CLOCK_MONOTONIC minus this one's) puts the common start instant on each rank's own clock. A TCP
+controller makes a per-run secret (``token``, generated unless given), writes it into job.json (0600; a far rank gets
+it in its shipped job file, never in argv) and admits a connection only when its hello carries it, names a rank of
+the job and that rank has no connection yet (traffic.ctlgate); anything else is closed and the controller keeps
+listening for the real rank.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import selectors
 import socket
 import sys
@@ -31,6 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from traffic import schedule_json
+from traffic.ctlgate import Gate, Peer
 from traffic.schedule import Schedule
 
 SOCK_NAME = "ctl.sock"
@@ -85,42 +91,18 @@ class Results:
         return [row for r in sorted(self.per_rank) for row in self.per_rank[r]["tcp_info"]]
 
 
-class _Peer:
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
-        self.buf = b""
-        self.rank: int | None = None
-        self.eof = False
-
-    def send(self, obj: dict) -> None:
-        self.sock.sendall(json.dumps(obj, separators=(",", ":")).encode() + b"\n")
-
-    def read(self) -> list[dict]:
-        try:
-            part = self.sock.recv(1 << 20)
-        except (BlockingIOError, InterruptedError):
-            return []
-        except OSError:
-            part = b""
-        if not part:
-            self.eof = True
-            return []
-        self.buf += part
-        out = []
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            out.append(json.loads(line))
-        return out
-
-
 class Controller:
     def __init__(self, workdir: Path, job: dict, schedules: dict[str, Schedule], members: list[Member],
                  spawn: Callable, progress: Callable[[str], None] | None = None, python: str | None = None,
                  start_delay_s: float = 0.3, on_iteration: Callable[[int], None] | None = None,
                  listen: tuple[str, int] | None = None, listen_in: Callable | None = None,
-                 clock_offsets_s: dict[int, float] | None = None):
+                 clock_offsets_s: dict[int, float] | None = None, token: str | None = None):
         self.workdir = Path(workdir)
         self.listen, self.listen_in = listen, listen_in
+        # the run's secret a rank's hello must carry (TCP only: the AF_UNIX socket is guarded by the run directory)
+        self.token = token or (secrets.token_hex(16) if listen is not None else None)
+        self.rejected: list[str] = []   # why connections were refused a rank's place (traffic.ctlgate)
+        self.gate: Gate | None = None   # while the ranks' hellos are gathered
         self.clock_offsets_s = dict(clock_offsets_s or {})
         # rank 0 reports each iteration's start while the job runs when the job asks it to (report_iterations)
         self.on_iteration = on_iteration
@@ -134,7 +116,7 @@ class Controller:
         self.procs: dict[int, object] = {}
         self.t_spawned: float | None = None
         self.listener: socket.socket | None = None
-        self.peers: list[_Peer] = []
+        self.peers: list[Peer] = []
         self._dirfd: int | None = None
         self.sock_path: str = SOCK_NAME  # what agents get as --control (relative to the run directory)
         self._sock_dir: str | None = None  # private folder when the run directory cannot hold a socket
@@ -194,7 +176,11 @@ class Controller:
             if s.collective != "custom":  # an agent checks a custom schedule by simulating all of it
                 per_rank[key] = "ranks/" + schedule_json.dump_for_ranks(s, self.workdir / "ranks", f"schedule-{key}")
         job = dict(self.job, schedules=files, rank_schedules=per_rank, format="testbed-collective-job", version=1)
-        (self.workdir / "job.json").write_text(json.dumps(job, indent=1) + "\n")
+        text = json.dumps(dict(job, control_token=self.token) if self.token else job, indent=1) + "\n"
+        if self.token is not None:      # readable by its owner only
+            _write_private(self.workdir / "job.json", text)
+        else:
+            (self.workdir / "job.json").write_text(text)
         self._bind()
         env = dict(os.environ)
         self.t_spawned = time.monotonic()
@@ -229,43 +215,32 @@ class Controller:
 
     # ---- the control plane ----
 
-    def _accept_all(self, deadline: float) -> None:
-        self.listener.settimeout(0.2)
-        while len(self.peers) < len(self.members):
-            if time.monotonic() > deadline:
-                raise ControlError(f"only {len(self.peers)} of {len(self.members)} agents connected")
-            bad = self._failed_agents()
-            if bad:
-                raise ControlError("; ".join(bad))
-            try:
-                s, _ = self.listener.accept()
-            except socket.timeout:
-                continue
-            s.setblocking(False)
-            self.peers.append(_Peer(s))
+    def _admit_all(self, deadline: float) -> dict[int, dict]:
+        """Every rank's hello over a connection of its own (traffic.ctlgate.Gate: strays, duplicates and wrong
+        tokens are closed, and listening goes on)."""
+        self.gate = gate = Gate(self.listener, self.token, {m.rank for m in self.members}, self.say)
+        try:
+            return gate.admit(deadline, self._failed_agents, ControlError)
+        finally:
+            self.peers, self.rejected = gate.peers, gate.rejected
 
     def _collect(self, kind: str, deadline: float, by_rank: dict[int, dict]) -> None:
-        """Read until every agent sent a message of type ``kind`` (stored by rank)."""
+        """Read until every agent sent a message of type ``kind`` (stored by the rank its connection was admitted
+        as: a message cannot speak for another rank)."""
         sel = selectors.DefaultSelector()
         for p in self.peers:
             if not p.eof:
                 sel.register(p.sock, selectors.EVENT_READ, p)
         try:
+            for p in self.peers:                  # lines that came with the hello (or the last message) already
+                self._handle(p, p.lines(), kind, by_rank)
             while len(by_rank) < len(self.members):
                 if time.monotonic() > deadline:
                     missing = sorted({m.rank for m in self.members} - set(by_rank))
                     raise ControlError(f"ranks {missing} sent no {kind} in time")
                 for key, _ in sel.select(0.2):
                     p = key.data
-                    for msg in p.read():
-                        if "rank" in msg:
-                            p.rank = int(msg["rank"])
-                        if msg.get("type") == "result" and msg.get("error"):
-                            raise ControlError(msg["error"])
-                        if msg.get("type") == kind:
-                            by_rank[int(msg["rank"])] = msg
-                        elif msg.get("type") == "iteration" and self.on_iteration is not None:
-                            self.on_iteration(int(msg["iteration"]))
+                    self._handle(p, p.read(), kind, by_rank)
                     if p.eof:
                         sel.unregister(p.sock)
                         if p.rank is None or p.rank not in by_rank:
@@ -278,12 +253,21 @@ class Controller:
         finally:
             sel.close()
 
+    def _handle(self, p: Peer, msgs: list[dict], kind: str, by_rank: dict[int, dict]) -> None:
+        for msg in msgs:
+            if msg.get("type") == "result" and msg.get("error"):
+                raise ControlError(msg["error"])
+            if msg.get("type") == kind:
+                by_rank[p.rank] = msg
+            elif msg.get("type") == "iteration" and self.on_iteration is not None:
+                self.on_iteration(int(msg["iteration"]))
+
     def _broadcast(self, obj: dict) -> None:
         for p in self.peers:
             self._send_to(p, obj)
 
     @staticmethod
-    def _send_to(p: _Peer, obj: dict) -> None:
+    def _send_to(p: Peer, obj: dict) -> None:
         if not p.eof:
             try:
                 p.sock.setblocking(True)
@@ -296,9 +280,7 @@ class Controller:
         """The whole control plane; ``before_go`` runs once every agent is connected and ready, just before the
         start instant is sent (start samplers and background traffic there)."""
         deadline = time.monotonic() + setup_timeout_s
-        self._accept_all(deadline)
-        hellos: dict[int, dict] = {}
-        self._collect("hello", deadline, hellos)
+        hellos = self._admit_all(deadline)
         self._broadcast({"type": "peers", "addrs": {str(r): h["addr"] for r, h in hellos.items()}})
         ready: dict[int, dict] = {}
         self._collect("ready", deadline, ready)
@@ -381,6 +363,14 @@ def job_files(workdir: Path, job_name: str, rank: int) -> dict[str, str]:
         name = str(mine) if mine is not None and (workdir / mine).exists() else str(base / fn)
         out[name] = (workdir / name).read_text()
     return out
+
+
+def _write_private(path: Path, text: str) -> None:
+    """``text`` into ``path``, readable by its owner only (it may hold the run's control token)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 def subprocess_devnull():

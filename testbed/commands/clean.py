@@ -2,8 +2,8 @@
 
 Scope is by name prefix (`tb-` namespaces, `tb*` links, rxe devices, OVS bridges and CPU cgroups) and by the state
 files of runs
-(/run/testbed/*.json): pids of agents, host sysctls to restore. Unlike Mininet's `mn -c`, it does not kill every
-process named `ping` or delete /tmp/*.log.
+(/run/testbed/*.json): pids of agents, host sysctls to restore, the job folders a server's agent made
+(:func:`job_folders`). Unlike Mininet's `mn -c`, it does not kill every process named `ping` or delete /tmp/*.log.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
+import tempfile
 from pathlib import Path
 
 from testbed.errors import require_root
@@ -49,6 +51,39 @@ def _rxe_devices() -> list[tuple[str, str]]:
         return []
 
 
+#: a server agent's job folder (testbed.commands.serverprocs: tempfile.mkdtemp(prefix="tb-<run>-job-"))
+JOB_FOLDER = re.compile(r"^tb-(?P<run>[A-Za-z0-9_.]+)-job-[A-Za-z0-9_]+$")
+
+
+def _ours(path: str, run_id: str | None = None) -> bool:
+    """``path`` is a job folder this user made (not a link, named tb-<run>-job-*, of ``run_id`` when given)."""
+    m = JOB_FOLDER.match(os.path.basename(path))
+    if not os.path.isabs(path) or m is None or (run_id is not None and m["run"] != run_id):
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    import stat
+
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
+
+def job_folders(states: list[dict], live_runs: set[str], tmpdir: str | None = None) -> list[str]:
+    """Job folders of runs not in ``live_runs`` (the runs whose owner outlives this clean): those each saved state
+    records (``folders``, only its own run's name), and ones in the temporary directory no state records (an agent
+    SIGKILLed before it recorded one, or older than the record). Only directories this user owns, never a link."""
+    found = [f for st in states if st.get("run_id") not in live_runs
+             for f in st.get("folders", []) if _ours(str(f), st.get("run_id"))]
+    tmpdir = tmpdir or tempfile.gettempdir()
+    with contextlib.suppress(OSError):
+        for name in os.listdir(tmpdir):
+            m = JOB_FOLDER.match(name)
+            if m and m["run"] not in live_runs and _ours(os.path.join(tmpdir, name)):
+                found.append(os.path.join(tmpdir, name))
+    return sorted(set(found))
+
+
 def plan() -> dict[str, list]:
     states = saved_states()
     pids = []
@@ -72,9 +107,11 @@ def plan() -> dict[str, list]:
             if r.returncode == 0:
                 bridges = [b for b in r.stdout.split() if b.startswith(PREFIX)]
     sysctls = [s for st in states for s in st.get("sysctls", [])]
+    # every run's owner is killed above but this process's own (the `clean` of a server's agent)
+    live_runs = {st.get("run_id") for st in states if st.get("pid") == os.getpid()}
     return {"processes": sorted(set(pids)), "rxe": _rxe_devices(), "namespaces": namespaces,
             "links": host_links, "ovs_bridges": bridges, "cgroups": cgroup.list_ours(), "sysctls": sysctls,
-            "state_files": [st["_path"] for st in states]}
+            "job_folders": job_folders(states, live_runs), "state_files": [st["_path"] for st in states]}
 
 
 def clean(dry_run: bool = False) -> dict[str, list]:
@@ -97,6 +134,8 @@ def clean(dry_run: bool = False) -> dict[str, list]:
         for name in p["links"]:
             with contextlib.suppress(Exception):
                 ipr.link("del", index=ipr.link_lookup(ifname=name)[0])
+    for folder in p["job_folders"]:
+        shutil.rmtree(folder, ignore_errors=True)
     for s in reversed(p["sysctls"]):
         with contextlib.suppress(OSError):
             netns.sysctl_write(None, s["key"], s["old"])
@@ -110,7 +149,7 @@ def main(dry_run: bool = False) -> int:
     p = clean(dry_run)
     verb = "would remove" if dry_run else "removed"
     total = 0
-    for kind in ("processes", "rxe", "ovs_bridges", "namespaces", "links", "cgroups", "sysctls"):
+    for kind in ("processes", "rxe", "ovs_bridges", "namespaces", "links", "cgroups", "job_folders", "sysctls"):
         items = p[kind]
         if items:
             total += len(items)

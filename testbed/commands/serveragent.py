@@ -14,7 +14,9 @@ testbed.kernel.doctor), nic (the interface holding an address, its MTU and GRO),
 the project's namespaces, to its end), spawn / proc_poll / proc_kill (a process started in one of them without
 holding the agent, with its files and a control connection: testbed.commands.serverprocs), clock_serve / clock_probe
 (the clock echo and its prober, testbed.measure.clockprobe and analysis.clockoffset), vxlan_up / vxlan_down (a
-scratch VXLAN end in a namespace of the agent's, for the servers check), clean (testbed clean on this server: only
+scratch VXLAN end in a namespace of the agent's, for the servers check), build_share / share_counters /
+teardown_share (this server's share of a fabric), sample_start / sample_stop (its queue sampler:
+testbed.commands.serversamples), clean (testbed clean on this server: only
 the project's tb- objects), quit.
 
 **It tears down what it made when its stdin closes**: a lab killed on the reference server (SIGKILL included) closes
@@ -35,50 +37,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-from testbed import __version__
+from testbed.commands.serverinfo import PROJECT_ROOT, nic, version  # noqa: F401 - PROJECT_ROOT: the agent's root
 from testbed.commands.serverprocs import Processes
+from testbed.commands.serversamples import ShareSampling
 from testbed.kernel import netns
 from testbed.kernel.state import RunState
-
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-def version() -> dict:
-    """The testbed this agent runs: the checkout's commit (None outside a git checkout), whether the checkout has
-    uncommitted changes, the package version, and the kernel."""
-    def git(*args: str) -> str | None:
-        try:
-            r = subprocess.run(["git", "-C", str(PROJECT_ROOT), *args], capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return r.stdout.strip() if r.returncode == 0 else None
-    commit = git("rev-parse", "HEAD")
-    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
-    return {"commit": commit, "dirty": bool(status), "package": __version__, "kernel": os.uname().release,
-            "python": sys.version.split()[0], "root": str(PROJECT_ROOT)}
-
-
-def nic(address: str, ns: str | None = None) -> dict:
-    """The interface holding ``address`` in the agent's namespace (or ``ns``, the one standing for the server's NIC),
-    with its MTU and receive-aggregation features (testbed.kernel.links.gro_features); ``ifname`` None when none
-    holds it, with ``others``: the addresses that are there. LookupError when ``ns`` does not exist."""
-    from testbed.kernel import links
-
-    if ns is not None and not (netns.NETNS_DIR / ns).exists():
-        raise LookupError(f"no namespace {ns} here")
-    others = []
-    with netns.ipr_in(ns) if ns else netns.ipr(None) as ipr:
-        names = {lk["index"]: lk.get_attr("IFLA_IFNAME") for lk in ipr.get_links()}
-        for a in ipr.get_addr(family=socket.AF_INET):
-            if a.get_attr("IFA_ADDRESS") == address:
-                link = ipr.get_links(a["index"])[0]
-                ifname = link.get_attr("IFLA_IFNAME")
-                return {"ifname": ifname, "mtu": link.get_attr("IFLA_MTU"), "prefixlen": a["prefixlen"],
-                        "gro": links.gro_features(ns, ifname)}
-            others.append(f"{a.get_attr('IFA_ADDRESS')}/{a['prefixlen']} on {names.get(a['index'], '?')}")
-    return {"ifname": None, "others": others}
 
 
 class Agent:
@@ -89,6 +53,7 @@ class Agent:
         self.echoes: list[tuple[socket.socket, threading.Thread]] = []
         self.fabric = None   # the share this server builds (testbed.network.share), if any
         self.procs = Processes(self.state)   # what spawn started (a collective's ranks)
+        self.samples = ShareSampling()       # the share's queue sampler (serversamples)
 
     # ---- operations -------------------------------------------------------------------------------------------
     def ping(self) -> dict:
@@ -123,6 +88,12 @@ class Agent:
 
     def proc_kill(self, pid: int, sig: int = signal.SIGKILL) -> dict:
         return self.procs.kill(pid, sig)
+
+    def sample_start(self, interval_ms: float = 1.0) -> dict:
+        return self.samples.start(self.fabric, interval_ms)
+
+    def sample_stop(self) -> dict:
+        return self.samples.stop()
 
     def clock_serve(self, bind: str, port: int, idle_s: float = 60.0) -> dict:
         """Start the clock echo on ``bind``:``port`` (a thread; it ends on STOP, after idle_s, or with the agent, and
@@ -219,6 +190,7 @@ class Agent:
         """Remove the share (its namespaces; the VXLAN ends die with their nodes)."""
         if self.fabric is None:
             return {"removed": []}
+        self.samples.teardown()
         names = list(self.fabric.namespaces.values())
         self.fabric.teardown()
         self.fabric = None
@@ -236,24 +208,60 @@ class Agent:
         return {k: v for k, v in p.items() if k != "state_files"}
 
     # ---- lifetime ---------------------------------------------------------------------------------------------
-    def teardown(self) -> None:
-        """Remove what this agent made: the processes it started, its share, its namespaces, its echoes, its run
-        state."""
-        self.procs.teardown()
-        if self.fabric is not None:
-            self.fabric.teardown()
-            self.fabric = None
+    def teardown(self) -> list[str]:
+        """Remove what this agent made: the processes it started, its share, its echoes, its namespaces; then its
+        run state, dropped when nothing it records is left (else saved, for `testbed clean`). Every step is tried
+        whatever the ones before it did: a failure is one line on stderr and in the list returned."""
+        failed: list[str] = []
+        _step(failed, "killing the processes it started", self.procs.teardown)
+        _step(failed, "stopping its queue sampler", self.samples.teardown)
+        _step(failed, "removing its share", self._drop_share)
         for sock, _ in self.echoes:
-            sock.close()
+            _step(failed, "closing a clock echo", sock.close)
         self.echoes.clear()
-        for ns in self.state.data.get("namespaces", []):
-            netns.remove(ns)
-        self.state.data["namespaces"] = []
-        self.state.drop()
+        for ns in list(self.state.data.get("namespaces", [])):
+            if _step(failed, f"removing namespace {ns}", _remove_namespace, ns):
+                self.state.data["namespaces"].remove(ns)
+        _step(failed, "dropping its run state", self._drop_state)
+        return failed
+
+    def _drop_share(self) -> None:
+        fabric, self.fabric = self.fabric, None
+        if fabric is not None:
+            fabric.teardown()
+
+    def _drop_state(self) -> None:
+        left = {k: self.state.data.get(k) for k in ("pids", "folders", "namespaces") if self.state.data.get(k)}
+        if not left:
+            self.state.drop()
+            return
+        self.state.save()
+        print(f"serveragent: teardown: left for `testbed clean` (run state {self.state.path}): "
+              + "; ".join(f"{k} {' '.join(map(str, v))}" for k, v in left.items()), file=sys.stderr, flush=True)
+
+
+def _step(failed: list[str], what: str, fn, *args) -> bool:
+    """``fn(*args)``; False, with the failure one line on stderr and in ``failed``, when it raised."""
+    try:
+        fn(*args)
+        return True
+    except Exception as e:  # noqa: BLE001 - teardown goes on: the next step must not be skipped
+        text = str(e).strip().splitlines()
+        line = f"serveragent: teardown: {what} failed: {type(e).__name__}: {text[0] if text else ''}"
+        print(line, file=sys.stderr, flush=True)
+        failed.append(line)
+        return False
+
+
+def _remove_namespace(ns: str) -> None:
+    netns.remove(ns)          # quiet when it is gone already; one still there is a failure
+    if (netns.NETNS_DIR / ns).exists():
+        raise OSError(f"{ns} is still there")
 
 
 OPS = ("ping", "version", "doctor", "nic", "run", "spawn", "proc_poll", "proc_kill", "clock_serve", "clock_probe",
-       "vxlan_up", "vxlan_down", "build_share", "share_counters", "teardown_share", "clean")
+       "vxlan_up", "vxlan_down", "build_share", "share_counters", "teardown_share", "sample_start", "sample_stop",
+       "clean")
 
 
 

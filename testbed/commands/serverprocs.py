@@ -6,7 +6,8 @@ its node with the job's files and a connection back to the launcher. Here:
 
 * **the job files** come in the request (their contents: a far machine cannot read the reference's run directory)
   and are written to a private folder (``tb-<run>-job-*`` under the temporary directory), the process's working
-  directory; it is removed once the process is reaped, and with everything else at the agent's teardown;
+  directory; it is removed once the process is reaped, and with everything else at the agent's teardown; it is in
+  the agent's RunState (``folders``) meanwhile, so ``testbed clean`` removes it after an agent that was SIGKILLed;
 * **the control connection** is a TCP connection the agent opens to the controller *from its own namespace* (the
   server's NIC: a host's namespace sees only the emulated fabric, and control traffic must not ride it), handed to
   the process as an inherited descriptor: its ``--control`` argument becomes ``fd:N`` (traffic.channel.connect);
@@ -66,6 +67,7 @@ class Processes:
         folder = tempfile.mkdtemp(prefix=f"tb-{self.state.run_id}-job-")
         sock = None
         try:
+            self.state.add("folders", folder)     # from here on a SIGKILL of this agent leaves it to `testbed clean`
             for name, rel in names.items():
                 path = Path(folder, *rel.parts)
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,6 +88,7 @@ class Processes:
                 self.state.add("pids", proc.pid)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
+            self.state.discard("folders", folder)
             raise
         finally:
             if sock is not None:
@@ -114,15 +117,21 @@ class Processes:
         return {"signalled": True}
 
     def teardown(self) -> None:
-        """Kill and reap every process still running, remove every folder."""
+        """Kill and reap every process still running, remove every folder. One that cannot be killed or does not
+        end keeps its pid and folder in the run's state (for `testbed clean`) and the others are still ended;
+        RuntimeError naming them at the end."""
+        failed = []
         for pid, proc in list(self.running.items()):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGKILL)
             try:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
                 proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                continue   # still alive: its pid stays in the run's state for `testbed clean`
+            except (OSError, subprocess.TimeoutExpired) as e:
+                failed.append(f"{pid} ({type(e).__name__}: {e})")
+                continue
             self._forget(pid)
+        if failed:
+            raise RuntimeError(f"process {', '.join(failed)} not ended")
 
     def _proc(self, pid: int) -> subprocess.Popen:
         proc = self.running.get(int(pid))
@@ -141,10 +150,9 @@ class Processes:
 
     def _forget(self, pid: int) -> None:
         self.running.pop(pid, None)
+        self.state.discard("pids", pid)
         folder = self.folders.pop(pid, None)
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
-        pids = self.state.data.get("pids", [])
-        if pid in pids:
-            pids.remove(pid)
-            self.state.save()
+            if not os.path.exists(folder):          # one that could not be removed stays for `testbed clean`
+                self.state.discard("folders", folder)

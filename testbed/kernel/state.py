@@ -1,7 +1,9 @@
 """What a live run has created, on disk, so that `testbed clean` can undo a run that was killed.
 
 Each run writes /run/testbed/<run_id>.json (tmpfs: it does not survive a reboot, and neither do namespaces) with its
-namespaces, host-side links, rxe devices, OVS bridges, agent pids and every sysctl it changed with the value it had.
+namespaces, host-side links, rxe devices, OVS bridges, agent pids, the private job folders a server's agent made for
+the processes it started (``folders``: tb-<run>-job-* in the temporary directory, testbed.commands.serverprocs) and
+every sysctl it changed with the value it had.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ class RunState:
         self.run_id = run_id or secrets.token_hex(2)
         self.path = STATE_DIR / f"{self.run_id}.json"
         self.data: dict = {"run_id": self.run_id, "pid": os.getpid(), "namespaces": [], "links": [],
-                           "rxe": [], "ovs_bridges": [], "pids": [], "sysctls": []}
+                           "rxe": [], "ovs_bridges": [], "pids": [], "folders": [], "sysctls": []}
 
     def save(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
@@ -32,6 +34,13 @@ class RunState:
     def add(self, kind: str, item) -> None:
         self.data[kind].append(item)
         self.save()
+
+    def discard(self, kind: str, *items) -> None:
+        """Forget ``items`` of ``kind`` (undone by their maker); saved only when something was recorded."""
+        kept = [x for x in self.data.get(kind, []) if x not in items]
+        if len(kept) != len(self.data.get(kind, [])):
+            self.data[kind] = kept
+            self.save()
 
     def set_sysctl(self, ns: str | None, key: str, value: str) -> None:
         """Change a sysctl and record the old value (a namespace's sysctls die with it; the host's are restored)."""

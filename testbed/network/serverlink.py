@@ -35,6 +35,14 @@ class AgentError(RuntimeError):
     """The agent could not be reached, did not answer in time, or refused a request (one line)."""
 
 
+class AgentGone(AgentError):
+    """The agent's link closed or its process (or its ssh) ended: nothing more will be answered."""
+
+
+class AgentTimeout(AgentError):
+    """No answer in time: the agent may only be slow (its reply, late, is skipped by the next call)."""
+
+
 def ssh_argv(server: Server, connect_timeout_s: float = 10.0) -> list[str]:
     """ssh's options for ``server``: batch mode (never a prompt), no user or system config, the server's key alone,
     and known_hosts next to that key (new hosts accepted once, a changed host key refused)."""
@@ -74,7 +82,7 @@ class AgentLink:
                                          start_new_session=True)
         except OSError as e:
             self._stderr.close()
-            raise AgentError(f"{server.name}: cannot start {argv[0]}: {e.strerror}") from None
+            raise AgentGone(f"{server.name}: cannot start {argv[0]}: {e.strerror}") from None
         self._sel = selectors.DefaultSelector()
         self._sel.register(self.proc.stdout, selectors.EVENT_READ)
         self._pending = b""      # what was read past the last complete line (replies are read with os.read)
@@ -131,7 +139,7 @@ class AgentLink:
             self.proc.stdin.write((json.dumps({"id": rid, "op": op, "args": args}) + "\n").encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError, ValueError):
-            raise AgentError(f"{self.server.name}: the agent is gone ({self._why()})") from None
+            raise AgentGone(f"{self.server.name}: the agent is gone ({self._why()})") from None
         deadline = time.monotonic() + timeout_s
         while True:
             reply = json.loads(self._line(op, deadline, timeout_s))
@@ -147,12 +155,12 @@ class AgentLink:
         while b"\n" not in self._pending:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AgentError(f"{self.server.name}: no answer to {op} within {timeout_s:.0f} s")
+                raise AgentTimeout(f"{self.server.name}: no answer to {op} within {timeout_s:.0f} s")
             if not self._sel.select(timeout=left):
                 continue
             data = os.read(self.proc.stdout.fileno(), 1 << 16)
             if not data:
-                raise AgentError(f"{self.server.name}: the agent is gone ({self._why()})")
+                raise AgentGone(f"{self.server.name}: the agent is gone ({self._why()})")
             self._pending += data
         line, _, self._pending = self._pending.partition(b"\n")
         return line

@@ -27,13 +27,21 @@ from pathlib import Path
 from typing import Callable
 
 from analysis.clockoffset import ClockModel, Offset
-from testbed.network.serverlink import AgentError, AgentLink
+from testbed.network.serverlink import AgentError, AgentLink, AgentTimeout
 from traffic.controller import Controller, Member, Results, job_files
 
 #: a far rank's status is asked of its agent at most this often (a request each; the controller looks every 0.2 s)
 POLL_EVERY_S = 0.5
 #: the status reported for a rank whose server's agent cannot be reached (the agent kills it as it ends)
 AGENT_GONE = 255
+
+
+def poll_outcome(e: AgentError) -> int | None:
+    """What a failed ``proc_poll`` says of the rank: None (not known yet: ask again at the next poll) when the call
+    timed out, since a slow agent (its machine loaded, a long request before this one) is not a gone one and the
+    controller's own deadline bounds the asking; :data:`AGENT_GONE` when its link closed or its process ended (it
+    kills its ranks as it ends) and when it refused (it does not know the pid: asking again cannot change that)."""
+    return None if isinstance(e, AgentTimeout) else AGENT_GONE
 
 
 class RemoteProcess:
@@ -44,6 +52,7 @@ class RemoteProcess:
     def __init__(self, link: AgentLink, pid: int, log=None):
         self.link, self.pid = link, pid
         self.returncode: int | None = None
+        self.last_error: str | None = None     # the last proc_poll that failed (a timeout is asked again)
         self._log_fd = os.dup(log.fileno()) if log is not None else None
         self._asked = 0.0
 
@@ -54,7 +63,8 @@ class RemoteProcess:
         try:
             r = self.link.call("proc_poll", timeout_s=30, pid=self.pid)
         except AgentError as e:
-            r = {"rc": AGENT_GONE, "log": f"{e}\n"}
+            r = {"rc": poll_outcome(e), "log": f"{e}\n"}
+            self.last_error = str(e)
         if r["rc"] is not None:
             self._ended(int(r["rc"]), r.get("log", ""))
         return self.returncode

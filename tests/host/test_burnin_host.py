@@ -20,6 +20,12 @@ passes): lab 12's test 36-38 s and the two clean batteries 36-37 s, where the th
 took 56 + 21 s and lab 12 once 36 s in test_labs_host.py. Two false positives seen that day, with other developers'
 work on the machine: a host's compute task at 68-70 ms against its peers' 40 (h4 in clean seed 3 from the CLI, on
 the code before this change; h2 in lab 12's degraded run), past the 60% floor.
+
+The three host faults (h2's MTU, h3's congestion control, h4's CPU throttle) share one battery: each is named on
+its own host and no host or link beside them, as in the two batteries they took before (the battery costs its
+fabric and its rounds, not its faults). Measured (2026-12-06, host kernel, shared machine): the two batteries
+19.3-19.6 + 22.5 s (2 passes), the one battery 20.8-21.0 s (3 passes); in each of the 3, h4's task 203-206 ms against
+its peers' 42-66 (3.1-4.9x, the bar 1.6x) and nothing flagged but h2's MTU, h3's reno and h4's task.
 """
 
 from __future__ import annotations
@@ -118,28 +124,30 @@ def _cmdline(p: Path) -> str:
         return ""
 
 
-def test_a_mis_set_mtu_and_congestion_control_are_named(tmp_path):
-    """host-config: h2's link MTU 1000, h3 on reno where the fabric runs its default: both named as drift."""
-    rc, doc, rows, out = burnin(tmp_path / "config", "--fault", "host-config h2 at_s=0 mtu_bytes=1000",
-                                "--fault", "host-config h3 cc=reno")
+def test_mis_set_hosts_and_a_cpu_throttled_host_are_each_named_and_nothing_beside_them(tmp_path):
+    """One battery, three host faults (two batteries before, 19 + 22 s in CI; the battery's fabric build and its
+    rounds are the cost, not the faults): host-config gives h2 a link MTU of 1000 and h3 reno where the fabric runs
+    its default, both named as drift; slow-host holds h4 at 20% of a CPU, so its compute task takes several times
+    its peers' (h1-h3: their CPUs are not touched). Each host is named for its own fault and no other's, no host
+    beside them, and no link: a slow host is not taken for a bad link."""
+    rc, doc, rows, out = burnin(tmp_path / "hosts", "--fault", "host-config h2 at_s=0 mtu_bytes=1000",
+                                "--fault", "host-config h3 cc=reno", "--fault", "slow-host h4 at_s=0 cpu_fraction=0.2")
     bad = flagged(rows)
+    print({k: (r["value"], r["peers_median"], r["verdict"]) for k, r in bad.items()})
     assert rc == 1
     assert bad[("h2", "mtu_bytes")]["value"] == "1000" and bad[("h2", "mtu_bytes")]["verdict"] == "drift"
     assert bad[("h3", "congestion_control")]["value"] == "reno"
-    assert {h for h, v in doc["hosts"].items() if not v["ok"]} == {"h2", "h3"}
+    assert ("h4", "cpu_task_ms") in bad
+    r = bad[("h4", "cpu_task_ms")]
+    assert float(r["value"]) > 1.6 * float(r["peers_median"])
+    # each fault on its own host only: no other host's setting drifts, no other host's task is slow
+    assert {t for t, m in bad if m in ("mtu_bytes", "congestion_control")} <= {"h2", "h3"}, bad
+    assert {t for t, m in bad if m == "cpu_task_ms"} == {"h4"}, bad
+    assert {h for h, v in doc["hosts"].items() if not v["ok"]} == {"h2", "h3", "h4"}
+    assert all(v["ok"] for v in doc["links"].values()), doc["links"]
     # one part per named host, its reasons joined: h2's MTU may come with what it cost its flows (seen on a CI machine:
     # another reason first), so the reason is looked for in h2's line, not at its start
     verdict = next(ln for ln in out.splitlines() if ln.startswith("burn-in: "))
     named = dict(part.split(": ", 1) for part in verdict.removeprefix("burn-in: ").split(" | "))
     assert "mtu_bytes is 1000" in named["host h2"] and "congestion_control is reno" in named["host h3"], out
-
-
-def test_a_cpu_throttled_host_is_named(tmp_path):
-    """slow-host h4 at 20% of a CPU: its compute task takes several times its peers'; only h4 is named."""
-    rc, doc, rows, out = burnin(tmp_path / "cpu", "--fault", "slow-host h4 at_s=0 cpu_fraction=0.2")
-    bad = flagged(rows)
-    assert rc == 1 and ("h4", "cpu_task_ms") in bad
-    r = bad[("h4", "cpu_task_ms")]
-    assert float(r["value"]) > 1.6 * float(r["peers_median"])
-    assert {h for h, v in doc["hosts"].items() if not v["ok"]} == {"h4"}
-    assert all(v["ok"] for v in doc["links"].values())
+    assert "cpu_task_ms" in named["host h4"], out

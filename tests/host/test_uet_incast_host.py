@@ -9,8 +9,8 @@ retransmission timeouts (TcpExtTCPTimeouts); UET delivers every block verified w
 senders on a shared 2-CPU machine: a descheduled thread can outlast its 50 ms timer) and under a fifth of TCP's,
 the port's data queue drops nothing, every packet the program trimmed reached the receiver and its NACK reached the
 sender, and the senders retransmitted on those NACKs. The round times are compared too (the 20 rounds of each side
-are its repeats, analysis.stats.compare), as in test_incast_rto_real_cpu. Measured: see the test's docstring. About
-12 s a run.
+are its repeats, analysis.stats.compare), as in test_compare_repeats's RTOmin test. Measured: see the test's
+docstring. About 12 s a run.
 
 Spraying is not exercised here (one switch, one path); the entropy values are on loopback
 (tests/host/test_uet_transport.py) and over a 2-spine fabric (tests/host/test_uet_spray_host.py)."""

@@ -2,7 +2,7 @@
 
 A buffer far below N x B must overflow (drops at the bottleneck, retransmissions at the senders); a buffer above
 N x B must not drop at all; DCTCP-style step marking must mark instead of drop. Short runs: a few rounds of a few
-hundred kilobytes at 20 Mbit/s. RTOmin's effect on the round tail is tests/host/test_incast_rto_real_cpu.py (the
+hundred kilobytes at 20 Mbit/s. RTOmin's effect on the round tail is tests/host/test_compare_repeats.py (the
 host kernel runs a drop-tail incast; measured in this VM too: p99 260-320 ms at rto_min 200 vs 88-136 ms at 5,
 fewer timeouts than on the real CPU and VM stalls in the tail; on the real CPU 251-461 vs 94-99 ms).
 """

@@ -15,7 +15,7 @@ import pytest
 
 from testbed import cli
 from testbed.commands import serveragent, servers
-from testbed.network.serverlink import AgentError, AgentLink, ssh_argv
+from testbed.network.serverlink import AgentError, AgentGone, AgentLink, AgentTimeout, ssh_argv
 from testbed.network.serverlink import agent_command as serveragent_command
 from testbed.network.serversfile import parse
 from testbed.vm import sshd
@@ -59,7 +59,7 @@ def test_local_link_is_a_subprocess_speaking_the_same_protocol():
         with pytest.raises(AgentError, match="nic: LookupError: no namespace tb-zz99-nothere"):
             link.call("nic", address="127.0.0.1", ns="tb-zz99-nothere")
     assert link.proc.returncode == 0                          # quit answered, the agent ended by itself
-    with pytest.raises(AgentError, match="gone"):
+    with pytest.raises(AgentGone, match="gone"):
         link.call("ping")
 
 
@@ -155,7 +155,7 @@ def test_servers_check_missing_file_is_status_2(tmp_path, capsys):
 
 def test_a_late_reply_is_skipped_and_the_next_call_gets_its_own():
     with AgentLink.start(parse("s1 localhost")[0]) as link:
-        with pytest.raises(AgentError, match="no answer to run within 0 s"):
+        with pytest.raises(AgentTimeout, match="no answer to run within 0 s"):   # slow, not gone
             link.call("run", timeout_s=0.2, argv=["sleep", "0.6"])
         time.sleep(0.8)                                        # the late reply and the next one arrive together
         assert link.call("run", argv=["echo", "next"])["stdout"] == "next\n"
@@ -221,3 +221,46 @@ def test_sshd_serve_refuses_outside_the_lab_vm(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("TESTBED_IN_VM", raising=False)
     assert sshd.main(["serve", "--folder", str(tmp_path), "--address", "198.19.0.2/24"]) == 2
     assert "inside the lab VM only" in capsys.readouterr().err
+
+
+class _Share:
+    """A built share standing in for testbed.network.share's (its teardown recorded, or failing)."""
+
+    def __init__(self, fails: bool = False):
+        self.fails, self.torn = fails, False
+
+    def teardown(self):
+        self.torn = True
+        if self.fails:
+            raise OSError("netlink: device busy")
+
+
+def test_each_teardown_step_runs_whatever_the_others_did(tmp_path, monkeypatch, capsys):
+    """A step that fails (killing the ranks, removing the share) is one line on stderr and the next steps still run:
+    the share is removed, the echoes closed, the run state dropped, or kept for `testbed clean` when it still records
+    a process."""
+    import socket
+
+    monkeypatch.setattr("testbed.kernel.state.STATE_DIR", tmp_path)
+
+    def boom():
+        raise RuntimeError("process 4242 (PermissionError: not permitted) not ended")
+    for kill_fails, share_fails in ((True, False), (False, True)):
+        agent = serveragent.Agent()
+        agent.state.save()
+        monkeypatch.setattr(agent.procs, "teardown", boom if kill_fails else (lambda: None))
+        share, echo = _Share(fails=share_fails), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        agent.fabric = share
+        agent.echoes.append((echo, None))
+        if share_fails:
+            agent.state.add("pids", 4243)         # a rank that outlived its kill: clean needs its pid
+        failed = agent.teardown()
+        err = capsys.readouterr().err
+        assert share.torn and agent.fabric is None and echo.fileno() == -1 and agent.echoes == []
+        assert len(failed) == 1 and failed[0] in err
+        if kill_fails:
+            assert "teardown: killing the processes it started failed: RuntimeError: process 4242" in err
+            assert not agent.state.path.exists()
+        else:
+            assert "teardown: removing its share failed: OSError: netlink: device busy" in err
+            assert json.loads(agent.state.path.read_text())["pids"] == [4243] and "pids 4243" in err

@@ -73,7 +73,7 @@ def test_a_tcp_controller_gives_agents_its_address_and_far_ranks_their_files(tmp
 
         def rank(r: int) -> None:
             c = Channel(socket.create_connection(("127.0.0.1", ctl.listener.getsockname()[1])))
-            c.send({"type": "hello", "rank": r, "addr": ["127.0.0.1", 1]})
+            c.send({"type": "hello", "rank": r, "addr": ["127.0.0.1", 1], "token": ctl.token})
             c.recv(10)
             c.send({"type": "ready", "rank": r})
             got[r] = c.recv(10)["t_start"]
@@ -161,3 +161,166 @@ def test_a_remote_process_stands_in_for_popen(tmp_path, monkeypatch):
     assert (tmp_path / "agent-1.log").read_text() == "rank 1 done\n"
     p.kill()                                   # ended: nothing is asked
     assert link.asked == ["proc_poll"] * 3
+
+
+def test_a_hello_takes_a_place_only_with_the_token_for_a_free_rank_of_the_job():
+    from traffic.ctlgate import verdict
+
+    hello = {"type": "hello", "rank": 1, "addr": ["127.0.0.1", 1], "token": "s3cret"}
+    assert verdict(hello, "s3cret", {0, 1}, set()) is None
+    assert verdict(dict(hello, token="guess"), "s3cret", {0, 1}, set()) == "wrong or missing token"
+    assert verdict({k: v for k, v in hello.items() if k != "token"}, "s3cret", {0, 1}, set()) == \
+        "wrong or missing token"
+    assert verdict(dict(hello, token=7), "s3cret", {0, 1}, set()) == "wrong or missing token"
+    assert verdict(dict(hello, rank=5), "s3cret", {0, 1}, set()) == "unknown rank 5"
+    assert verdict(dict(hello, rank=True), "s3cret", {0, 1}, set()) == "unknown rank True"
+    assert verdict(hello, "s3cret", {0, 1}, {1}) == "rank 1 is connected already"
+    assert verdict(dict(hello, type="ready"), "s3cret", {0, 1}, set()) == "its first message is not a hello"
+    assert verdict([1], "s3cret", {0, 1}, set()) == "its first message is not a hello"
+    assert verdict({k: v for k, v in hello.items() if k != "token"}, None, {0, 1}, set()) is None   # AF_UNIX
+
+
+def _closed(sock: socket.socket, within_s: float = 10.0) -> bool:
+    """True once the far end closed ``sock`` (end of input), False if it stays open ``within_s``."""
+    sock.settimeout(within_s)
+    try:
+        return sock.recv(100) == b""
+    except socket.timeout:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+def test_strays_wrong_tokens_and_a_duplicate_rank_are_closed_and_the_real_ranks_run(tmp_path):
+    """A TCP controller's port is reachable by anything on the servers' network: connections that are not a rank of
+    this run with its token are closed one by one, and the job runs with the real ranks that come after them."""
+    ctl, spawned = _started(tmp_path)
+    port = ctl.listener.getsockname()[1]
+    token = json.loads((tmp_path / "job.json").read_text())["control_token"]
+    assert token == ctl.token and len(token) == 32 and (tmp_path / "job.json").stat().st_mode & 0o077 == 0
+    assert all(token not in " ".join(argv) for _, argv, _ in spawned)          # not in argv: ps shows argv
+    hello = {"type": "hello", "addr": ["127.0.0.1", 1], "token": token}
+    ranks, silent, out = {}, socket.create_connection(("127.0.0.1", port)), {}
+
+    def drive() -> None:
+        try:
+            for stray in (dict(hello, rank=0, token="0" * 32), {k: v for k, v in hello.items() if k != "token"},
+                          b"GET / HTTP/1.0\r\n\r\n", dict(hello, rank=7)):
+                c = socket.create_connection(("127.0.0.1", port))
+                line = stray if isinstance(stray, bytes) else json.dumps(dict({"rank": 1}, **stray)).encode() + b"\n"
+                c.sendall(line)
+                out.setdefault("strays_closed", []).append(_closed(c))
+                c.close()
+            for r in (0, 1):
+                ranks[r] = Channel(socket.create_connection(("127.0.0.1", port)))
+                ranks[r].send(dict(hello, rank=r))
+                while r == 0 and 0 not in (ctl.gate.hellos if ctl.gate else {}):
+                    threading.Event().wait(0.01)
+                if r == 0:     # a second connection for rank 0, with the token (a copy of the rank): refused
+                    dup = socket.create_connection(("127.0.0.1", port))
+                    dup.sendall(json.dumps(dict(hello, rank=0)).encode() + b"\n")
+                    out["duplicate_closed"] = _closed(dup)
+            for step in ("peers", "go", "bye"):
+                for r in (0, 1):
+                    out[f"{step}{r}"] = ranks[r].recv(10)
+                    if step != "bye":
+                        ranks[r].send({"type": "ready", "rank": r} if step == "peers" else
+                                      {"type": "result", "rank": r, "ops": [], "tcp_info": [], "verified": True})
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            out["error"] = repr(e)
+    t = threading.Thread(target=drive)
+    t.start()
+    try:
+        res = ctl.run(setup_timeout_s=30, run_timeout_s=10)
+    finally:
+        t.join(30)
+        ctl.stop()
+    assert "error" not in out, out
+    assert out["strays_closed"] == [True] * 4 and out["duplicate_closed"], out
+    assert ctl.rejected == ["wrong or missing token", "wrong or missing token", "its first line is not JSON",
+                            "unknown rank 7", "rank 0 is connected already"]
+    assert set(out["peers0"]["addrs"]) == {"0", "1"} and res.verified and set(res.per_rank) == {0, 1}
+    assert _closed(silent, 5)      # a connection that never spoke is closed once the ranks are in
+    silent.close()
+    for c in ranks.values():
+        c.sock.close()
+
+
+
+def test_a_set_up_that_fails_names_the_connections_it_refused(tmp_path):
+    """A rank that ends before it joined (e.g. refused for a token it was not given) fails the run, and the error
+    says what was refused."""
+    from traffic.controller import ControlError
+
+    def spawn(ns, argv, **kw):
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.4); raise SystemExit(3)"])
+    ctl = Controller(tmp_path, {"ranks": 2, "seed": 1, "transport": {"kind": "tcp"}, "plan": []},
+                     {"op": make_schedule("allreduce", 2, 4_000, seed=1)},
+                     [Member(r, f"h{r}", f"ns{r}", "127.0.0.1") for r in range(2)], spawn, listen=("127.0.0.1", 0))
+    try:
+        ctl.start()
+        stray = socket.create_connection(("127.0.0.1", ctl.listener.getsockname()[1]))
+        stray.sendall(b'{"type": "hello", "rank": 0}\n')
+        with pytest.raises(ControlError, match=r"^rank [01] exited with status 3: .*\(connections refused: wrong "
+                           r"or missing token\)$"):
+            ctl.run(setup_timeout_s=10)
+        stray.close()
+    finally:
+        ctl.stop()
+
+def test_clean_takes_the_job_folders_of_runs_not_live_and_nothing_else(tmp_path):
+    """A server agent's job folders (tb-<run>-job-*) that a SIGKILLed agent left: the ones its saved state records and
+    ones no state records; never a live run's, a link, a file, or a path a state names outside that pattern."""
+    from testbed.commands.clean import job_folders
+
+    tmp, elsewhere = tmp_path / "tmp", tmp_path / "elsewhere"
+    tmp.mkdir()
+    elsewhere.mkdir()
+    made = {}
+    for key, parent, name in (("recorded", elsewhere, "tb-ab12-job-x1y2z3w4"), ("orphan", tmp, "tb-cd34-job-aaaa1111"),
+                              ("live", tmp, "tb-ef56-job-bbbb2222"), ("other_run", elsewhere, "tb-zz99-job-cccc3333"),
+                              ("plain", tmp, "tb-ab12-notajob"), ("victim", elsewhere, "data")):
+        made[key] = parent / name
+        made[key].mkdir()
+    (tmp / "tb-ab12-job-link0000").symlink_to(made["victim"])
+    (tmp / "tb-ab12-job-file0000").write_text("x")
+    states = [{"run_id": "ab12", "pid": 1, "folders": [str(made["recorded"]), str(made["other_run"]),
+                                                       str(made["victim"]), "relative/tb-ab12-job-zzzz9999"]},
+              {"run_id": "ef56", "pid": 2, "folders": [str(made["live"])]},
+              {"run_id": "old0", "pid": 3}]                       # a state written before folders were recorded
+    got = job_folders(states, live_runs={"ef56"}, tmpdir=str(tmp))
+    assert got == sorted([str(made["recorded"]), str(made["orphan"])])
+    assert str(made["live"]) in job_folders(states, live_runs=set(), tmpdir=str(tmp))
+
+
+class _SlowLink(_Link):
+    """proc_poll that times out ``slow`` times (the agent busy), then answers; or fails with ``error`` for good."""
+
+    def __init__(self, slow: int = 0, error: Exception | None = None):
+        super().__init__()
+        self.slow, self.error = slow, error
+
+    def call(self, op, timeout_s=60, **kw):
+        from testbed.network.serverlink import AgentTimeout
+
+        self.asked.append(op)
+        if self.error is not None:
+            raise self.error
+        if len(self.asked) <= self.slow:
+            raise AgentTimeout(f"s2: no answer to {op} within {timeout_s:.0f} s")
+        return {"rc": 0, "log": "rank 1 done\n"}
+
+
+def test_a_rank_whose_agent_is_slow_is_asked_again_and_one_whose_agent_is_gone_has_ended(tmp_path, monkeypatch):
+    from testbed.network.serverlink import AgentError, AgentGone, AgentTimeout
+
+    monkeypatch.setattr(serverjobs, "POLL_EVERY_S", 0.0)
+    assert serverjobs.poll_outcome(AgentTimeout("s2: no answer")) is None
+    assert serverjobs.poll_outcome(AgentGone("s2: the agent is gone (status 1)")) == serverjobs.AGENT_GONE
+    assert serverjobs.poll_outcome(AgentError("s2: proc_poll: LookupError: no process 4")) == serverjobs.AGENT_GONE
+    with open(tmp_path / "agent-1.log", "wb") as log:
+        slow = serverjobs.RemoteProcess(_SlowLink(slow=2), 4242, log)
+    assert slow.poll() is None and slow.poll() is None and "no answer" in slow.last_error
+    assert slow.poll() == 0 and (tmp_path / "agent-1.log").read_text() == "rank 1 done\n"
+    gone = serverjobs.RemoteProcess(_SlowLink(error=AgentGone("s2: the agent is gone (status -9)")), 4243)
+    assert gone.poll() == serverjobs.AGENT_GONE == gone.wait(timeout=1)

@@ -1,0 +1,114 @@
+"""Queue and CPU samples of a fabric over servers, every server's taken on its own machine and brought back on the
+reference server's clock (docs/servers.md, issue 29: "queue samples from both sides on one clock").
+
+What it stands for: each switch's telemetry agent (a gNMI / sFlow collector on the switch's own CPU) timestamping
+its counters with its own clock, and the collector that joins them putting every sample on one time base with the
+clock offsets it measured. Here each server's agent runs the same QueueSampler a one-machine run uses
+(testbed.measure.telemetry: every shaped port of its share, and its machine's CPU) and returns the rows at the end;
+the reference moves each row's time by that server's ClockModel (analysis.clockoffset: the straight line through
+the clock passes before and after), so ``queues.csv`` over servers reads like a one-machine run's and each row is
+within its server's bound of the reference clock.
+
+    agent side:  ShareSampling.start(fabric, interval_ms) ... .stop() -> rows   (serveragent's sample_* ops)
+    lab side:    s = sample_servers(fab, every_ms) ... s.stop(models) -> ServerSamples
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+
+class ShareSampling:
+    """The agent's half: one QueueSampler over this server's share at a time."""
+
+    def __init__(self) -> None:
+        self.sampler = None
+
+    def start(self, fabric, interval_ms: float) -> dict:
+        from testbed.measure.telemetry import QueueSampler
+
+        if fabric is None:
+            raise ValueError("no share is built: build_share first")
+        if self.sampler is not None:
+            raise ValueError("the share is sampled already: sample_stop first")
+        if not 0 < float(interval_ms) <= 10_000:
+            raise ValueError(f"interval_ms must be in (0, 10000], got {interval_ms!r}")
+        self.sampler = QueueSampler(fabric, interval_s=float(interval_ms) / 1000.0).start()
+        return {"ports": len(self.sampler.ports)}
+
+    def stop(self) -> dict:
+        """Stop; the queue rows (queues.csv's columns, time first), the CPU rows (time, busy fraction) and the
+        sampler's stats, each time on this machine's CLOCK_MONOTONIC."""
+        s, self.sampler = self.sampler, None
+        if s is None:
+            raise ValueError("the share is not being sampled")
+        s.stop()
+        return {"queues": [list(r) for r in s.rows], "cpu": [list(r) for r in s.cpu.rows], "stats": s.stats()}
+
+    def teardown(self) -> None:
+        """The agent is going: stop a sampler still running (its rows are dropped)."""
+        if self.sampler is not None:
+            s, self.sampler = self.sampler, None
+            s.stop()
+
+
+@dataclass
+class ServerSamples:
+    """Every server's samples on the reference clock: ``queues`` (queues.csv rows of all servers, by time), ``cpu``
+    (server -> its (time, busy fraction) rows) and ``stats`` (server -> its sampler's stats, with the clock bound
+    its rows carry, ``clock_uncertainty_s``)."""
+
+    queues: list[tuple] = field(default_factory=list)
+    cpu: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    stats: dict[str, dict] = field(default_factory=dict)
+
+
+class RunningSamples:
+    """The lab's half, started by :func:`sample_servers`: every server's agent sampling its share."""
+
+    def __init__(self, fab, every_ms: float):
+        self.fab = fab
+        self.servers = [n for n in fab.links if n in fab.placement.servers and fab.placement.nodes_on(n)]
+        for n in self.servers:
+            fab.links[n].call("sample_start", interval_ms=float(every_ms))
+
+    def stop(self, models: dict) -> ServerSamples:
+        """Stop every server's sampler (at once, one thread each) and put its rows on the reference clock with
+        ``models`` (server -> analysis.clockoffset.ClockModel; None or absent: the reference's own rows)."""
+        got: dict[str, dict] = {}
+        errors: dict[str, str] = {}
+
+        def one(name: str) -> None:
+            try:
+                got[name] = self.fab.links[name].call("sample_stop", timeout_s=120)
+            except Exception as e:  # noqa: BLE001 - named below, the other servers' rows kept
+                errors[name] = f"{name}: {e}"
+        threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in self.servers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(150)
+        if errors or set(got) != set(self.servers):
+            missing = [n for n in self.servers if n not in got and n not in errors]
+            raise RuntimeError("samples not brought back: " + "; ".join([*errors.values(),
+                                                                          *(f"{n}: no answer" for n in missing)]))
+        return on_reference_clock(got, models)
+
+
+def on_reference_clock(got: dict[str, dict], models: dict) -> ServerSamples:
+    """Each server's ``sample_stop`` reply with its times moved by its clock model (pure)."""
+    out = ServerSamples()
+    for name, r in got.items():
+        m = models.get(name)
+        to_ref = (lambda t: t) if m is None else m.to_reference
+        out.queues += [(to_ref(float(row[0])), *row[1:]) for row in r["queues"]]
+        out.cpu[name] = [(to_ref(float(t)), float(b)) for t, b in r["cpu"]]
+        out.stats[name] = {**r["stats"], "clock_uncertainty_s": 0.0 if m is None else m.uncertainty_s}
+    out.queues.sort(key=lambda row: row[0])
+    return out
+
+
+def sample_servers(fab, every_ms: float = 1.0) -> RunningSamples:
+    """Start every server's queue sampler (``every_ms``) on its share of ``fab`` (a built ServerFabric)."""
+    return RunningSamples(fab, every_ms)
