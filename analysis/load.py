@@ -87,6 +87,8 @@ SCHEMAS: dict[str, dict[str, str]] = {
                     "alpha": FLOAT, "rate_cuts": INT, "cnp_received": INT, "cnp_ignored": INT},
     "uet": {"rank": INT, "host": STR, "counter": STR, "value": INT},
     "trim": {"node": STR, "port": STR, "counter": STR, "value": INT},
+    "clocks": {"rank": INT, "host": STR, "server": STR, "offset_s": FLOAT, "uncertainty_s": FLOAT, "drift_ppm": FLOAT,
+               "drift_bound_ppm": FLOAT},
 }
 
 #: Time-series tables (have a ``t_s`` or ``start_s``/``end_s`` on the monotonic clock).
@@ -269,6 +271,9 @@ class Run:
     #: counters (trimming on): analysis.uet
     uet: pd.DataFrame = field(default_factory=lambda: empty_frame("uet"))
     trim: pd.DataFrame = field(default_factory=lambda: empty_frame("trim"))
+    #: a run over servers that are machines: per rank, its server's clock against the reference's (offset at the
+    #: job's start, the bound, the drift), by which its ops were put on the reference clock
+    clocks: pd.DataFrame = field(default_factory=lambda: empty_frame("clocks"))
     #: file names (``"ops.csv"`` ...) that existed in the folder
     present: set[str] = field(default_factory=set)
     #: human-readable notes about anything unusual found while loading

@@ -234,6 +234,16 @@ def server_metrics(servers: pd.DataFrame) -> dict:
             "tunnel_drops": int(servers["udp_rcvbuf_errors"].sum() + servers["udp_in_errors"].sum())}
 
 
+def clock_metrics(clocks: pd.DataFrame) -> dict:
+    """A run over servers that are machines (clocks.csv): ``clock_uncertainty_us_max``, the largest bound on any
+    rank's clock against the reference's (what to allow when comparing times of ranks on different servers), and
+    ``clock_servers``, how many servers' clocks its ranks ran on."""
+    if not len(clocks):
+        return {}
+    return {"clock_uncertainty_us_max": float(clocks["uncertainty_s"].max()) * 1e6,
+            "clock_servers": int(clocks["server"].nunique())}
+
+
 def cpu_metrics(cpu: pd.DataFrame) -> dict:
     """``cpu_busy_mean``: mean of cpu.csv's busy_fraction samples."""
     return {"cpu_busy_mean": float(cpu["busy_fraction"].mean())} if len(cpu) else {}
@@ -254,6 +264,7 @@ def data_metrics(run: Run | str | Path, *, queue_stats: pd.DataFrame | None = No
     out.update(cpu_metrics(run.cpu))
     out.update(balancing_metrics(run.balancing))
     out.update(server_metrics(run.servers))
+    out.update(clock_metrics(run.clocks))
     # the numeric ones (the per-host texts and the "on" flag stay summary.json's, written by the run)
     out.update({k: v for k, v in dcqcn_metrics(run.dcqcn, run.dcqcn_rates).items()
                 if isinstance(v, (int, float)) and not isinstance(v, bool)})

@@ -10,7 +10,7 @@ Per round, in alternating order, two layouts of the same leaf-spine (MTU 1450, s
 * ``one``: every node on server-1 (this machine's kernel), built by its agent;
 * ``split``: SwitchBinPlacer over server-1 and server-2 (the VM's kernel), the crossing links VXLAN over the wire.
 
-Both go through the same machinery (testbed.commands.serverfabric.ServerFabric, serverjobs.run_collective: every
+Both go through the same machinery (testbed.network.serverfabric.ServerFabric, serverjobs.run_collective: every
 rank started by its server's agent, the controller on TCP, ops on the reference clock), so the layouts differ only
 in where the nodes run. Per layout: each iteration's all-reduce time (the latest rank's op end minus the earliest
 rank's op start) over its alpha-beta bound at the link rate; the build time per server (its share's set-up);
@@ -50,8 +50,8 @@ def _busy(a: tuple[int, int], b: tuple[int, int]) -> float:
 
 def one_layout(layout: str, links: dict, topo, a, workdir: Path, listen_in) -> dict:
     """Build ``topo`` over the layout's servers, run the job once, tear down: the numbers of one measurement."""
-    from testbed.commands.serverfabric import ServerFabric
-    from testbed.commands.serverjobs import run_collective
+    from testbed.network.serverfabric import ServerFabric
+    from testbed.workloads.serverjobs import run_collective
     from testbed.commands.servervm import WIRE_HOST
     from tests.serverdrive import ring_job
     from traffic.controller import Member
@@ -105,7 +105,7 @@ def _args() -> argparse.Namespace:
 
 
 def measure(a, folder: Path) -> dict:
-    from testbed.commands.serverlink import AgentLink
+    from testbed.network.serverlink import AgentLink
     from testbed.commands.servervm import sshd_vm
     from testbed.kernel import netns
     from testbed.network.serversfile import load

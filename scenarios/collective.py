@@ -22,6 +22,7 @@ from testbed.params import Param
 from testbed.scenario import Scenario
 from testbed.workloads.dcqcn import DCQCN_PARAMS, DcqcnSettings, check_fabric as check_dcqcn, dcqcn_needs
 from testbed.workloads.jobfabric import FILE_REPLACES, PFC_PCP, collective_dscp, fabric_summary, leaf_spine
+from testbed.workloads.serverlab import check as check_servers_run, servers_value
 from testbed.workloads.settings import JOB_PARAMS, CollectiveSettings
 from testbed.workloads.trimming import TRIM_PARAMS, check_run as check_trim, trim_needs, trim_wanted
 from topologies.mininet_topo import SpecTopo
@@ -73,9 +74,12 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
     P("loss_host", str, "h1", "", "the host whose link gets loss_percent"),
     P("capture", str, "", "", "packet capture at one port, NODE:IFNAME (e.g. h1:eth0; empty: none): tcpdump -s 128 "
       "into capture-NODE-IFNAME.pcap, decoded into the wire_* summary numbers"),
-    P("servers", int, 1, "", "split the fabric over this many servers (namespaces on this machine joined by VXLAN "
-      "tunnels; a leaf with its hosts per server, spines spread: testbed.network.cluster, docs/scale.md)", min=1,
-      max=16),
+    P("servers", str, "1", "", "split the fabric over this many servers (1-16: namespaces on this machine joined by "
+      "VXLAN tunnels; a leaf with its hosts per server, spines spread: testbed.network.cluster, docs/scale.md), or "
+      "over the machines a servers file names (its path: one agent per server over ssh, TCP only, "
+      "sample_interval_ms=0; docs/servers.md)"),
+    P("max_clock_uncertainty_ms", float, 0.0, "ms", "servers=FILE: the largest clock bound accepted (0: 5% of the "
+      "job's smallest op's alpha-beta bound; testbed.workloads.serverlab)", min=0, max=10_000),
     P("topology_file", str, "", "", "a leaf-spine topology file (.toml/.yaml, docs/topologies.md; per-port "
       "overrides included) built instead of the fabric the parameters describe: it replaces "
       f"{', '.join(FILE_REPLACES)} (those must stay unset; its [tcp] congestion_control is the agents' cc; with "
@@ -101,6 +105,11 @@ def job_settings(p: dict) -> CollectiveSettings:
 def validate(p: dict) -> None:
     from testbed.measure.capture import parse_spec
 
+    servers = servers_value(p["servers"])
+    if isinstance(servers, int) and not 1 <= servers <= 16:
+        raise UsageError(f"servers: 1 to 16, or a servers file (got {servers})")
+    if not isinstance(servers, int):  # what a run over servers that are machines cannot do yet: one line
+        check_servers_run(p)
     spec = fabric(p, p["seed"] or 1)
     job_settings(p).check(spec, p["seed"] or 1)
     if p["loss_percent"] > 0 and p["loss_host"] not in [h.name for h in spec.hosts]:
@@ -178,6 +187,7 @@ SCENARIO = Scenario(
            ("comm_wait_fraction", "comm wait fraction"), ("algbw_gbps", "algbw (Gbit/s)"), ("busbw_gbps",
            "busbw (Gbit/s)"), ("switch_drops", "switch queue drops"), ("ecn_marks", "ECN marks"),
            ("tcp_retrans_segs", "TCP retransmitted segments"), ("bg_goodput_mbps", "background goodput (Mbit/s)"),
+           ("clock_uncertainty_us_max", "clock bound, ranks on servers (us)"),
            ("data_verified", "data verified"), ("fidelity_ok", "fidelity ok")),
 )
 

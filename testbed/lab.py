@@ -57,6 +57,7 @@ from testbed.rundir import RunDir, check_out_dir, default_out
 from testbed.workloads.dcqcn import DcqcnRun, DcqcnSettings, start_dcqcn
 from testbed.workloads.handles import Burst, Collective, Flows, TrafficFiles, host_name, run_burst, start_flows
 from testbed.workloads.program import Program
+from testbed.workloads.serverlab import ServersRun, local_only, servers_value
 from testbed.workloads.settings import CollectiveSettings, Form, settings_for
 from testbed.workloads.trimming import TrimRun, start_trimming
 from topologies.mininet_topo import spec_from_topo
@@ -71,11 +72,13 @@ class Lab:
     ``topo``: a Mininet ``Topo`` (``topologies.mininet_topo``'s or any user-written one); ``out``: the run directory
     (default ``results/<name>-<time>``); ``seed``: fixes the fabric's ECMP hash seed and every schedule drawn from
     :attr:`rng`; ``name``/``params``: what the manifest records as scenario and parameters; ``rxe``: a SoftRoCE device
-    on every host; ``servers``: split the fabric over that many servers joined by tunnels (testbed.network.cluster)."""
+    on every host; ``servers``: split the fabric over that many servers joined by tunnels (testbed.network.cluster),
+    or over the machines a servers file names (its path: testbed.workloads.serverlab; ``params``'
+    ``max_clock_uncertainty_ms`` overrides its clock rule)."""
 
     def __init__(self, topo, out: str | Path | None = None, seed: int = 1, name: str = "lab",
-                 params: dict[str, Any] | None = None, rxe: bool = False, quiet: bool = False, servers: int = 1):
-
+                 params: dict[str, Any] | None = None, rxe: bool = False, quiet: bool = False,
+                 servers: int | str | Path = 1):
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
             raise UsageError(f"seed: {SEED_HELP} (got {seed!r})")
         self.seed = seed
@@ -83,14 +86,18 @@ class Lab:
         self.name = name
         self.params = dict(params or {})
         self.rxe = rxe
-        self.servers = servers
-        if servers != 1:  # the split is checked before anything exists (testbed.network.cluster)
-
+        servers = servers_value(servers)
+        self.servers = servers if isinstance(servers, int) else 1
+        # the split, or the servers file and its placement, checked before anything exists
+        self.server_run = (ServersRun(spec_from_topo(topo), servers, self.params.get("max_clock_uncertainty_ms", 0))
+                           if isinstance(servers, Path) else None)
+        if self.servers != 1:
             place(spec_from_topo(topo), servers)
+        if rxe and self.server_run:
+            raise UsageError("rxe: SoftRoCE is not built on a lab over servers yet (docs/servers.md)")
         self.quiet = quiet
         self.out = check_out_dir(out) if out is not None else default_out(name)
         if rxe:  # before anything exists: SoftRoCE across namespaces is a kernel capability (the lab VM has it)
-
             if doctor.missing(["rxe:netns"]):
                 raise CapabilityMissing("rxe:netns", "rxe=True needs SoftRoCE across namespaces: run it in the lab "
                                         "VM (testbed vm -- ...)")
@@ -115,18 +122,20 @@ class Lab:
     # ---- lifetime ----
 
     def __enter__(self) -> "Lab":
-
         require_root(f"a lab ({self.name})")
         self._install_sigterm()
         try:
             self.state = RunState()
             self.state.save()
             self.rundir = RunDir(self.out, self.name, self.params, self.seed)
-            self.net = TestbedNet(self.topo, state=self.state, rxe=self.rxe, progress=self.progress, build=False,
-                                  servers=self.servers)
             t_build = time.monotonic()
-            self.net.build()
-            self.net.start()
+            if self.server_run is not None:  # each server's agent builds its share
+                self.net = self.server_run.start(self.state.run_id, self.rundir, self.progress)
+            else:
+                self.net = TestbedNet(self.topo, state=self.state, rxe=self.rxe, progress=self.progress, build=False,
+                                      servers=self.servers)
+                self.net.build()
+                self.net.start()
             self.rundir.manifest["fabric_build_s"] = round(time.monotonic() - t_build, 3)
             self.rundir.manifest["topology"] = self.net.fabric.describe()
             self.rundir.write_manifest()
@@ -172,20 +181,17 @@ class Lab:
 
     def _record_balancing(self) -> None:
         """The flowlet balancer's counters (flowlets started, packets moved), read from its maps before it goes."""
-
         path = self.rundir.write_csv("balancing.csv", ["node", "flowlets", "moved_packets", "packets"],
                                      self.net.fabric.balancing.stats())
         self.summary.update(balancing_metrics(load_csv(path, "balancing")))
 
     def _record_servers(self) -> None:
         """A fabric split over servers: what each server's tunnels carried (servers.csv, testbed.network.cluster)."""
-
         path = self.rundir.write_csv("servers.csv", SERVER_COLUMNS, server_rows(self.net.fabric))
         self.summary.update(server_metrics(load_csv(path, "servers")))
 
     def _judge_fidelity(self) -> None:
         """Did the machine keep up? testbed.measure.verdict.judge_run on the raw files, into the summary."""
-
         judge_run(self.rundir, self.summary)
 
     def _install_sigterm(self) -> None:
@@ -222,20 +228,17 @@ class Lab:
         """Sample the backlog, drops and marks of ``ports`` ((node, ifname); default: every shaped port) every
         ``every_ms`` until the lab ends; ``queues.csv`` (and ``cpu.csv``) are written then, or at
         ``sampler.stop(lab.rundir)`` if the experiment reads them first. Returns the sampler."""
-
         sampler = QueueSampler(self.net.fabric, interval_s=every_ms / 1000.0, ports=ports).start()
         self.on_teardown(lambda: sampler.stop(self.rundir))
         return sampler
 
     def port_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         """Sent/dropped/marked totals of every shaped port now (one netlink dump per namespace)."""
-
         return port_totals(self.ports())
 
     def port_deltas(self, ports: Iterable[tuple[str, str]] | None = None):
         """The counters of ``ports`` ((node, ifname); default: every shaped port) now; ``.stop()`` reads them again
         and returns what the traffic in between added. Returns the :class:`testbed.measure.portrecord.PortCounters`."""
-
         wanted = set(ports) if ports is not None else None
         return PortCounters(p for p in self.ports() if wanted is None or (p[0], p[2]) in wanted)
 
@@ -244,7 +247,6 @@ class Lab:
     def tcp_counters(self, hosts: Iterable | None = None):
         """The hosts' (default: all) kernel TCP counters now; ``.stop()`` reads them again and writes tcp.csv (also
         done at teardown). Returns the :class:`testbed.measure.tcprecord.TcpCounters`."""
-
         names = [host_name(h) for h in (hosts if hosts is not None else self.net.hosts)]
         rec = TcpCounters({h: self.net.ns(h) for h in names})
         self.on_teardown(lambda: rec.stop(self.rundir))
@@ -285,7 +287,6 @@ class Lab:
         """Start a real distributed program, one process per rank in its host's namespace, as torchrun
         (``launcher="torch"``) or Open MPI's mpirun (``"mpi"``) starts it; ``.wait()`` for its end. See
         :mod:`testbed.workloads.program` (timeout_s, start_timeout_s, env, warmup_steps, master_port, cwd)."""
-
         return Program(self, cmd, hosts, ranks, ranks_per_host, launcher, **kw).start()
 
     def collective(self, what: "str | CollectiveSettings | Form" = "allreduce", run: bool = True,
@@ -342,7 +343,6 @@ class Lab:
         or collective job, or when the script calls :meth:`start_workload`. Each change, and routing's reaction,
         is written to ``events.csv``; the fabric is put back as built when the lab ends."""
         if self.faults is None:
-
             self.faults = FaultTimeline(self.net.fabric, self.progress)
             self.on_teardown(self._close_faults)
         f = self.faults.add(fault, at_s=at_s)
@@ -354,7 +354,6 @@ class Lab:
         """Schedule a fault ``after_s`` seconds after a collective job begins its measured iteration ``iteration``
         (0 = the first), e.g. ``lab.at_iteration(3, "link-down leaf1-spine1 for_s=0.3")``: the job's rank 0
         reports each iteration's start as it begins it. Otherwise as :meth:`at`."""
-
         f = faultplan.parse(fault) if isinstance(fault, str) else fault
         return self.at(after_s, faultplan.make(f.kind, f.target, **{**dict(f.params), "at_iteration": iteration}))
 
@@ -382,7 +381,6 @@ class Lab:
     def _close_faults(self) -> None:
         """Stop the timeline, put the fabric back, write events.csv (with the frames the dead links swallowed as a
         last ``dead_link_frames`` event) and add analysis' fault numbers to the summary."""
-
         events = self.faults.close()
         lost = self.faults.lost_frames()
         if self.faults.t0 is not None and self.faults.links_touched():
@@ -399,3 +397,7 @@ class Lab:
         TestbedCLI(self.net)
 
 
+# on this machine's namespaces only: a lab over servers refuses them with one line (testbed.workloads.serverlab)
+for _name in ("sample_queues", "port_counters", "port_deltas", "tcp_counters", "flows", "burst", "launch", "dcqcn",
+              "trim", "at", "cli"):
+    setattr(Lab, _name, local_only(getattr(Lab, _name)))

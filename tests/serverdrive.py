@@ -1,4 +1,4 @@
-"""What the fabric-over-servers tests do on a built fabric (testbed.commands.serverfabric): a TCP transfer between
+"""What the fabric-over-servers tests do on a built fabric (testbed.network.serverfabric): a TCP transfer between
 two hosts whose data is checked end to end (the receiver's SHA-256 of what arrived against the sender's of what it
 sent), each end run by its server's agent (`run` in the host's namespace), so the receiver may sit in another
 kernel."""
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from pathlib import Path
+from typing import Callable
 
 PORT = 5301
 
@@ -76,7 +78,7 @@ def assert_delivered(out: dict, size_bytes: int) -> float:
     return float(seconds)
 
 
-# ---- a collective across servers (testbed.commands.serverjobs) -------------------------------------------------
+# ---- a collective across servers (testbed.workloads.serverjobs) -------------------------------------------------
 
 def ring_job(ranks: int, message_bytes: int, iterations: int, timeout_s: float = 90.0) -> tuple[dict, dict]:
     """A ring all-reduce job (one op per iteration, no compute, data verified) and its schedules, as
@@ -127,7 +129,7 @@ def job_processes_left(folders_glob: str = "/tmp/tb-*-job-*") -> list[str]:
 def allreduce_across(fab, workdir, listen: tuple[str, int], listen_in, iterations: int, message_bytes: int = 256_000,
                      rate_mbps: float = 20, max_bound_s: float = 2e-3, **kw):
     """A 2-rank ring all-reduce over h1 and h2 of ``fab`` (on different servers) through the Controller on TCP
-    ``listen`` (testbed.commands.serverjobs.run_collective; ``kw`` to it), asserting: every rank verified its data;
+    ``listen`` (testbed.workloads.serverjobs.run_collective; ``kw`` to it), asserting: every rank verified its data;
     every op row is there; the far rank's clock bound is in (0, ``max_bound_s``); and two causal checks on the
     reference clock, each true in real time whatever the path and each failed by a clock error larger than its
     slack:
@@ -141,7 +143,7 @@ def allreduce_across(fab, workdir, listen: tuple[str, int], listen_in, iteration
     Rejected: comparing the two ranks' first op starts (the go goes out with the same offset the results come back
     with, so an offset error cancels) and "ends agree within one step's time" (a timing assumption, not causality).
     Returns the results and the slacks."""
-    from testbed.commands.serverjobs import run_collective
+    from testbed.workloads.serverjobs import run_collective
     from traffic.controller import Member
 
     job, schedules = ring_job(2, message_bytes, iterations)
@@ -156,3 +158,70 @@ def allreduce_across(fab, workdir, listen: tuple[str, int], listen_in, iteration
     for row in res.ops:
         assert res.t_ready - bound_s <= row[5] <= row[6] <= res.t_end + bound_s, (row, res.t_ready, res.t_end)
     return res, slack
+
+
+# ---- a servers-file run (testbed.workloads.serverlab) ------------------------------------------------------
+
+#: `testbed run collective --set servers=FILE` over the two kernels: h1 (host) and h2 (VM), 20 Mbit/s, MTU 1450
+RUN_SETTINGS = {"ranks": 2, "spines": 2, "leaves": 2, "hosts_per_leaf": 1, "host_rate_mbps": 20, "fabric_rate_mbps": 20,
+                "mtu": 1450, "collective": "allreduce", "size": 256_000, "iterations": 3, "warmup": 0,
+                "sample_interval_ms": 0}
+
+
+def servers_file_run(vm, tmp_path: Path, wire_host: str, wire_guest: str, agents_left: Callable[[], list]) -> None:
+    """`testbed run collective --set servers=FILE` (``vm``: tests/host/test_two_kernels_host.py's SshdVm: ``cli``
+    runs testbed in its wire namespace, ``servers`` its servers file, ``keys.client`` its ssh key) naming this
+    machine (``wire_host``) and the VM (``wire_guest``): the Lab over a ServerFabric (testbed.workloads.serverlab).
+    From the run directory: exit 0, data verified, ops.csv with both ranks' rows, servers.json with two kernels and
+    their clock passes, clocks.csv's bound (the summary's clock_uncertainty_us_max) in (0, 2 ms), and both causal
+    checks of :func:`allreduce_across` on the ops as written to ops.csv (on the reference clock; the controller's go
+    and last result from the manifest's control_window_s); nothing left on this kernel (``agents_left``: this
+    machine's agents and ssh clients the run started; the guest's leftovers: the caller's next look into it). Then
+    a bad servers file (a crossing link's MTU the VM's NIC cannot carry): status 2, one line, no namespace made."""
+    import json
+    import os
+    import time
+    import types
+
+    from analysis.load import load_csv
+    from testbed.kernel import netns
+
+    before = set(netns.list_ours())
+    sets = [x for k, v in {**RUN_SETTINGS, "servers": vm.servers}.items() for x in ("--set", f"{k}={v}")]
+    out = tmp_path / "run"
+    t0 = time.monotonic()
+    r = vm.cli("run", "collective", *sets, "--out", str(out), "--quiet", timeout=300)
+    run_s = time.monotonic() - t0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["data_verified"] is True and summary["cct_ms_p50"] > 0, summary
+    ops = load_csv(out / "ops.csv", "ops")
+    assert sorted(ops["rank"].value_counts().items()) == [(0, 3), (1, 3)], ops
+    rec = json.loads((out / "servers.json").read_text())["servers"]
+    assert rec["server-1"]["kernel"] == os.uname().release != rec["server-2"]["kernel"], rec
+    assert rec["server-2"]["nodes"] == ["h2", "leaf2", "spine2"] and len(rec["server-2"]["clock"]) >= 2, rec
+    clocks = load_csv(out / "clocks.csv", "clocks").set_index("rank")
+    bound_s = float(clocks.loc[1, "uncertainty_s"])
+    assert clocks.loc[1, "server"] == "server-2" and 0 < bound_s < 2e-3, clocks
+    assert summary["clock_uncertainty_us_max"] == bound_s * 1e6, summary
+    rows = [[o.iteration, o.op, o.op_index, o.collective, o.rank, o.start_s, o.end_s, o.bytes_sent, o.bytes_recv]
+            for o in ops.itertuples()]
+    slack = causal_slack_s(types.SimpleNamespace(ops=rows), RUN_SETTINGS["host_rate_mbps"], 3 * 1500)
+    assert min(slack) >= -bound_s, (slack, bound_s)
+    go_s, last_s = json.loads((out / "manifest.json").read_text())["control_window_s"]
+    for row in rows:   # the second causal check of allreduce_across: between the go and the last result
+        assert go_s - bound_s <= row[5] <= row[6] <= last_s + bound_s, (row, go_s, last_s)
+    print(json.dumps({"servers_file_run_s": run_s, "fabric_build_s": json.loads((out / "manifest.json").read_text())[
+        "fabric_build_s"], "bound_s": bound_s, "slack_s": slack,
+                      "cct_ms_p50": summary["cct_ms_p50"], "clock_passes": rec["server-2"]["clock"]}))
+    assert set(netns.list_ours()) <= before and not job_processes_left(), netns.list_ours()
+    assert not agents_left(), agents_left()
+    # (a bad line of the file is refused by the same load, unit-tested in tests/unit/test_servers_file.py)
+    for name, line, says in (("mtu", f"server-2 root@{wire_guest} key={vm.keys.client} mtu=1400", "crosses servers"),):
+        bad = vm.servers.with_name(f"bad-{name}.txt")
+        bad.write_text(f"server-1 localhost address={wire_host}\n{line}\n")
+        sets = [x for k, v in {**RUN_SETTINGS, "servers": bad}.items() for x in ("--set", f"{k}={v}")]
+        r = vm.cli("run", "collective", *sets, "--out", str(tmp_path / f"bad-{name}"), timeout=120)
+        assert r.returncode == 2 and says in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert set(netns.list_ours()) <= before and not agents_left()
+    print(f"servers-file run step {time.monotonic() - t0:.1f} s")

@@ -36,7 +36,8 @@ from traffic.rxe import rxe_mtu_for_netdev
 from traffic.schedule import DTYPES, Schedule, ScheduleError, nccl_size_bytes
 from traffic.traces import TraceError, load_trace
 
-__all__ = ["JobError", "JobPlan", "plan_job", "payload_efficiency", "ops_rows", "tcpinfo_deltas", "OPS_COLUMNS"]
+__all__ = ["JobError", "JobPlan", "plan_job", "payload_efficiency", "ops_rows", "tcpinfo_deltas", "OPS_COLUMNS",
+           "op_groups"]
 
 #: ops.csv's columns; the last two are optional in docs/rundir.md (the rank's iteration start, the nccl-tests size)
 OPS_COLUMNS = ["iteration", "op", "op_index", "collective", "rank", "host", "start_s", "end_s", "bytes_sent",
@@ -281,3 +282,31 @@ def tcpinfo_deltas(rows: Sequence[Sequence]) -> dict:
         rtt = max(rtt, info.get("rtt_us", 0))
         rto = max(rto, info.get("rto_us", 0))
     return {"total_retrans": sum(last[k] - first[k] for k in last), "rtt_us_max": rtt, "rto_us_max": rto}
+
+
+def op_groups(plan) -> dict[str, list[list[int]]]:
+    """Each grouped op's communicators (op name -> disjoint rank lists): the ranks its schedule's sends and receives
+    join. ops.csv names no communicator, and analysis.correlate measures a grouped op's arrival skew per group."""
+    out = {}
+    for seg in plan.job.segments:
+        for name, key, *_ in seg.ops:
+            sched = plan.schedules[key]
+            if "group_size" not in dict(sched.params):
+                continue
+            root = list(range(sched.ranks))
+
+            def find(r: int) -> int:
+                while root[r] != r:
+                    root[r] = root[root[r]]
+                    r = root[r]
+                return r
+            for prog in sched.programs:
+                for st in prog.steps:
+                    for x in (*st.sends, *st.recvs):
+                        root[find(x.peer)] = find(prog.rank)
+            comps: dict[int, list[int]] = {}
+            for prog in sched.programs:
+                if prog.steps:
+                    comps.setdefault(find(prog.rank), []).append(prog.rank)
+            out[str(name)] = sorted(comps.values())
+    return out

@@ -21,6 +21,7 @@ from testbed.params import SEED_HELP, parse_seed, resolve
 from testbed.rundir import check_out_dir, default_out
 from testbed.scenario import Scenario
 from testbed.vm import labvm
+from testbed.workloads.serverlab import check as check_servers_run, servers_value
 from topologies.mininet_topo import spec_from_topo
 from topologies.spec import SpecError
 from testbed.commands import repeat
@@ -159,6 +160,8 @@ def main(args: argparse.Namespace, extra: list[str]) -> int:
     params = resolve(scenario.params, opts.set)
     scenario.validate(params)
     faults = parse_faults(scenario, params, opts.seed, opts.fault, opts.faults)
+    if not isinstance(servers_value(params.get("servers", 1)), int):  # a servers file: what it cannot do yet
+        check_servers_run(params, faults)
     require_root(f"testbed run {scenario.name}")
     # an output folder that cannot be written is refused here: before doctor probes, a VM boot or a fabric
     out = check_out_dir(opts.out) if opts.out else check_out_dir(default_out(scenario.name), "--out (default)")

@@ -105,7 +105,7 @@ def _ping_ok(link, argv: list[str], ns: str | None = None) -> tuple[bool, str]:
 
 def _pair(rep: Report, ref: Server, s: Server, links: dict, args) -> None:
     """mtu, vxlan and clock between the reference and server ``s``."""
-    from testbed.commands.serverlink import clock_pass
+    from testbed.network.serverlink import clock_pass
 
     ref_link, link = links[ref.name], links[s.name]
     mtu = min(ref.mtu, s.mtu)
@@ -154,7 +154,7 @@ def _median(xs: list[float]) -> float:
 
 def check(servers: list[Server], args) -> Report:
     """Every check, in order; the agents are closed (and tear down) whatever happens."""
-    from testbed.commands.serverlink import AgentError, AgentLink
+    from testbed.network.serverlink import AgentError, AgentLink
 
     rep = Report()
     links: dict = {}
@@ -200,7 +200,7 @@ def check(servers: list[Server], args) -> Report:
 def clean(servers: list[Server], args) -> Report:
     """`testbed clean` on every server of the file, each by its agent (the project's tb- objects only; a server
     that cannot be reached is one failed line, the others are still cleaned)."""
-    from testbed.commands.serverlink import AgentError, AgentLink
+    from testbed.network.serverlink import AgentError, AgentLink
 
     rep = Report()
     for s in servers:

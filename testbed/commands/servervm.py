@@ -56,7 +56,7 @@ class SshdVm:
 
     def guest(self):
         """A fresh agent link to the VM (ssh started inside the wire namespace)."""
-        from testbed.commands.serverlink import AgentLink
+        from testbed.network.serverlink import AgentLink
         from testbed.network.serversfile import load
 
         with netns.entered(self.wire):

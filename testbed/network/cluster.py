@@ -11,9 +11,10 @@ busiest, stay inside a machine). The servers are namespaces on this machine join
 (testbed.kernel.tunnel); the crossing links are VXLAN tunnels whose ends carry the ports' planned names, MACs,
 shapers and queues, so everything above (routes, queues, telemetry, agents) is the same as on one server.
 
-Servers that are other machines: each builds its *share* (testbed.network.share: the same Fabric code on the nodes
+Servers that are other machines (``Lab(topo, servers="servers.txt")``, ``--set servers=FILE``:
+testbed.workloads.serverlab): each builds its *share* (testbed.network.share: the same Fabric code on the nodes
 placed on it, its crossing links as VXLAN ends over its real NIC), started through its agent
-(testbed.commands.serverfabric); :func:`build_share_tunnels` below makes those ends. Not yet collected back from
+(testbed.network.serverfabric); :func:`build_share_tunnels` below makes those ends. Not yet collected back from
 a real server: its telemetry (docs/servers.md).
 """
 

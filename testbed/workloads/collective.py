@@ -30,7 +30,7 @@ import sys
 
 from testbed.measure import liveview
 from testbed.workloads.settings import JOB_PARAMS, job_plan
-from traffic.jobplan import OPS_COLUMNS, JobPlan, ops_rows, payload_efficiency, tcpinfo_deltas
+from traffic.jobplan import OPS_COLUMNS, JobPlan, op_groups, ops_rows, payload_efficiency, tcpinfo_deltas
 from analysis import fidelity, metrics as am, summary as asum
 from analysis.load import load_csv
 from analysis.uet import uet_metrics
@@ -47,7 +47,8 @@ from traffic.uet_options import loss_rule_for
 from traffic.schedule import ScheduleError, alpha_beta_bound_s
 from traffic.tcp import INFO_KEYS
 
-__all__ = ["JOB_PARAMS", "CollectiveJob", "RdmaCounters", "job_plan"]  # the knobs and their plan: settings.py
+# the knobs and their plan: settings.py
+__all__ = ["JOB_PARAMS", "CollectiveJob", "RdmaCounters", "job_plan", "op_bound_s", "op_groups"]
 
 SWEEP_COLUMNS = ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps", "busbw_gbps",
                  "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"]
@@ -60,32 +61,20 @@ def _uet_counters(result: dict) -> dict[str, int]:
     return {str(k): int(v) for k, v in (tr.get("counters") or {}).items()} if isinstance(tr, dict) else {}
 
 
-def op_groups(plan) -> dict[str, list[list[int]]]:
-    """Each grouped op's communicators (op name -> disjoint rank lists): the ranks its schedule's sends and receives
-    join. ops.csv names no communicator, and analysis.correlate measures a grouped op's arrival skew per group."""
-    out = {}
-    for seg in plan.job.segments:
-        for name, key, *_ in seg.ops:
-            sched = plan.schedules[key]
-            if "group_size" not in dict(sched.params):
-                continue
-            root = list(range(sched.ranks))
-
-            def find(r: int) -> int:
-                while root[r] != r:
-                    root[r] = root[root[r]]
-                    r = root[r]
-                return r
-            for prog in sched.programs:
-                for st in prog.steps:
-                    for x in (*st.sends, *st.recvs):
-                        root[find(x.peer)] = find(prog.rank)
-            comps: dict[int, list[int]] = {}
-            for prog in sched.programs:
-                if prog.steps:
-                    comps.setdefault(find(prog.rank), []).append(prog.rank)
-            out[str(name)] = sorted(comps.values())
-    return out
+def op_bound_s(plan, link, op: str, collective: str, efficiency: float) -> float:
+    """The alpha-beta bound of ``op`` of ``plan`` (its ``collective``, as ops.csv names it) on hosts' ``link``
+    (topologies' LinkSpec: rate, delay), beta per payload byte (``efficiency``: the shaper also carries every packet's
+    headers); NaN for a custom schedule (no bound)."""
+    keys = {o[0]: o[1] for seg in plan.job.segments for o in seg.ops}
+    coll, n = collective, plan.ranks
+    prm = dict(plan.schedules[keys[op]].params) if op in keys else {}
+    if coll == "custom" and "group_size" in prm:  # grouped (a parallel dimension): one group's bound
+        coll, n = str(prm["collective"]), int(prm["group_size"])
+    try:
+        return alpha_beta_bound_s(coll, n, plan.sizes[op], link.rate_mbps * 1e6 / 8 * efficiency,
+                                  link.delay_ms * 1e-3 * 4)
+    except ScheduleError:  # a custom schedule: no bound
+        return math.nan
 
 
 class RdmaCounters:
@@ -129,8 +118,10 @@ class CollectiveJob:
         self.rdma_opts = dict(rdma or {})
         self.uet_opts = dict(uet or {})
         self.verify, self.timeout_s, self.sample_interval_ms = verify, timeout_s, sample_interval_ms
-        self.forks = None if os.environ.get("TESTBED_AGENT_SPAWN") == "exec" else ForkServer(netns.NETNS_DIR,
-                                                                                             netns.popen)
+        # a lab over servers that are machines (testbed.workloads.serverlab): its agents start the ranks
+        self.remote = getattr(lab, "server_run", None)
+        self.forks = None if os.environ.get("TESTBED_AGENT_SPAWN") == "exec" or self.remote else ForkServer(
+            netns.NETNS_DIR, netns.popen)
         if self.forks:
             self.forks.start()
             lab.on_teardown(self.forks.close)
@@ -186,8 +177,9 @@ class CollectiveJob:
         def before_go() -> None:  # every agent connected and ready: counters, sampler and background from here
             if self.on_ready is not None:
                 self.on_ready()
-            counters["tcp"] = lab.tcp_counters(pl.hosts)
-            counters["ports"] = lab.port_deltas()
+            if self.remote is None:  # a far server's counters are not read (docs/servers.md)
+                counters["tcp"] = lab.tcp_counters(pl.hosts)
+                counters["ports"] = lab.port_deltas()
             if self.transport == "rdma":
                 counters["rdma"] = RdmaCounters(fabric, pl.hosts)
             for what in (sampler, bg):
@@ -206,8 +198,11 @@ class CollectiveJob:
             self.bg_stats = bg.stop() if bg in started else []
             if sampler in started:
                 sampler.stop()
-        counters["tcp"].stop(rundir)
-        self.port_delta = counters["ports"].stop()
+        if self.remote is not None:  # the ranks' times on the reference clock, and clocks.csv
+            self.res = self.remote.finish_job(self.res, rundir)
+        else:
+            counters["tcp"].stop(rundir)
+            self.port_delta = counters["ports"].stop()
         self.rdma_delta = counters["rdma"].stop(rundir) if "rdma" in counters else {}
         ctl.stop()
         # what each rank's sockets report (TCP_CONGESTION after connect): a host-config fault's own cc shows here
@@ -235,8 +230,10 @@ class CollectiveJob:
             if at_fault is not None:
                 at_fault(k)
 
-        return Controller(self.rundir.path, self._job_doc(fabric), pl.schedules, members,
-                          self.forks.popen if self.forks else netns.popen, progress=lab.progress,
+        kw = self.remote.controller_args(self, members) if self.remote is not None else {
+            "spawn": self.forks.popen if self.forks else netns.popen}
+        return Controller(self.rundir.path, self._job_doc(fabric), pl.schedules, members, kw.pop("spawn"),
+                          progress=lab.progress, **kw,
                           on_iteration=on_iteration if at_fault is not None or liveview.enabled() else None)
 
     def _write(self, sampler) -> None:
@@ -266,18 +263,9 @@ class CollectiveJob:
 
         pl, link = self.plan, self.lab.net.spec.host_link
         nrows = asum.nccl_table(run.ops).to_dict("records")
-        keys = {o[0]: o[1] for seg in pl.job.segments for o in seg.ops}
         for r in nrows:
             r["message_bytes"] = pl.sizes[r["op"]]
-            coll, n = r["collective"], pl.ranks
-            prm = dict(pl.schedules[keys[r["op"]]].params) if r["op"] in keys else {}
-            if coll == "custom" and "group_size" in prm:  # grouped (a parallel dimension): one group's bound
-                coll, n = str(prm["collective"]), int(prm["group_size"])
-            try:
-                r["bound_us"] = alpha_beta_bound_s(coll, n, r["message_bytes"], link.rate_mbps * 1e6 / 8 * efficiency,
-                                                   link.delay_ms * 1e-3 * 4) * 1e6
-            except ScheduleError:  # a custom schedule: no bound
-                r["bound_us"] = math.nan
+            r["bound_us"] = op_bound_s(pl, link, r["op"], r["collective"], efficiency) * 1e6
             r["time_vs_bound"] = r["time_us"] / r["bound_us"] if r["bound_us"] > 0 else math.nan
         itemsize = pl.first.itemsize
         self.rundir.write_csv("sweep.csv", SWEEP_COLUMNS, (
@@ -307,6 +295,7 @@ class CollectiveJob:
             out["step_bound_ms"] = comp + sum(bound_of[o[0]] for o in seg_ops) * 1e3
             out["step_vs_bound"] = (out["step_ms_p50"] / out["step_bound_ms"] if out.get("step_ms_p50")
                                     and out["step_bound_ms"] > 0 else None)
+        out.update(asum.clock_metrics(run.clocks))  # ranks on servers that are machines: clocks.csv
         if self.transport == "rdma":
             out.update(self._rdma_summary())
         if self.transport == "uet":

@@ -16,6 +16,7 @@ from analysis.summary import headline_ops
 from testbed.errors import RunFailed, UsageError
 from testbed.kernel import netns
 from testbed.kernel.qdisc import shape_loopback
+from testbed.workloads import serverlab
 from testbed.workloads.collective import CollectiveJob
 from traffic.background import BackgroundFlows
 from traffic.incast import IncastRounds, ROUNDS_COLUMNS
@@ -224,6 +225,8 @@ class Collective:
 
         s, spec = settings, lab.net.spec
         self.lab, self.settings = lab, s
+        if getattr(lab, "server_run", None) is not None:  # what a lab over servers cannot run yet: one line
+            serverlab.check(dataclasses.asdict(s))
         plan = s.plan(spec, lab.seed)
         self.job = CollectiveJob(lab, plan, s.transport, s.cc or spec.tcp.congestion_control, s.dscp,
                                  dataclasses.asdict(s.rdma), s.verify, s.timeout_s, s.sample_interval_ms,

@@ -1,8 +1,8 @@
-"""A fabric over servers built by the servers' agents (testbed.commands.serverfabric, docs/servers.md), on one
+"""A fabric over servers built by the servers' agents (testbed.network.serverfabric, docs/servers.md), on one
 kernel: two agents, each started inside a namespace standing for a server's own network stack (its NIC on a wire
 between them), build their shares of a 2x2 leaf-spine with the crossing links as VXLAN between the NICs' addresses.
 A 2-rank ring all-reduce runs over it with its control channel TCP between the servers' namespaces
-(testbed.commands.serverjobs). The two-kernel version (one share in the lab VM) is tests/host/test_two_kernels_host.py.
+(testbed.workloads.serverjobs). The two-kernel version (one share in the lab VM) is tests/host/test_two_kernels_host.py.
 About 14 s (the lease test 6 s, the collective 3.6 s)."""
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import time
 import pytest
 
 from tests.serverdrive import assert_delivered, transfer
-from testbed.commands.serverfabric import ServerFabric
-from testbed.commands.serverjobs import clock_models
+from testbed.network.serverfabric import ServerFabric
+from testbed.workloads.serverjobs import clock_models
 from testbed.commands.serversamples import sample_servers
-from testbed.commands.serverlink import AgentError, AgentLink, agent_command
+from testbed.network.serverlink import AgentError, AgentLink, agent_command
 from testbed.errors import UsageError
 from testbed.kernel import links, netns, tunnel
 from testbed.network import share
@@ -215,7 +215,7 @@ def test_a_collective_across_servers_verifies_over_tcp_control(tmp_path, monkeyp
     folder. Before the ranks, two strays on the servers' network claim their places (one with a wrong token, one
     with none): both are closed and the real ranks take their places."""
     from tests.serverdrive import allreduce_across, job_processes_left
-    from testbed.commands import serverjobs
+    from testbed.workloads import serverjobs
 
     strays: list[socket.socket] = []
     spawn = serverjobs.ServerSpawner.__call__

@@ -3,8 +3,9 @@ tap there, and nothing left when the run is sent SIGTERM mid-boot (benchmarks/tw
 across the wire and a VXLAN link and measures the guest clock's offset: a documented command, its figures in
 docs/servers.md); then the VM as a server reached over ssh: its own sshd on the wire, `testbed servers check` /
 `clean` through the agents, the guest clock's offset (its bound under 2 ms, and minus the offset, the host's clock
-at the guest's boot, between the VM's launch and its sshd listening), a fabric across both kernels and a ring
-all-reduce over it with its control channel TCP over the wire and its ops on one clock.
+at the guest's boot, between the VM's launch and its sshd listening), a fabric across both kernels, and `testbed run
+collective --set servers=FILE` over them: a ring all-reduce with its control channel TCP over the wire and its ops
+on one clock (tests.serverdrive.servers_file_run).
 
 One VM boot per test (about 10 s and 120 s under software emulation). The benchmark's full run (ping, tunnel and two
 clock passes: 43-57 s with its own boot) left CI's host layer: the servers test crosses the same wire and tunnel
@@ -150,7 +151,7 @@ class SshdVm:
 
     def guest(self):
         """A fresh agent link to the VM (ssh started inside the wire namespace)."""
-        from testbed.commands.serverlink import AgentLink
+        from testbed.network.serverlink import AgentLink
         from testbed.network.serversfile import load
 
         with netns.entered(self.wire):
@@ -179,9 +180,9 @@ def sshd_vm(tmp_path: Path):
         state.add("namespaces", wire)
         netns.create(wire)
         launched = time.monotonic()
-        vm = subprocess.Popen(netns.in_namespace(wire, [*CLI, "vm", "--rwdir", str(folder), "--timeout", "300", "--",
+        vm = subprocess.Popen(netns.in_namespace(wire, [*CLI, "vm", "--rwdir", str(folder), "--timeout", "360", "--",
                               sys.executable, "-m", "testbed.vm.sshd", "serve", "--folder", str(folder),
-                              "--address", f"{WIRE_GUEST}/24", "--lifetime-s", "280"]),
+                              "--address", f"{WIRE_GUEST}/24", "--lifetime-s", "340"]),
                               env=dict(os.environ, TESTBED_VM_TAP="tbvm0", PYTHONPATH=str(ROOT)),
                               start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + 120
@@ -282,15 +283,15 @@ def _clean_reaches_the_guest(vm: SshdVm) -> None:
 
 def _fabric_across_kernels(vm: SshdVm) -> None:
     """A 2x2 leaf-spine (one host per leaf, 20 Mbit/s, MTU 1450 so VXLAN fits the 1500-byte wire) over the two
-    kernels: each server's agent builds its share (testbed.commands.serverfabric), leaf2, spine2 and h2 in the
+    kernels: each server's agent builds its share (testbed.network.serverfabric), leaf2, spine2 and h2 in the
     VM's kernel, the rest in the host's, the two crossing links VXLAN over the wire. Pings and a TCP transfer with its
     data checked cross between the kernels; the VM's NIC counted the VXLAN datagrams; the record (servers.json) has
     each server's kernel, nodes and two clock passes whose bounds agree; each side's teardown leaves no
     namespace of the run; a share whose lab vanishes (its agent's input closes, as when the lab is SIGKILLed) is
     removed by the guest's agent itself."""
     from tests.serverdrive import assert_delivered, transfer
-    from testbed.commands.serverfabric import ServerFabric
-    from testbed.commands.serverlink import AgentLink
+    from testbed.network.serverfabric import ServerFabric
+    from testbed.network.serverlink import AgentLink
     from testbed.network.serversfile import load
     from topologies.leafspine import uniform_leaf_spine
 
@@ -329,7 +330,6 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
             print(json.dumps({"since_start_s": time.monotonic() - t0, "fabric": d,
                               "ping": ping.stdout.strip().splitlines()[-1], "transfer_s": seconds,
                               "vxlan_datagrams_into_vm": got, "clock": [a, b]}))
-            _allreduce_across_kernels(vm, fab)
         assert not [n for n in netns.list_ours() if n.startswith(f"tb-{run}-")]
         print(f"fabric torn down {time.monotonic() - t0:.1f} s after the agents' start")
         left = guest.call("run", argv=["sh", "-c", "ip netns list; ip -o link show"])
@@ -344,35 +344,11 @@ def _fabric_across_kernels(vm: SshdVm) -> None:
         guest.close()
 
 
-#: the ring all-reduce across the kernels: 2 ranks (h1 in the host's kernel, h2 in the VM's), 256 kB each, 4 times
-ALLREDUCE_BYTES, ALLREDUCE_ITERATIONS = 256_000, 4
-
-
-def _allreduce_across_kernels(vm: SshdVm, fab) -> None:
-    """A ring all-reduce over h1 (host kernel) and h2 (VM kernel) through the Controller listening on TCP on the
-    host server's wire address, each rank started by its server's agent, the VM's with its job files shipped over
-    ssh: every rank verifies its data and the ops of both kernels, on the host's clock, pass the causal checks of
-    tests.serverdrive.allreduce_across within the measured bound (their slack: 10.8-73 ms measured, docs/servers.md);
-    no rank or job folder is left on either kernel."""
-    from tests.serverdrive import allreduce_across, job_processes_left
-
-    t0 = time.monotonic()
-    res, slack = allreduce_across(fab, vm.servers.with_name("job"), (WIRE_HOST, 0), lambda: netns.entered(vm.wire),
-                                  ALLREDUCE_ITERATIONS, ALLREDUCE_BYTES, clock_start=fab.clocks[-1])
-    bound_s = res.clock_uncertainty_s
-    print(json.dumps({"allreduce_s": time.monotonic() - t0, "bound_s": bound_s, "slack_s": slack,
-                      "setup_s": res.t_ready - res.t_spawned, "spawn_s": [v["spawn_s"] for v in res.per_rank.values()],
-                      "op_s": {r: [x[6] - x[5] for x in v["ops"]] for r, v in res.per_rank.items()},
-                      "clock": res.per_rank[1]["clock"]}))
-    assert job_processes_left() == [], job_processes_left()
-    left = fab.links["server-2"].call("run", argv=["sh", "-c", "pgrep -f 'traffic[.]agent'; ls -d /tmp/tb-*-job-* "
-                                                   "2>/dev/null; true"])   # the guest's agent, already up
-    assert left["rc"] == 0 and left["stdout"].strip() == "", left
-
-
 def _share_goes_with_its_lab(vm: SshdVm, topo, local, guest) -> None:
-    """The lab vanishes (as when it is SIGKILLed): the agents' input ends and each removes its share itself."""
-    from testbed.commands.serverfabric import ServerFabric
+    """The lab vanishes (as when it is SIGKILLed): the agents' input ends and each removes its share itself. The
+    guest's last look also finds nothing the earlier servers-file run (tests.serverdrive.servers_file_run) left: no
+    namespace, rank or job folder."""
+    from testbed.network.serverfabric import ServerFabric
 
     run2 = secrets.token_hex(3)
     ServerFabric(topo, run2, [local, guest]).build()
@@ -381,8 +357,10 @@ def _share_goes_with_its_lab(vm: SshdVm, topo, local, guest) -> None:
         assert lk.proc.wait(timeout=60) == 0
     assert not [n for n in netns.list_ours() if n.startswith(f"tb-{run2}-")]
     with vm.guest() as again:
-        left = again.call("run", argv=["sh", "-c", "ip netns list; ip -o link show"])
-        assert "tb-" not in left["stdout"] and "tbvx" not in left["stdout"], left
+        left = again.call("run", argv=["sh", "-c", "ip netns list; ip -o link show; pgrep -f 'traffic[.]agent'; "
+                                       "ls -d /tmp/tb-*-job-* 2>/dev/null; true"])
+        assert left["rc"] == 0 and "tb-" not in left["stdout"] and "tbvx" not in left["stdout"], left
+        assert not [x for x in left["stdout"].splitlines() if x.strip().isdigit()], left   # no rank's pid
 
 
 def test_servers_check_over_ssh_into_the_vm(tmp_path):
@@ -392,8 +370,10 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
     client or namespace on either side; `testbed clean --servers` reaches the guest; the VM powers off when told (the
     run's stop file) and nothing is left: namespaces, QEMU, agents, sshd, the keys' folder.
 
-    Then a fabric over both kernels (_fabric_across_kernels: 20.9-21.8 s of it, n=3; 32.6-45.8 s, n=5, with the
-    ring all-reduce across the kernels, _allreduce_across_kernels: 5.4-7.3 s of it). The whole test took
+    Then a fabric over both kernels (_fabric_across_kernels: 20.9-21.8 s of it, n=3), and a servers-file run
+    across them (tests.serverdrive.servers_file_run: `testbed run collective --set servers=FILE`, a ring all-reduce
+    over the kernels with both causal checks, and a bad file; it replaced the all-reduce the fabric part ran
+    through serverjobs.run_collective directly, 5.4-7.3 s, which the one-kernel test still runs). The whole test took
     117-119 s (n=3) and 125 s on a machine shared with other runs (the VM's boot to sshd listening: 20-24 s; 80 s was
     seen under other helpers' loads; 134-227 s, n=5, with the all-reduce, on a machine shared with other VM runs).
     Measured over 6 runs
@@ -409,7 +389,10 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
         assert "server-1     nic      ok" in r.stdout, r.stdout
         _sigterm_leaves_nothing(vm)
         _clean_reaches_the_guest(vm)
-        _fabric_across_kernels(vm)
+        from tests.serverdrive import servers_file_run
+
+        servers_file_run(vm, tmp_path, WIRE_HOST, WIRE_GUEST, lambda: _agents_running(_BEFORE))
+        _fabric_across_kernels(vm)   # its last look into the guest also covers what the run could have left there
 
 
 def _links_in(ns: str) -> list[str]:

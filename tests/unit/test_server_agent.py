@@ -15,8 +15,8 @@ import pytest
 
 from testbed import cli
 from testbed.commands import serveragent, servers
-from testbed.commands.serverlink import AgentError, AgentGone, AgentLink, AgentTimeout, ssh_argv
-from testbed.commands.serverlink import agent_command as serveragent_command
+from testbed.network.serverlink import AgentError, AgentGone, AgentLink, AgentTimeout, ssh_argv
+from testbed.network.serverlink import agent_command as serveragent_command
 from testbed.network.serversfile import parse
 from testbed.vm import sshd
 

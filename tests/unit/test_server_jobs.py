@@ -1,6 +1,6 @@
 """A collective's pieces across servers that are pure logic (docs/servers.md): the agents' control connection
 forms (traffic.channel.connect), the files a far rank is sent (traffic.controller.job_files), the ranks' times put
-on the reference clock (testbed.commands.serverjobs), the refusals of a server agent's spawn before it starts
+on the reference clock (testbed.workloads.serverjobs), the refusals of a server agent's spawn before it starts
 anything, and the go instant sent on each rank's own clock. The whole path over two servers' agents is
 tests/host/test_server_fabric_host.py, and across two kernels tests/host/test_two_kernels_host.py."""
 
@@ -15,7 +15,7 @@ import threading
 import pytest
 
 from analysis.clockoffset import ClockModel, Offset
-from testbed.commands import serverjobs
+from testbed.workloads import serverjobs
 from testbed.commands.serverprocs import Processes
 from testbed.kernel.state import RunState
 from traffic.channel import Channel, connect
@@ -310,7 +310,7 @@ class _SlowLink(_Link):
         self.slow, self.error = slow, error
 
     def call(self, op, timeout_s=60, **kw):
-        from testbed.commands.serverlink import AgentTimeout
+        from testbed.network.serverlink import AgentTimeout
 
         self.asked.append(op)
         if self.error is not None:
@@ -321,7 +321,7 @@ class _SlowLink(_Link):
 
 
 def test_a_rank_whose_agent_is_slow_is_asked_again_and_one_whose_agent_is_gone_has_ended(tmp_path, monkeypatch):
-    from testbed.commands.serverlink import AgentError, AgentGone, AgentTimeout
+    from testbed.network.serverlink import AgentError, AgentGone, AgentTimeout
 
     monkeypatch.setattr(serverjobs, "POLL_EVERY_S", 0.0)
     assert serverjobs.poll_outcome(AgentTimeout("s2: no answer")) is None

@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from testbed.commands.serverlink import AgentError, AgentLink, clock_pass
+from testbed.network.serverlink import AgentError, AgentLink, clock_pass
 from testbed.errors import UsageError
 from testbed.kernel import PREFIX
 from testbed.kernel.tunnel import VXLAN_OVERHEAD_BYTES

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from analysis.clockoffset import ClockModel, Offset
-from testbed.commands.serverlink import AgentError, AgentLink, AgentTimeout
+from testbed.network.serverlink import AgentError, AgentLink, AgentTimeout
 from traffic.controller import Controller, Member, Results, job_files
 
 #: a far rank's status is asked of its agent at most this often (a request each; the controller looks every 0.2 s)
@@ -156,6 +156,36 @@ def on_reference(res: Results, models: dict[int, ClockModel | None]) -> Results:
     return Results(res.t_start, res.t_ready, res.t_end, per_rank, res.t_spawned)
 
 
+class ServerLaunch:
+    """What a Controller needs to run a job over ``fab``'s servers, and what is done with its results: the clock
+    pass before the job (:meth:`controller_args`: the per-rank start offsets, the spawner, the TCP listener on
+    ``listen``, inside ``listen_in``), the pass after it and the results on the reference clock (:meth:`finish`).
+    :func:`run_collective` and the Lab's collective job (testbed.workloads.collective) both drive it."""
+
+    def __init__(self, fab, listen: tuple[str, int], listen_in: Callable | None = None, exchanges: int = 100):
+        self.fab, self.listen, self.listen_in, self.exchanges = fab, tuple(listen), listen_in, exchanges
+        self.start: dict[str, dict] = {}
+        self.server_of: dict[int, str] = {}
+        self.spawner = ServerSpawner(fab)
+
+    def controller_args(self, members: list[Member], clock_start: dict | None = None) -> dict:
+        """Controller keywords (spawn, listen, listen_in, clock_offsets_s), after a clock pass (``clock_start``:
+        one taken already; kept in :attr:`start`)."""
+        self.start = clock_start or self.fab.clock(self.exchanges)
+        self.server_of = {m.rank: self.fab.server_of(m.host) for m in members}
+        offsets = {r: float(self.start[s]["offset_s"]) for r, s in self.server_of.items()}
+        return {"spawn": self.spawner, "listen": self.listen, "listen_in": self.listen_in, "clock_offsets_s": offsets}
+
+    def finish(self, res: Results) -> Results:
+        """A clock pass after the job, and ``res`` on the reference clock (:func:`on_reference`), each rank with its
+        spawn request's time (``spawn_s``)."""
+        models = clock_models(self.start, self.fab.clock(self.exchanges))
+        out = on_reference(res, {r: models[s] for r, s in self.server_of.items()})
+        for r, v in out.per_rank.items():
+            v["spawn_s"] = self.spawner.spawn_s.get(r)
+        return out
+
+
 def run_collective(fab, workdir: Path, job: dict, schedules: dict, members: list[Member], listen: tuple[str, int],
                    listen_in: Callable | None = None, clock_start: dict | None = None, exchanges: int = 100,
                    timeout_s: float = 120.0) -> Results:
@@ -163,21 +193,14 @@ def run_collective(fab, workdir: Path, job: dict, schedules: dict, members: list
     inside ``listen_in`` when that address is in another namespace than this process's), every rank spawned by its
     server's agent (:class:`ServerSpawner`), the start instant sent on each rank's clock (``clock_start``: a clock
     pass of ``fab``, default a fresh one); after the job a second pass, and the results on the reference clock
-    (:func:`on_reference`), each rank with its spawn request's time (``spawn_s``). ControlError when the job fails
-    (the ranks' logs are agent-<rank>.log in ``workdir``)."""
-    start = clock_start or fab.clock(exchanges)
-    server_of = {m.rank: fab.server_of(m.host) for m in members}
-    offsets = {r: float(start[s]["offset_s"]) for r, s in server_of.items()}
-    spawner = ServerSpawner(fab)
-    ctl = Controller(workdir, job, schedules, members, spawner, start_delay_s=0.5, listen=listen,
-                     listen_in=listen_in, clock_offsets_s=offsets)
+    (:func:`on_reference`), each rank with its spawn request's time (``spawn_s``): :class:`ServerLaunch`.
+    ControlError when the job fails (the ranks' logs are agent-<rank>.log in ``workdir``)."""
+    launch = ServerLaunch(fab, listen, listen_in, exchanges)
+    kw = launch.controller_args(members, clock_start)
+    ctl = Controller(workdir, job, schedules, members, kw.pop("spawn"), start_delay_s=0.5, **kw)
     try:
         ctl.start()
         res = ctl.run(setup_timeout_s=timeout_s, run_timeout_s=timeout_s)
     finally:
         ctl.stop()
-    models = clock_models(start, fab.clock(exchanges))
-    out = on_reference(res, {r: models[s] for r, s in server_of.items()})
-    for r, v in out.per_rank.items():
-        v["spawn_s"] = spawner.spawn_s.get(r)
-    return out
+    return launch.finish(res)
