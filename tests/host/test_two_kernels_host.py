@@ -18,14 +18,13 @@ import contextlib
 import json
 import os
 import secrets
-import shutil
-import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.commands.servervm import CLI, WIRE_GUEST, WIRE_HOST, SshdVm
+from testbed.commands.servervm import sshd_vm as boot_sshd_vm
 from testbed.kernel import netns
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,38 +86,19 @@ def test_sigterm_mid_boot_leaves_nothing():
 
 # ---- the lab VM as a server reached over ssh: `testbed servers check` (docs/servers.md) ------------------------
 
-WIRE_HOST, WIRE_GUEST = "198.19.0.1", "198.19.0.2"
 #: the TCP transfer across the kernels: 2 MB, 0.8 s at the fabric's 20 Mbit/s
 FABRIC_BYTES = 2_000_000
 
 
-def _ssh_port_open(wire: str, within_s: float, vm: subprocess.Popen) -> float:
-    """Seconds until the guest's sshd accepts a TCP connection on the wire (from inside the wire namespace)."""
-    import socket
-
-    start = time.monotonic()
-    while time.monotonic() - start < within_s:
-        assert vm.poll() is None, f"the VM ended (status {vm.returncode}) before its sshd listened"
-        with netns.entered(wire):
-            s = socket.socket()
-        s.settimeout(1)
-        try:
-            s.connect((WIRE_GUEST, 22))
-            return time.monotonic() - start
-        except OSError:
-            time.sleep(0.3)
-        finally:
-            s.close()
-    raise TimeoutError(f"no sshd on {WIRE_GUEST}:22 within {within_s:.0f} s")
-
-
-def _agents_running(since: set[str] | None = None) -> list[str]:
+def _agents_running(since: set[str] | None = None, wire: str | None = None) -> list[str]:
     """This machine's server agents, ssh clients to the guest and sshd processes that were not running before the
     test (the check must leave none; an sshd the machine had before, and its login sessions, are the
-    administrator's: scripts/install.sh leaves them alone)."""
+    administrator's: scripts/install.sh leaves them alone); with ``wire``, only those in the wire namespace, where
+    every agent and ssh client of this test starts (another run's agents on a shared machine are not this test's)."""
     found = []
+    inside = {str(pid) for pid in netns.pids_in(wire)} if wire else None
     for p in Path("/proc").iterdir():
-        if since is not None and p.name in since:
+        if (since is not None and p.name in since) or (inside is not None and p.name not in inside):
             continue
         try:
             cmd = (p / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -134,82 +114,16 @@ def _agents_running(since: set[str] | None = None) -> list[str]:
 _BEFORE = {line.split(":", 1)[0] for line in _agents_running()}
 
 
-@dataclass
-class SshdVm:
-    """The lab VM booted from ``wire`` with its own sshd on 198.19.0.2 (testbed.vm.sshd), and the run's keys."""
-
-    wire: str
-    keys: object
-    servers: Path            # server-1 localhost, server-2 the VM
-    launched_s: float        # this machine's CLOCK_MONOTONIC when the VM was launched
-    sshd_after_s: float
-
-    def cli(self, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        """`testbed ARGV` run inside the wire namespace (ssh reaches the VM from there only)."""
-        return subprocess.run(netns.in_namespace(self.wire, [*CLI, *argv]), capture_output=True, text=True,
-                              timeout=timeout, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
-
-    def guest(self):
-        """A fresh agent link to the VM (ssh started inside the wire namespace)."""
-        from testbed.network.serverlink import AgentLink
-        from testbed.network.serversfile import load
-
-        with netns.entered(self.wire):
-            return AgentLink.start(load(self.servers)[1])
-
-
-CLI = [sys.executable, "-m", "testbed.cli"]
-
-
 @contextlib.contextmanager
 def sshd_vm(tmp_path: Path):
-    """Boot the VM on a wire with sshd as its command; on the way out: the stop file (sshd ends, the guest powers
-    off), QEMU ended if it did not, the namespace and the keys' folder removed, then assert nothing is left."""
-    from testbed.kernel import links
-    from testbed.kernel.state import RunState
-    from testbed.vm import sshd
-
-    state = RunState()
-    wire = f"tb-{state.run_id}-wire"
-    folder = tmp_path / f"servers-{state.run_id}"   # shared with the guest (--rwdir)
-    keys = sshd.make_keys(folder, WIRE_GUEST)
-    servers = folder / "servers.txt"
-    servers.write_text(f"server-1 localhost address={WIRE_HOST}\nserver-2 root@{WIRE_GUEST} key={keys.client}\n")
-    vm = None
-    try:
-        state.add("namespaces", wire)
-        netns.create(wire)
-        launched = time.monotonic()
-        vm = subprocess.Popen(netns.in_namespace(wire, [*CLI, "vm", "--rwdir", str(folder), "--timeout", "360", "--",
-                              sys.executable, "-m", "testbed.vm.sshd", "serve", "--folder", str(folder),
-                              "--address", f"{WIRE_GUEST}/24", "--lifetime-s", "340"]),
-                              env=dict(os.environ, TESTBED_VM_TAP="tbvm0", PYTHONPATH=str(ROOT)),
-                              start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 120
-        while "tbvm0" not in _links_in(wire):
-            assert vm.poll() is None and time.monotonic() < deadline, "no tap"
-            time.sleep(0.2)
-        links.add_address(wire, "tbvm0", WIRE_HOST, 24)
-        with netns.ipr_in(wire) as ipr:
-            ipr.link("set", index=ipr.link_lookup(ifname="tbvm0")[0], state="up")
-        _ssh_port_open(wire, 240, vm)
-        yield SshdVm(wire, keys, servers, launched, time.monotonic() - launched)
-    finally:
-        keys.stop_file.touch()
-        if vm is not None:
-            try:
-                print(vm.communicate(timeout=120)[0][-2000:])
-            except subprocess.TimeoutExpired:
-                vm.terminate()               # testbed vm ends its QEMU on SIGTERM
-                vm.wait(timeout=90)
-        for pid in netns.pids_in(wire):      # what still runs in our wire namespace (a QEMU still exiting)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        netns.remove(wire)
-        state.drop()
-        shutil.rmtree(folder, ignore_errors=True)
-    assert vm.returncode == 0
-    assert wire not in netns.list_ours()
+    """Boot the VM on a wire with sshd as its command (testbed.commands.servervm, which on the way out touches the
+    stop file, ends QEMU if it did not, removes the namespace and the keys' folder), then assert nothing is left."""
+    folder = tmp_path / "servers"   # shared with the guest (--rwdir); removed by servervm
+    with boot_sshd_vm(folder, lifetime_s=340) as vm:
+        yield vm
+    print(vm.output[-2000:])
+    assert vm.proc.returncode == 0
+    assert vm.wire not in netns.list_ours()
     assert qemu_gone(), qemu_with_our_tap()
     assert not folder.exists() and not _agents_running(_BEFORE)
 
@@ -236,7 +150,7 @@ def _all_checks_pass(vm: SshdVm, numbers: Path) -> None:
     assert vm.launched_s - unc_s <= booted_s <= vm.launched_s + vm.sshd_after_s + unc_s, (vm, n["clock"])
     print(json.dumps({"sshd_after_s": vm.sshd_after_s, "reach_s": n["reach_s"], "agent_rtt_s": n["agent_rtt_s"],
                       "clock": n["clock"]}))
-    assert not _agents_running(_BEFORE), _agents_running(_BEFORE)
+    assert not _agents_running(_BEFORE, vm.wire), _agents_running(_BEFORE, vm.wire)
 
 
 def _sigterm_leaves_nothing(vm: SshdVm) -> None:
@@ -255,7 +169,7 @@ def _sigterm_leaves_nothing(vm: SshdVm) -> None:
     assert p.returncode != 0 and any("server-2     mtu" in x for x in seen), "".join(seen) + rest
     assert "clock" not in rest, rest                 # it stopped before the clock check
     time.sleep(1)
-    assert not _agents_running(_BEFORE), _agents_running(_BEFORE)
+    assert not _agents_running(_BEFORE, vm.wire), _agents_running(_BEFORE, vm.wire)
     assert set(netns.list_ours()) <= before, set(netns.list_ours()) - before
     with vm.guest() as guest:
         left = guest.call("run", argv=["ip", "netns", "list"])
@@ -391,10 +305,5 @@ def test_servers_check_over_ssh_into_the_vm(tmp_path):
         _clean_reaches_the_guest(vm)
         from tests.serverdrive import servers_file_run
 
-        servers_file_run(vm, tmp_path, WIRE_HOST, WIRE_GUEST, lambda: _agents_running(_BEFORE))
+        servers_file_run(vm, tmp_path, WIRE_HOST, WIRE_GUEST, lambda: _agents_running(_BEFORE, vm.wire))
         _fabric_across_kernels(vm)   # its last look into the guest also covers what the run could have left there
-
-
-def _links_in(ns: str) -> list[str]:
-    with netns.ipr_in(ns) as ipr:
-        return [lk.get_attr("IFLA_IFNAME") for lk in ipr.get_links()]
