@@ -45,7 +45,7 @@ _GROUPS = {
         flowlet_moved_fraction servers tunnel_datagrams tunnel_drops""",
     "the collective job": """
         bound_ms bound_payload_efficiency cct_vs_bound arrival_skew_vs_bound transfer_vs_bound arrival_skew_ms_mean
-        transfer_ms_mean step_bound_ms step_vs_bound time_vs_bound data_verified
+        transfer_ms_mean step_bound_ms step_vs_bound time_vs_bound data_verified clock_uncertainty_us_max clock_servers
         job_s agent_cpu_s_max switch_drops host_nic_drops ecn_marks tcpinfo_total_retrans tcpinfo_rtt_ms_max
         tcpinfo_rto_ms_max background_flows bg_goodput_mbps queue_sample_interval_ms cpu_busy_fraction
         cpu_busy_ops_fraction cpu_busy_peak message_bytes ranks iterations warmup ops_per_iteration

@@ -76,8 +76,8 @@ PARAMS = [*JOB_PARAMS,  # the job: collective, size, ranks, iterations, compute,
       "into capture-NODE-IFNAME.pcap, decoded into the wire_* summary numbers"),
     P("servers", str, "1", "", "split the fabric over this many servers (1-16: namespaces on this machine joined by "
       "VXLAN tunnels; a leaf with its hosts per server, spines spread: testbed.network.cluster, docs/scale.md), or "
-      "over the machines a servers file names (its path: one agent per server over ssh, TCP only, "
-      "sample_interval_ms=0; docs/servers.md)"),
+      "over the machines a servers file names (its path: one agent per server over ssh, TCP only, each "
+      "server sampling its own queues; docs/servers.md)"),
     P("max_clock_uncertainty_ms", float, 0.0, "ms", "servers=FILE: the largest clock bound accepted (0: 5% of the "
       "job's smallest op's alpha-beta bound; testbed.workloads.serverlab)", min=0, max=10_000),
     P("topology_file", str, "", "", "a leaf-spine topology file (.toml/.yaml, docs/topologies.md; per-port "

@@ -165,7 +165,32 @@ def allreduce_across(fab, workdir, listen: tuple[str, int], listen_in, iteration
 #: `testbed run collective --set servers=FILE` over the two kernels: h1 (host) and h2 (VM), 20 Mbit/s, MTU 1450
 RUN_SETTINGS = {"ranks": 2, "spines": 2, "leaves": 2, "hosts_per_leaf": 1, "host_rate_mbps": 20, "fabric_rate_mbps": 20,
                 "mtu": 1450, "collective": "allreduce", "size": 256_000, "iterations": 3, "warmup": 0,
-                "sample_interval_ms": 0}
+                "sample_interval_ms": 5}
+
+
+def queue_rows_on_one_clock(out: Path, window_s: tuple[float, float], bound_s: float, rec: dict) -> None:
+    """A servers run's queues.csv (testbed.measure.serversamples): rows from the ports of both servers' nodes,
+    and every port that carried the all-reduce's data did so only between the controller's go and its last result
+    on the reference clock (within the far clock's bound, two of the slowest server's achieved sampling rounds and
+50 ms): the far server's samples line
+    up with the reference's. The ring's data goes h1 -> h2 and h2 -> h1, so h1's port (server-1) and h2's
+    (server-2) both carry it; the ranks' connections are opened before the go, so only rounds that moved more than
+    a few frames count as data."""
+    import json
+
+    from analysis.load import load_csv
+
+    q = load_csv(out / "queues.csv", "queues")
+    nodes = {s: set(v["nodes"]) for s, v in rec.items()}
+    assert nodes["server-1"] & set(q["node"]) and nodes["server-2"] & set(q["node"]), (set(q["node"]), nodes)
+    sampling = json.loads((out / "manifest.json").read_text())["servers_sampling"]   # each server's achieved rounds
+    slack = bound_s + 2 * max(st["queue_sample_interval_s"] for st in sampling.values()) + 0.05
+    for host in ("h1", "h2"):
+        rows = q[q["node"] == host].groupby("t_s")["sent_bytes"].sum().sort_index()
+        moved = rows[rows.diff() > 4000].index   # data (a round of 5 ms moves up to 12.5 kB), not the handshakes
+        assert rows.iloc[-1] - rows.iloc[0] >= RUN_SETTINGS["size"], (host, rows.iloc[0], rows.iloc[-1])
+        assert window_s[0] - slack <= moved.min() and moved.max() <= window_s[1] + slack, (host, moved.min(),
+                                                                                          moved.max(), window_s)
 
 
 def servers_file_run(vm, tmp_path: Path, wire_host: str, wire_guest: str, agents_left: Callable[[], list]) -> None:
@@ -211,6 +236,7 @@ def servers_file_run(vm, tmp_path: Path, wire_host: str, wire_guest: str, agents
     go_s, last_s = json.loads((out / "manifest.json").read_text())["control_window_s"]
     for row in rows:   # the second causal check of allreduce_across: between the go and the last result
         assert go_s - bound_s <= row[5] <= row[6] <= last_s + bound_s, (row, go_s, last_s)
+    queue_rows_on_one_clock(out, (go_s, last_s), bound_s, rec)
     print(json.dumps({"servers_file_run_s": run_s, "fabric_build_s": json.loads((out / "manifest.json").read_text())[
         "fabric_build_s"], "bound_s": bound_s, "slack_s": slack,
                       "cct_ms_p50": summary["cct_ms_p50"], "clock_passes": rec["server-2"]["clock"]}))

@@ -16,7 +16,7 @@ holding the agent, with its files and a control connection: testbed.commands.ser
 (the clock echo and its prober, testbed.measure.clockprobe and analysis.clockoffset), vxlan_up / vxlan_down (a
 scratch VXLAN end in a namespace of the agent's, for the servers check), build_share / share_counters /
 teardown_share (this server's share of a fabric), sample_start / sample_stop (its queue sampler:
-testbed.commands.serversamples), clean (testbed clean on this server: only
+testbed.measure.serversamples), clean (testbed clean on this server: only
 the project's tb- objects), quit.
 
 **It tears down what it made when its stdin closes**: a lab killed on the reference server (SIGKILL included) closes
@@ -40,7 +40,7 @@ import time
 
 from testbed.commands.serverinfo import PROJECT_ROOT, nic, version  # noqa: F401 - PROJECT_ROOT: the agent's root
 from testbed.commands.serverprocs import Processes
-from testbed.commands.serversamples import ShareSampling
+from testbed.measure.serversamples import ShareSampling
 from testbed.kernel import netns
 from testbed.kernel.state import RunState
 

@@ -35,8 +35,9 @@ from analysis import fidelity, metrics as am, summary as asum
 from analysis.load import load_csv
 from analysis.uet import uet_metrics
 from testbed.errors import RunFailed
+from testbed.network.serverlink import AgentError as RemoteError
 from testbed.kernel import netns
-from testbed.kernel.counters import rdma_counters
+from testbed.measure.rdmarecord import RdmaCounters
 from testbed.measure.telemetry import QueueSampler
 from traffic.background import BackgroundFlows
 from traffic.controller import ControlError, Controller, Member
@@ -52,7 +53,17 @@ __all__ = ["JOB_PARAMS", "CollectiveJob", "RdmaCounters", "job_plan", "op_bound_
 
 SWEEP_COLUMNS = ["op", "collective", "message_bytes", "size", "count", "time_us", "algbw_gbps", "busbw_gbps",
                  "cct_us_p50", "cct_us_p99", "bound_us", "time_vs_bound", "n"]
-RDMA_COLUMNS = ["host", "device", "phase", "counter", "value"]
+
+
+def _stop_sampler(sampler, failing: bool) -> None:
+    """Stop the job's queue sampler; while the job itself is failing, a sampler's own failure is one line on stderr
+    rather than the error that hides the job's."""
+    try:
+        sampler.stop()
+    except Exception as e:  # noqa: BLE001 - see above
+        if not failing:
+            raise RunFailed(f"collective: queue sampler: {e}") from None
+        print(f"testbed: collective: queue sampler: {e}", file=sys.stderr)
 
 
 def _uet_counters(result: dict) -> dict[str, int]:
@@ -75,28 +86,6 @@ def op_bound_s(plan, link, op: str, collective: str, efficiency: float) -> float
                                   link.delay_ms * 1e-3 * 4)
     except ScheduleError:  # a custom schedule: no bound
         return math.nan
-
-
-class RdmaCounters:
-    """The hosts' rxe counters (``rdma statistic``) now; :meth:`stop` reads them again, writes rdma.csv (host,
-    device, phase, counter, value) and returns the summed increase of every counter over the hosts."""
-
-    def __init__(self, fabric, hosts):
-
-        self._read = lambda: {h: rdma_counters(fabric.ns(h), fabric.rxe[h][0]) for h in hosts if h in fabric.rxe}
-        self.device = {h: d for h, (d, _) in fabric.rxe.items()}
-        self.before = self._read()
-        self.after: dict | None = None
-
-    def stop(self, rundir) -> dict[str, int]:
-        if self.after is None:
-            self.after = self._read()
-            rundir.write_csv("rdma.csv", RDMA_COLUMNS, [(h, self.device[h], ph, k, v)
-                                                        for ph, d in (("before", self.before), ("after", self.after))
-                                                        for h in sorted(d) for k, v in sorted(d[h].items())])
-        names = sorted({k for d in self.after.values() for k in d})
-        return {k: sum(self.after[h].get(k, 0) - self.before.get(h, {}).get(k, 0) for h in self.after)
-                for k in names}
 
 
 class CollectiveJob:
@@ -169,9 +158,9 @@ class CollectiveJob:
             bg = BackgroundFlows(pl.job.background, lab.endpoints(pl.hosts), netns.entered, cc=self.cc,
                                  cc_by_host=lab.host_cc())
             lab.on_teardown(bg.stop)
-        sampler = QueueSampler(fabric, interval_s=self.sample_interval_ms / 1000.0) if self.sample_interval_ms else None
+        sampler = None if not self.sample_interval_ms else self.remote.sampler(self.sample_interval_ms) \
+            if self.remote is not None else QueueSampler(fabric, interval_s=self.sample_interval_ms / 1000.0)
         lab.progress(pl.describe())
-        ctl.start()
         started, counters = [], {}
 
         def before_go() -> None:  # every agent connected and ready: counters, sampler and background from here
@@ -191,13 +180,14 @@ class CollectiveJob:
             lab.start_workload()  # t = 0 of the fault timeline
 
         try:
+            ctl.start()
             self.res = ctl.run(setup_timeout_s=self.timeout_s, run_timeout_s=self.timeout_s, before_go=before_go)
-        except ControlError as e:
+        except (ControlError, RemoteError) as e:   # RemoteError: a server's agent failed a request (serverlab)
             raise RunFailed(f"collective: run failed: {e} (agent logs: {rundir.path}/agent-*.log)") from None
         finally:
             self.bg_stats = bg.stop() if bg in started else []
             if sampler in started:
-                sampler.stop()
+                _stop_sampler(sampler, failing=sys.exc_info()[0] is not None)
         if self.remote is not None:  # the ranks' times on the reference clock, and clocks.csv
             self.res = self.remote.finish_job(self.res, rundir)
         else:
@@ -353,14 +343,15 @@ class CollectiveJob:
                     if len(run.ops) else None)
         reasons = fidelity.reasons(fidelity.cpu_busy(q.get("cpu_busy_fraction")) if busy_ops is None
                                    else fidelity.cpu_busy(busy_ops, during="while the ops ran"))
+        unread = self.remote is not None   # over servers the hosts' and ports' counters are not read: None, not 0
         return {
-            "tcp_retrans_segs": tm.get("tcp_retrans_segs", 0),
-            "tcp_timeouts": tm.get("tcp_timeouts", 0),
+            "tcp_retrans_segs": None if unread else tm.get("tcp_retrans_segs", 0),
+            "tcp_timeouts": None if unread else tm.get("tcp_timeouts", 0),
             # every class of every port, collective and background alike (drop-tail overflow, RED drops)
-            "switch_drops": sum(switch_drops.values()),
+            "switch_drops": None if unread else sum(switch_drops.values()),
             "switch_drops_by_port": "; ".join(f"{k}={v}" for k, v in switch_drops.items() if v),
-            "host_nic_drops": sum(pdelta("drops", False).values()),
-            "ecn_marks": sum(pdelta("marks", True).values()),
+            "host_nic_drops": None if unread else sum(pdelta("drops", False).values()),
+            "ecn_marks": None if unread else sum(pdelta("marks", True).values()),
             "tcpinfo_total_retrans": ti["total_retrans"],
             "tcpinfo_rtt_ms_max": ti["rtt_us_max"] / 1e3,
             "tcpinfo_rto_ms_max": ti["rto_us_max"] / 1e3,

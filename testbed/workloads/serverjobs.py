@@ -165,6 +165,7 @@ class ServerLaunch:
     def __init__(self, fab, listen: tuple[str, int], listen_in: Callable | None = None, exchanges: int = 100):
         self.fab, self.listen, self.listen_in, self.exchanges = fab, tuple(listen), listen_in, exchanges
         self.start: dict[str, dict] = {}
+        self.models: dict = {}     # server -> its clock model over the job, once finish() took the pass after it
         self.server_of: dict[int, str] = {}
         self.spawner = ServerSpawner(fab)
 
@@ -179,7 +180,7 @@ class ServerLaunch:
     def finish(self, res: Results) -> Results:
         """A clock pass after the job, and ``res`` on the reference clock (:func:`on_reference`), each rank with its
         spawn request's time (``spawn_s``)."""
-        models = clock_models(self.start, self.fab.clock(self.exchanges))
+        self.models = models = clock_models(self.start, self.fab.clock(self.exchanges))
         out = on_reference(res, {r: models[s] for r, s in self.server_of.items()})
         for r, v in out.per_rank.items():
             v["spawn_s"] = self.spawner.spawn_s.get(r)

@@ -2,7 +2,7 @@
 servers=FILE` (docs/servers.md, issue 29).
 
     with Lab(topo, servers="servers.txt", out="results/x") as lab:     # file, placement, NIC MTUs checked first
-        job = lab.collective("allreduce", size="256K", ranks=2, sample_interval_ms=0)
+        job = lab.collective("allreduce", size="256K", ranks=2)
     # ops.csv on the reference clock, clocks.csv (each rank's offset and bound), servers.json (the clock passes)
 
 What it stands for: Mininet's cluster edition and MaxiNet run one experiment over several machines from one
@@ -19,9 +19,10 @@ line, before its ranks start) when a server's bound exceeds :data:`CLOCK_FRACTIO
 op's alpha-beta bound, i.e. when the clocks alone could move the fastest possible op by more than 10%;
 ``max_clock_uncertainty_ms`` (> 0) replaces the rule by a fixed bound.
 
-What a servers run cannot do yet (refused with one line, :func:`refusals`): RDMA and UET, faults, queue sampling
-(a far server's samplers), background flows, programs, PFC, DCQCN, trimming, loss, captures, scale-up domains,
-spraying and flowlet balancing, and everything the Lab does with Mininet's node objects.
+Queue sampling (``sample_interval_ms``) runs on every server, each on its own share, its rows brought back on the
+reference clock (testbed.measure.serversamples). What a servers run cannot do yet (refused with one line,
+:func:`refusals`): RDMA and UET, faults, background flows, programs, PFC, DCQCN, trimming, loss, captures,
+scale-up domains, spraying and flowlet balancing, and everything the Lab does with Mininet's node objects.
 """
 
 from __future__ import annotations
@@ -53,7 +54,6 @@ CLOCK_PASS_FRESH_S = 60.0
 
 #: (parameter, its value a servers run needs, what it is): what a servers run refuses otherwise
 _NEEDS = (("transport", "tcp", "RDMA and UET transports"), ("background", "", "background flows"),
-          ("sample_interval_ms", 0, "queue sampling on far servers; set 0"),
           ("gpus_per_host", 1, "scale-up domains"), ("pfc", "off", "PFC"), ("dcqcn", "off", "DCQCN"),
           ("trim", ("auto", "off"), "packet trimming"), ("loss_percent", 0, "loss"), ("capture", "", "captures"),
           ("load_balancing", "ecmp", "spraying and flowlet balancing"), ("cmd", "", "programs"))
@@ -205,6 +205,12 @@ class ServersRun:
     # ---- a collective job's ranks (testbed.workloads.collective.CollectiveJob) ----
 
     def controller_args(self, job, members) -> dict:
+        try:
+            return self._controller_args(job, members)
+        except AgentError as e:   # a server's agent failed the clock pass: one line
+            raise RunFailed(f"servers: {e}") from None
+
+    def _controller_args(self, job, members) -> dict:
         """The Controller's keywords for ``job``'s ranks on the servers, after a clock pass that must meet the job's
         need (:func:`clock_need_s`; RunFailed before any rank starts)."""
         from testbed.workloads.collective import op_bound_s
@@ -226,10 +232,21 @@ class ServersRun:
             raise RunFailed(f"servers: {problem}")
         return kw
 
+    def sampler(self, every_ms: float):
+        """A collective job's queue sampler over the servers (each samples its share; the rows go on the reference
+        clock with the job's clock models when written)."""
+        from testbed.measure.serversamples import ServersSampler
+
+        return ServersSampler(self.fab, every_ms, lambda: self.launch.models)
+
     def finish_job(self, res, rundir):
         """``res`` on the reference clock (a clock pass after the job) and clocks.csv: per rank its server's offset
         at the job's start, the bound and the drift of its clock model (0 for the reference's ranks)."""
-        out = self.launch.finish(res)
+        try:
+            out = self.launch.finish(res)
+        except AgentError as e:   # the clock pass after the job: without it the far ranks' times cannot be placed
+            raise RunFailed(f"servers: the clock pass after the job failed, its results cannot be put on one clock: "
+                            f"{e}") from None
         # the controller's go and its receipt of the last result, on the reference clock: every op lies between
         rundir.manifest["control_window_s"] = [res.t_ready, res.t_end]
         rows = []

@@ -20,7 +20,7 @@ import pytest
 from tests.serverdrive import assert_delivered, transfer
 from testbed.network.serverfabric import ServerFabric
 from testbed.workloads.serverjobs import clock_models
-from testbed.commands.serversamples import sample_servers
+from testbed.measure.serversamples import sample_servers
 from testbed.network.serverlink import AgentError, AgentLink, agent_command
 from testbed.errors import UsageError
 from testbed.kernel import links, netns, tunnel

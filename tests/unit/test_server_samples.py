@@ -1,11 +1,11 @@
-"""Every server's queue samples on the reference clock (testbed.commands.serversamples.on_reference_clock): pure."""
+"""Every server's queue samples on the reference clock (testbed.measure.serversamples.on_reference_clock): pure."""
 
 from __future__ import annotations
 
 import pytest
 
 from analysis.clockoffset import ClockModel, Offset
-from testbed.commands.serversamples import ShareSampling, on_reference_clock
+from testbed.measure.serversamples import ShareSampling, on_reference_clock
 
 
 def _offset(offset_s: float, at_s: float, unc_s: float = 3e-4) -> Offset:

@@ -11,6 +11,7 @@ within its server's bound of the reference clock.
 
     agent side:  ShareSampling.start(fabric, interval_ms) ... .stop() -> rows   (serveragent's sample_* ops)
     lab side:    s = sample_servers(fab, every_ms) ... s.stop(models) -> ServerSamples
+    a job:       ServersSampler(fab, every_ms, models) : start / stop / write(rundir) / stats, as QueueSampler
 """
 
 from __future__ import annotations
@@ -74,8 +75,13 @@ class RunningSamples:
             fab.links[n].call("sample_start", interval_ms=float(every_ms))
 
     def stop(self, models: dict) -> ServerSamples:
-        """Stop every server's sampler (at once, one thread each) and put its rows on the reference clock with
-        ``models`` (server -> analysis.clockoffset.ClockModel; None or absent: the reference's own rows)."""
+        """Stop every server's sampler and put its rows on the reference clock with ``models`` (server ->
+        analysis.clockoffset.ClockModel; None or absent: the reference's own rows)."""
+        return on_reference_clock(self.collect(), models)
+
+    def collect(self) -> dict[str, dict]:
+        """Stop every server's sampler (at once, one thread each): server -> its ``sample_stop`` reply, times on its
+        own clock. RuntimeError naming the servers that did not answer."""
         got: dict[str, dict] = {}
         errors: dict[str, str] = {}
 
@@ -93,7 +99,7 @@ class RunningSamples:
             missing = [n for n in self.servers if n not in got and n not in errors]
             raise RuntimeError("samples not brought back: " + "; ".join([*errors.values(),
                                                                           *(f"{n}: no answer" for n in missing)]))
-        return on_reference_clock(got, models)
+        return got
 
 
 def on_reference_clock(got: dict[str, dict], models: dict) -> ServerSamples:
@@ -112,3 +118,50 @@ def on_reference_clock(got: dict[str, dict], models: dict) -> ServerSamples:
 def sample_servers(fab, every_ms: float = 1.0) -> RunningSamples:
     """Start every server's queue sampler (``every_ms``) on its share of ``fab`` (a built ServerFabric)."""
     return RunningSamples(fab, every_ms)
+
+
+class ServersSampler:
+    """QueueSampler's face (start, stop, write, stats) over a fabric on servers, for a collective job
+    (testbed.workloads.collective): ``write`` puts every server's rows on the reference clock with ``models()``
+    (server -> ClockModel, known once the job's clock pass after it is taken, i.e. after ``stop``) and writes
+    queues.csv (every server's ports) and cpu.csv (the reference server's CPU); the run's manifest gets each
+    server's sampler stats (``servers_sampling``); :meth:`stats` is the worst server's, for the fidelity verdict."""
+
+    def __init__(self, fab, every_ms: float, models):
+        self.fab, self.every_ms, self.models = fab, float(every_ms), models
+        self.running: RunningSamples | None = None
+        self.got: dict[str, dict] = {}
+        self.samples: ServerSamples | None = None
+
+    def start(self) -> "ServersSampler":
+        self.running = sample_servers(self.fab, self.every_ms)
+        return self
+
+    def stop(self, rundir=None) -> None:
+        running, self.running = self.running, None
+        if running is not None:
+            self.got = running.collect()
+        if rundir is not None:
+            self.write(rundir)
+
+    def write(self, rundir) -> None:
+        from testbed.measure.telemetry import CPU_COLUMNS, QUEUE_COLUMNS
+
+        self.samples = on_reference_clock(self.got, self.models())
+        rundir.write_csv("queues.csv", QUEUE_COLUMNS, ((f"{r[0]:.6f}", *r[1:]) for r in self.samples.queues))
+        ref = next(iter(self.fab.links))
+        rundir.write_csv("cpu.csv", CPU_COLUMNS, ((f"{t:.6f}", f"{b:.4f}") for t, b in self.samples.cpu.get(ref, [])))
+        rundir.manifest["servers_sampling"] = self.samples.stats
+        rundir.write_manifest()
+
+    def stats(self) -> dict:
+        """The worst server's: the longest achieved interval, the fewest rounds, the busiest CPU; ports summed."""
+        st = list(self.samples.stats.values()) if self.samples else []
+        if not st:
+            return {}
+        return {"queue_sampler_backend": st[0]["queue_sampler_backend"],
+                "queue_sample_interval_s": max(x["queue_sample_interval_s"] for x in st),
+                "queue_samples": min(x["queue_samples"] for x in st),
+                "queue_ports_sampled": sum(x["queue_ports_sampled"] for x in st),
+                "cpu_busy_fraction": max(x["cpu_busy_fraction"] for x in st),
+                "cpu_busy_peak": max(x["cpu_busy_peak"] for x in st)}
