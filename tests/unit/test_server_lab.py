@@ -18,6 +18,7 @@ from testbed.workloads.serverlab import CLOCK_FRACTION, clock_need_s, clock_prob
 def test_servers_is_a_count_or_a_file():
     assert servers_value(1) == 1 and servers_value("2") == 2 and servers_value(" 16 ") == 16
     assert servers_value("servers.txt") == Path("servers.txt") and servers_value("/x/2") == Path("/x/2")
+    assert servers_value(Path("2")) == Path("2")      # a path is a file, whatever its name
     for bad in ("", "  ", None, True):
         with pytest.raises(UsageError, match="servers: a number of servers or a servers file"):
             servers_value(bad)
@@ -84,6 +85,7 @@ def _job_on_two_servers(bound_s: float):
                                 placement=types.SimpleNamespace(server_of=where))
     run = ServersRun.__new__(ServersRun)
     run.spec, run.fab, run.max_clock_uncertainty_ms, run.clock_at = spec, fab, 0.0, float("inf")
+    run.launch = None
     run.servers = [types.SimpleNamespace(address="198.19.0.1")]
     job = types.SimpleNamespace(plan=plan, transport="tcp", rundir=types.SimpleNamespace(manifest={}))
     members = [Member(r, h, fab.ns(h), spec.host_ip(h)) for r, h in enumerate(plan.placement.hosts)]
@@ -102,3 +104,5 @@ def test_a_job_whose_clock_is_coarser_than_its_need_is_refused_before_its_ranks_
     kw = run.controller_args(job, members)   # the lab's fresh pass is the job's start: offsets per rank
     assert kw["clock_offsets_s"] == {0: 0.0, 1: -70000.5} and kw["listen"] == ("198.19.0.1", 0), kw
     assert job.rundir.manifest["clock_need_s"] == pytest.approx(5.36e-3, rel=1e-3)
+    with pytest.raises(RunFailed, match="one collective job at a time"):   # the first has not finished
+        run.controller_args(job, members)
