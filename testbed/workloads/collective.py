@@ -195,15 +195,18 @@ class CollectiveJob:
             self.port_delta = counters["ports"].stop()
         self.rdma_delta = counters["rdma"].stop(rundir) if "rdma" in counters else {}
         ctl.stop()
-        # what each rank's sockets report (TCP_CONGESTION after connect): a host-config fault's own cc shows here
-        rundir.manifest["cc_by_rank"] = {str(r): ",".join(m.get("cc", [])) for r, m in
-                                             sorted((getattr(ctl, "ready", None) or {}).items())}
-        if self.transport == "uet":  # what each rank's transport sprays over, as it reports it
-            rundir.manifest["uet_entropy_values_by_rank"] = {
-                str(r): m.get("entropy_values") for r, m in sorted((getattr(ctl, "ready", None) or {}).items())}
-        rundir.write_manifest()
+        self._record_ranks(ctl)
         self._write(sampler)
         return self
+
+    def _record_ranks(self, ctl) -> None:
+        """What each rank's sockets report, into the manifest: TCP_CONGESTION after connect (a host-config fault's
+        own cc shows here) and, for UET, the entropy values its transport sprays over."""
+        ready = sorted((getattr(ctl, "ready", None) or {}).items())
+        self.rundir.manifest["cc_by_rank"] = {str(r): ",".join(m.get("cc", [])) for r, m in ready}
+        if self.transport == "uet":
+            self.rundir.manifest["uet_entropy_values_by_rank"] = {str(r): m.get("entropy_values") for r, m in ready}
+        self.rundir.write_manifest()
 
     def _controller(self, fabric):
         """The control plane of the job's agents (traffic.controller), reporting each iteration's start to the fault
