@@ -274,8 +274,8 @@ class Battery:
                  f"all-reduce(s) of {self.s['size']}", "host flows: " + ", ".join(f"{a}>{b}" for a, b in m["pairs"]),
                  *[f"{k}: CCT p50 {v['cct_ms_p50']:.0f} ms, bound {v['bound_ms']:.0f} ms" for k, v in jobs.items()
                    if v.get("cct_ms_p50") is not None],
-                 *[f"{h}: CPU task timed again ({a:.0f} then {b:.0f} ms; the lower is judged)"
-                   for h, (a, b) in m.get("cpu_retimed", {}).items()]]
+                 *[f"{h}: CPU task timed {len(ts)} times ({', '.join(f'{t:.0f}' for t in ts)} ms; the lowest is judged)"
+                   for h, ts in m.get("cpu_retimed", {}).items()]]
         return checks, paths, facts
 
     def _paths(self, rounds: list) -> tuple[list, dict]:
