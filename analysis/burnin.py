@@ -97,6 +97,19 @@ def mad(values: list[float]) -> float:
     return float(median(abs(v - m) for v in values))
 
 
+def median_or_nan(xs: list[float]) -> float:
+    """The median of ``xs`` (NaN for none: not measured)."""
+    return float(median(xs)) if xs else float("nan")
+
+
+def p99_or_nan(xs: list[float]) -> float:
+    """The nearest-rank 99th percentile of ``xs`` (NaN for none): of 40 echoes, their maximum."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return float(s[min(len(s) - 1, max(0, -(-99 * len(s) // 100) - 1))])
+
+
 def margin(peers: list[float], rule: Rule) -> tuple[float, float, float]:
     """(peers' median, MAD, how far past the median a point may lie) for ``rule``."""
     m = float(median(peers))

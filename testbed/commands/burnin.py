@@ -198,6 +198,7 @@ class Battery:
 
     def measure_all(self) -> dict:
         from testbed.commands import burnin_battery as bb
+        from testbed.commands.burnin_retry import repinged
 
         lab, shape, dur = self.lab, self.shape, float(self.s["duration_s"])
         m: dict = {}
@@ -208,7 +209,7 @@ class Battery:
         m["hosts"] = [(rnd, bb.measure_flows(lab, rnd, pace, dur, [], read_cc=True)) for rnd in bb.host_rounds(pairs)]
         m["pairs"] = pairs
         lab.progress("burn-in: latency, CPU")
-        m["rtt"] = bb.ping_rtts(lab, pairs)
+        m["rtt"], m["rtt_again"] = repinged(lambda ps: bb.ping_rtts(lab, ps), pairs)
         m["cpu"], m["cpu_retimed"] = self.workers.times_ms(shape.hosts)
         m["paths"] = []
         pins = bb.PinnedRoutes(lab)
@@ -275,7 +276,9 @@ class Battery:
                  *[f"{k}: CCT p50 {v['cct_ms_p50']:.0f} ms, bound {v['bound_ms']:.0f} ms" for k, v in jobs.items()
                    if v.get("cct_ms_p50") is not None],
                  *[f"{h}: CPU task timed {len(ts)} times ({', '.join(f'{t:.0f}' for t in ts)} ms; the lowest is judged)"
-                   for h, ts in m.get("cpu_retimed", {}).items()]]
+                   for h, ts in m.get("cpu_retimed", {}).items()],
+                 *[f"{h}: echoes sent {len(rs)} times (p99 {', '.join(f'{bb.p99_or_nan(r):.2f}' for r in rs)} ms; the "
+                   "lowest is judged)" for h, rs in m.get("rtt_again", {}).items()]]
         return checks, paths, facts
 
     def _paths(self, rounds: list) -> tuple[list, dict]:

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field, replace
 from statistics import median
 
+from analysis.burnin import median_or_nan, p99_or_nan
 from testbed.kernel import linkfail, netns
 from testbed.measure.tcprecord import TcpCounters
 
@@ -42,10 +43,6 @@ PINGS, PING_INTERVAL_S = 40, 0.005
 BACKLOG_EVERY_S = 0.05
 #: the compute task: iterations of a Python loop (~35 ms on one idle core of this machine), run CPU_REPEATS times
 CPU_LOOP, CPU_REPEATS = 600_000, 5
-#: a host whose CPU time its peers would flag is timed again, up to CPU_TIMINGS timings in all, CPU_PAUSE_S apart, and
-#: keeps its lowest: a CI run's healthy h2 was slow in two timings 0.7 s apart (74 ms against its peers' 45, the two
-#: peers timed between them were not), so another process's bursts can outlast one re-timing; a throttle slows all
-CPU_TIMINGS, CPU_PAUSE_S = 3, 1.0
 WORKER = ("import sys, time\nprint('ready', flush=True)\n"
           "for line in sys.stdin:\n    n = int(line)\n    t = time.perf_counter()\n    x = 0\n"
           "    for i in range(n):\n        x += i * i\n"
@@ -327,10 +324,12 @@ class CpuWorkers:
 
     def times_ms(self, hosts: list[str]) -> tuple[dict[str, float], dict[str, list[float]]]:
         """Every host's task time (:meth:`time_ms`); a host whose time analysis.burnin would flag against its peers
-        is timed again (up to ``CPU_TIMINGS`` timings, ``CPU_PAUSE_S`` apart) and keeps its lowest, as an operator
+        is timed again (up to ``burnin_retry.TIMINGS`` timings, ``PAUSE_S`` apart) and keeps its lowest, as an operator
         re-runs a failed CPU check before pulling a server: another job's bursts on a shared machine slow some
         timings, a throttled CPU (a slow-host fault's cgroup) slows every one. Returns (times, each re-timed host's
         timings in order)."""
+        from testbed.commands.burnin_retry import retimed
+
         return retimed(self.time_ms, hosts)
 
     def close(self) -> None:
@@ -368,37 +367,8 @@ def allreduce(lab, hosts: list[str], leaves: list[str], size: str, iterations: i
             "cct_vs_bound": summ.get("cct_vs_bound"), "verified": bool(job.res.verified)}
 
 
-def median_or_nan(xs: list[float]) -> float:
-    return float(median(xs)) if xs else float("nan")
-
-
-def p99_or_nan(xs: list[float]) -> float:
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    return float(s[min(len(s) - 1, max(0, -(-99 * len(s) // 100) - 1))])
-
-
 __all__ = [
     "BacklogSampler", "CpuWorkers", "Path", "PinnedRoutes", "RoundResult", "Shape", "allreduce", "host_config",
     "host_pairs", "measure_flows", "median_or_nan", "p99_or_nan", "path_ports", "path_rate", "path_rounds",
     "ping_rtts", "retrans_pct", "shape_of"
 ]
-
-
-def retimed(time_ms, hosts: list[str], timings: int = CPU_TIMINGS,
-            pause=lambda: time.sleep(CPU_PAUSE_S)) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """:meth:`CpuWorkers.times_ms` with ``time_ms`` (host -> ms) as the timer and ``pause`` between re-timings."""
-    from analysis.burnin import judge
-
-    times = {h: time_ms(h) for h in hosts}
-    again: dict[str, list[float]] = {}
-    for _ in range(timings - 1):
-        flagged = [c.target for c in judge("cpu_task_ms", times) if c.flagged]
-        if not flagged:
-            break
-        pause()
-        for h in flagged:
-            again.setdefault(h, [times[h]]).append(time_ms(h))
-            times[h] = min(again[h])
-    return times, again
