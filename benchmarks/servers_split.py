@@ -51,9 +51,8 @@ def _busy(a: tuple[int, int], b: tuple[int, int]) -> float:
 def one_layout(layout: str, links: dict, topo, a, workdir: Path, listen_in) -> dict:
     """Build ``topo`` over the layout's servers, run the job once, tear down: the numbers of one measurement."""
     from testbed.network.serverfabric import ServerFabric
-    from testbed.workloads.serverjobs import run_collective
+    from testbed.workloads.serverjobs import ring_job, run_collective
     from testbed.commands.servervm import WIRE_HOST
-    from tests.serverdrive import ring_job
     from traffic.controller import Member
     from traffic.schedule import alpha_beta_bound_s
 

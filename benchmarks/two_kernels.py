@@ -23,23 +23,21 @@ failure, Ctrl-C and SIGTERM. A benchmark, not a test: the numbers depend on the 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
 import shlex
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-HOST_IP, GUEST_IP, PREFIXLEN = "198.19.0.1", "198.19.0.2", 24
+from testbed.commands.servervm import PREFIXLEN, WIRE_GUEST as GUEST_IP, WIRE_HOST as HOST_IP  # noqa: E402
+
 INNER_HOST_IP, INNER_GUEST_IP = "198.18.42.1", "198.18.42.2"
 VNI = 42
-TAP = "tbvm0"
 
 
 def guest_script(port: int) -> str:
@@ -67,21 +65,6 @@ def ping_stats(ns: str, addr: str, count: int) -> dict:
             "rtt_max_ms": float(m[4]), "rtt_mdev_ms": float(m[5])}
 
 
-def wait_for_tap(ns: str, within_s: float, vm: subprocess.Popen) -> float:
-    from testbed.kernel import links
-
-    start = time.monotonic()
-    while time.monotonic() - start < within_s:
-        if vm.poll() is not None:
-            raise RuntimeError(f"the VM ended (status {vm.returncode}) before its tap appeared")
-        try:
-            links.index(ns, TAP)
-            return time.monotonic() - start
-        except Exception:  # noqa: BLE001 - not there yet
-            time.sleep(0.2)
-    raise TimeoutError(f"no tap {TAP} in {ns} within {within_s:.0f} s")
-
-
 def clock_pass(ns: str, port: int, exchanges: int) -> dict:
     from analysis.clockoffset import estimate
     from testbed.kernel import netns
@@ -95,24 +78,22 @@ def clock_pass(ns: str, port: int, exchanges: int) -> dict:
 
 
 def wire_up(wire: str, node: str) -> None:
-    """The host end of the wire (the tap QEMU made) and the crossing link's host end (a VXLAN end in a node)."""
+    """The crossing link's host end: a VXLAN end made in the wire namespace (its tap is up with HOST_IP already,
+    testbed.commands.servervm) and moved into a node."""
     from testbed.kernel import links, netns, tunnel
 
-    links.add_address(wire, TAP, HOST_IP, PREFIXLEN)
-    with netns.ipr_in(wire) as ipr:
-        ipr.link("set", index=ipr.link_lookup(ifname=TAP)[0], state="up")
     tunnel.add_vxlan_end(wire, node, "eth0", VNI, HOST_IP, GUEST_IP, "02:00:c6:12:2a:01", 1450)
     links.add_address(node, "eth0", INNER_HOST_IP, 24)
     with netns.ipr_in(node) as ipr:
         ipr.link("set", index=ipr.link_lookup(ifname="eth0")[0], state="up")
 
 
-def measure(wire: str, node: str, vm: subprocess.Popen, launched: float, args) -> dict:
+def measure(wire: str, node: str, launched: float, args) -> dict:
     from analysis.clockoffset import ClockModel, Offset
     from testbed.kernel import netns
     from testbed.measure import clockprobe
 
-    out: dict = {"tap_after_s": round(wait_for_tap(wire, 120, vm), 2)}
+    out: dict = {}
     wire_up(wire, node)
     with netns.entered(wire):
         out["echo_ready_after_s"] = round(clockprobe.wait_ready(GUEST_IP, args.port, within_s=300), 2)
@@ -136,42 +117,30 @@ def measure(wire: str, node: str, vm: subprocess.Popen, launched: float, args) -
 
 
 def run(args) -> dict:
+    """The VM booted on a wire (testbed.commands.servervm.vm_on_wire: its tap wait and its teardown) running
+    :func:`guest_script`, a node namespace of the run beside the wire, the measurements; then the VM's own end."""
+    from testbed.commands.servervm import vm_on_wire
     from testbed.kernel import netns
-    from testbed.kernel.state import RunState
 
-    state = RunState()
-    wire, node = f"tb-{state.run_id}-wire", f"tb-{state.run_id}-h1"
-    vm = None
-    try:
-        for ns in (wire, node):
-            state.add("namespaces", ns)
-            netns.create(ns)
-        env = dict(os.environ, TESTBED_VM_TAP=TAP, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
-        launched = time.monotonic()
-        argv = [sys.executable, "-m", "testbed.cli", "vm", "--timeout", "400", "--", "sh", "-c",
-                guest_script(args.port)]
-        vm = subprocess.Popen(netns.in_namespace(wire, argv), env=env, start_new_session=True)
-        out = {"namespaces": [wire, node], **measure(wire, node, vm, launched, args)}
-        out["vm_status"] = vm.wait(timeout=120)
-        return out
-    finally:
-        # a second Ctrl-C or SIGTERM must not cut the clean-up short
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
-        if vm is not None and vm.poll() is None:
-            vm.send_signal(signal.SIGTERM)   # testbed vm ends its QEMU on SIGTERM
-            try:
-                vm.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(vm.pid, signal.SIGKILL)
-                vm.wait()
-        # QEMU runs in a session of its own (testbed vm starts it so): whatever still runs in the wire namespace goes
-        for pid in netns.pids_in(wire):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for ns in (node, wire):
-            netns.remove(ns)
-        state.drop()
+    with vm_on_wire(["sh", "-c", guest_script(args.port)], timeout_s=400, boot_timeout_s=120, capture=False) as vm:
+        node = f"tb-{vm.run_id}-h1"
+        vm.state.add("namespaces", node)
+        try:
+            netns.create(node)
+            out = {"namespaces": [vm.wire, node], "tap_after_s": round(vm.tap_after_s, 2),
+                   **measure(vm.wire, node, vm.launched_s, args)}
+            out["vm_status"] = vm.proc.wait(timeout=120)
+            return out
+        finally:
+            netns.remove(node)
+
+
+def _interrupted(signum, frame) -> None:
+    """The first Ctrl-C or SIGTERM ends the run as KeyboardInterrupt; later ones are ignored, so they cannot cut the
+    clean-up short."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 def main() -> int:
@@ -186,7 +155,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("two_kernels: needs root (namespaces and a VM)", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupted)
     result = run(args)
     text = json.dumps(result, indent=1)
     print(text)

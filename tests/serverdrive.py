@@ -80,18 +80,6 @@ def assert_delivered(out: dict, size_bytes: int) -> float:
 
 # ---- a collective across servers (testbed.workloads.serverjobs) -------------------------------------------------
 
-def ring_job(ranks: int, message_bytes: int, iterations: int, timeout_s: float = 90.0) -> tuple[dict, dict]:
-    """A ring all-reduce job (one op per iteration, no compute, data verified) and its schedules, as
-    Controller takes them."""
-    from traffic import job as jobm
-    from traffic.collectives import make_schedule
-
-    spec = jobm.JobSpec(ranks=ranks, segments=(jobm.Segment((("allreduce", "op"),), iterations),), seed=5)
-    job = {"ranks": ranks, "seed": 5, "verify": True, "timeout_s": timeout_s,
-           "transport": {"kind": "tcp", "cc": "cubic", "dscp": 0}, "plan": jobm.iteration_plan(spec)}
-    return job, {"op": make_schedule("allreduce", ranks, message_bytes, seed=3)}
-
-
 def causal_slack_s(res, rate_mbps: float, burst_bytes: int) -> list[float]:
     """For a 2-rank job, per (iteration, op, receiving rank): the receiver's op end minus the sender's op start
     (both on the reference clock) minus the least time the receiver's bytes can take through a ``rate_mbps`` port
@@ -143,7 +131,7 @@ def allreduce_across(fab, workdir, listen: tuple[str, int], listen_in, iteration
     Rejected: comparing the two ranks' first op starts (the go goes out with the same offset the results come back
     with, so an offset error cancels) and "ends agree within one step's time" (a timing assumption, not causality).
     Returns the results and the slacks."""
-    from testbed.workloads.serverjobs import run_collective
+    from testbed.workloads.serverjobs import ring_job, run_collective
     from traffic.controller import Member
 
     job, schedules = ring_job(2, message_bytes, iterations)

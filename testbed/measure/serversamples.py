@@ -16,7 +16,6 @@ within its server's bound of the reference clock.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 
 
@@ -80,26 +79,12 @@ class RunningSamples:
         return on_reference_clock(self.collect(), models)
 
     def collect(self) -> dict[str, dict]:
-        """Stop every server's sampler (at once, one thread each): server -> its ``sample_stop`` reply, times on its
-        own clock. RuntimeError naming the servers that did not answer."""
-        got: dict[str, dict] = {}
-        errors: dict[str, str] = {}
-
-        def one(name: str) -> None:
-            try:
-                got[name] = self.fab.links[name].call("sample_stop", timeout_s=120)
-            except Exception as e:  # noqa: BLE001 - named below, the other servers' rows kept
-                errors[name] = f"{name}: {e}"
-        threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in self.servers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(150)
-        if errors or set(got) != set(self.servers):
-            missing = [n for n in self.servers if n not in got and n not in errors]
-            raise RuntimeError("samples not brought back: " + "; ".join([*errors.values(),
-                                                                          *(f"{n}: no answer" for n in missing)]))
-        return got
+        """Stop every server's sampler (at once: the fabric's ``on_each``): server -> its ``sample_stop`` reply, times
+        on its own clock. RuntimeError naming the servers that failed or did not answer."""
+        try:
+            return self.fab.on_each("sample_stop", self.servers, timeout_s=120)
+        except RuntimeError as e:   # the fabric's AgentError, named as what was lost
+            raise RuntimeError(f"samples not brought back: {e}") from None
 
 
 def on_reference_clock(got: dict[str, dict], models: dict) -> ServerSamples:

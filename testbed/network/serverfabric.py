@@ -19,12 +19,11 @@ the NIC merges what it receives (GRO) is recorded as a caveat. The namespaces on
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
-import threading
-import time
 from pathlib import Path
 
-from testbed.network.serverlink import AgentError, AgentLink, clock_pass
+from testbed.network.serverlink import JOIN_GRACE_S, AgentError, AgentLink, call_each, clock_pass
 from testbed.errors import UsageError
 from testbed.kernel import PREFIX
 from testbed.kernel.tunnel import VXLAN_OVERHEAD_BYTES
@@ -53,7 +52,7 @@ class ServerFabric:
         self.vni_base = shares.vni_base(run_id)
         self.underlay_ns = dict(underlay_ns or {})
         self.built: dict[str, dict] = {}   # server -> what its agent reported (build_s, kernel, namespaces, ...)
-        self.build_wall_s: dict[str, float] = {}
+        self.request_s: dict[str, dict[str, float]] = {}   # op -> server -> its on_each request's wall time
         self.clocks: list[dict[str, dict]] = []   # each pass: server -> offset against the reference, its bound
         self.nics: dict[str, dict] = {}   # server -> its agent's nic reply (interface, MTU, GRO), by check_nics
         self.needed_mtu: dict[str, tuple[int, str]] = {}  # server -> (MTU its NIC needs, the link needing it)
@@ -96,34 +95,34 @@ class ServerFabric:
         return {"ifname": found["ifname"], "mtu": found["mtu"], "gro": found.get("gro"),
                 "gro_on": servernic.gro_on(found)}
 
+    def on_each(self, op: str, servers=None, timeout_s: float = 60.0, **kw) -> dict[str, dict]:
+        """One request ``op`` (with ``kw``) to every server's agent at once, a thread each (serverlink.call_each):
+        server -> its reply. ``servers``: the servers asked (default: all); a dict gives each its own arguments too
+        (server -> kw added to ``kw``). Each request's wall time is kept in :attr:`request_s` (op -> server -> s).
+        AgentError, one message naming every server that failed or did not answer within ``timeout_s`` (and
+        serverlink.JOIN_GRACE_S)."""
+        own = servers if isinstance(servers, dict) else {n: {} for n in (self.links if servers is None else servers)}
+        calls = {n: functools.partial(self.links[n].call, op, timeout_s=timeout_s, **{**kw, **own[n]}) for n in own}
+        self.request_s[op] = wall = {}
+        return call_each(calls, op, timeout_s + JOIN_GRACE_S, wall)
+
+    @property
+    def build_wall_s(self) -> dict[str, float]:
+        """Server -> the wall time of its ``build_share`` request."""
+        return self.request_s.get("build_share", {})
+
     def build(self, timeout_s: float = 600.0) -> "ServerFabric":
         """Every server's NIC checked (:meth:`check_nics`: UsageError before anything is built), then every server
-        builds its share at once (one thread per agent link); if one fails, every share built is torn down and
-        AgentError names the server."""
+        builds its share at once (:meth:`on_each`); if one fails, every share built is torn down and AgentError
+        names the server."""
         self.check_nics()
-        errors: dict[str, str] = {}
-
-        def one(name: str) -> None:
-            desc = shares.describe(self.topology, self.run_id, self.placement, name, self.underlay, self.vni_base)
-            t0 = time.monotonic()
-            try:
-                self.built[name] = self.links[name].call("build_share", timeout_s=timeout_s, share=desc,
-                                                         underlay_ns=self.underlay_ns.get(name))
-            except Exception as e:  # noqa: BLE001 - a thread's exception is otherwise lost: the share would be missing
-                errors[name] = str(e) if isinstance(e, AgentError) else f"{name}: {type(e).__name__}: {e}"
-            self.build_wall_s[name] = time.monotonic() - t0
-
-        threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in self.links]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        missing = [n for n in self.links if n not in self.built and n not in errors]
-        if missing:  # a thread that ended without an answer or an error (it cannot, but a missing share must not pass)
-            errors.update({n: f"{n}: no answer to build_share" for n in missing})
-        if errors:
+        own = {n: {"share": shares.describe(self.topology, self.run_id, self.placement, n, self.underlay,
+                                            self.vni_base), "underlay_ns": self.underlay_ns.get(n)} for n in self.links}
+        try:
+            self.built.update(self.on_each("build_share", own, timeout_s=timeout_s))
+        except AgentError:
             self.teardown()
-            raise AgentError("; ".join(errors.values()))
+            raise
         return self
 
     def clock(self, exchanges: int = 100) -> dict[str, dict]:

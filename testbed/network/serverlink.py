@@ -220,3 +220,35 @@ def clock_pass(reference: AgentLink, server: AgentLink, address: str, port: int,
     AgentError when either agent fails."""
     server.call("clock_serve", bind=address, port=port, idle_s=60)
     return reference.call("clock_probe", timeout_s=exchanges * 0.6 + 30, addr=address, port=port, count=exchanges)
+
+
+#: how long past its own timeout a request of call_each may take before its server is named as not answering
+JOIN_GRACE_S = 30.0
+
+
+def call_each(calls: dict, op: str, wait_s: float, wall_s: dict[str, float] | None = None) -> dict:
+    """Run every server's request at once, a thread each (``calls``: server -> a function making its request ``op``),
+    as a cluster's frontend asks all its workers: server -> its reply. Each request's wall time goes into ``wall_s``.
+    AgentError, one message naming every server whose request failed or had not answered within ``wait_s``."""
+    got: dict = {}
+    errors: dict[str, str] = {}
+
+    def one(name: str) -> None:
+        t0 = time.monotonic()
+        try:
+            got[name] = calls[name]()
+        except Exception as e:  # noqa: BLE001 - a thread's exception is otherwise lost: named below
+            errors[name] = str(e) if isinstance(e, AgentError) else f"{name}: {type(e).__name__}: {e}"
+        if wall_s is not None:
+            wall_s[name] = time.monotonic() - t0
+
+    threads = [threading.Thread(target=one, args=(n,), daemon=True) for n in calls]
+    deadline = time.monotonic() + wait_s
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    failed = [errors.get(n, f"{n}: no answer to {op}") for n in calls if n not in got]
+    if failed:
+        raise AgentError("; ".join(failed))
+    return {n: got[n] for n in calls}

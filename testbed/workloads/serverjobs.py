@@ -205,3 +205,16 @@ def run_collective(fab, workdir: Path, job: dict, schedules: dict, members: list
     finally:
         ctl.stop()
     return launch.finish(res)
+
+
+def ring_job(ranks: int, message_bytes: int, iterations: int, timeout_s: float = 90.0) -> tuple[dict, dict]:
+    """The job document of a ring all-reduce over ``ranks`` ranks (one op of ``message_bytes`` per iteration, no
+    compute, data verified, TCP CUBIC) and its schedules, as Controller (and :func:`run_collective`) takes them:
+    the smallest whole job a fabric over servers runs, for its tests and the split benchmark."""
+    from traffic import job as jobm
+    from traffic.collectives import make_schedule
+
+    spec = jobm.JobSpec(ranks=ranks, segments=(jobm.Segment((("allreduce", "op"),), iterations),), seed=5)
+    job = {"ranks": ranks, "seed": 5, "verify": True, "timeout_s": timeout_s,
+           "transport": {"kind": "tcp", "cc": "cubic", "dscp": 0}, "plan": jobm.iteration_plan(spec)}
+    return job, {"op": make_schedule("allreduce", ranks, message_bytes, seed=3)}

@@ -15,7 +15,7 @@ import pytest
 
 from testbed import cli
 from testbed.commands import serveragent, servers
-from testbed.network.serverlink import AgentError, AgentGone, AgentLink, AgentTimeout, ssh_argv
+from testbed.network.serverlink import AgentError, AgentGone, AgentLink, AgentTimeout, call_each, ssh_argv
 from testbed.network.serverlink import agent_command as serveragent_command
 from testbed.network.serversfile import parse
 from testbed.vm import sshd
@@ -264,3 +264,26 @@ def test_each_teardown_step_runs_whatever_the_others_did(tmp_path, monkeypatch, 
         else:
             assert "teardown: removing its share failed: OSError: netlink: device busy" in err
             assert json.loads(agent.state.path.read_text())["pids"] == [4243] and "pids 4243" in err
+
+
+def test_call_each_asks_all_at_once_and_names_every_server_that_failed_or_did_not_answer():
+    import threading
+
+    gate = threading.Event()
+
+    def refused():
+        raise AgentError("s2: build_share: no room")
+
+    def broken():
+        raise ValueError("bad reply")
+
+    wall: dict = {}
+    assert call_each({"s1": lambda: {"ok": 1}, "s2": lambda: {"ok": 2}}, "ping", 5, wall) == {"s1": {"ok": 1},
+                                                                                            "s2": {"ok": 2}}
+    assert set(wall) == {"s1", "s2"}
+    t0 = time.monotonic()
+    with pytest.raises(AgentError) as e:
+        call_each({"s1": lambda: {}, "s2": refused, "s3": broken, "s4": lambda: gate.wait(5)}, "build_share", 0.2)
+    gate.set()
+    assert time.monotonic() - t0 < 2   # the silent one is waited for only until the deadline
+    assert str(e.value) == ("s2: build_share: no room; s3: ValueError: bad reply; s4: no answer to build_share")
