@@ -88,7 +88,7 @@ class QueueSampler:
         self.backend = backend
         self.mode = "thread" if backend == "pyroute2" else mode
         self._proc: subprocess.Popen | None = None
-        self._rows_file: str | None = None
+        self._rows_file = None  # process mode: the child's rows, in a temporary file with no name
         self._live = None  # testbed.measure.liveview.LiveView while one shows this sampler's rounds
         self.fabric = fabric
         self.interval_s = float(interval_s)
@@ -153,9 +153,10 @@ class QueueSampler:
         import tempfile
         from pathlib import Path
 
-        fd, self._rows_file = tempfile.mkstemp(prefix="tb-queues-", suffix=".tsv")
-        os.close(fd)
-        cfg = {"interval_s": self.interval_s, "rows_file": self._rows_file,
+        # the child writes its rows into a file with no name (unlinked at once), so a run killed mid-sample leaves
+        # nothing in /tmp: the kernel frees it when both processes are gone
+        self._rows_file = tempfile.TemporaryFile("w+", prefix="tb-queues-", suffix=".tsv")
+        cfg = {"interval_s": self.interval_s, "rows_fd": self._rows_file.fileno(),
                "ports": [[node, ns, ifn, {str(m): lbl for m, lbl, *_ in self._labels[(node, ifn)].classes}]
                          for node, ns, ifn in self.ports]}
         if liveview.enabled():  # the live view reads this sampler's latest round (testbed.measure.liveview)
@@ -164,13 +165,16 @@ class QueueSampler:
         root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self._proc = subprocess.Popen([sys.executable, "-m", "testbed.measure.telemetry"], stdin=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, env=env, cwd=root)
+                                      stdout=subprocess.PIPE, text=True, env=env, cwd=root,
+                                      pass_fds=(self._rows_file.fileno(),))
         self._proc.stdin.write(json.dumps(cfg) + "\n")
         self._proc.stdin.flush()
         line = self._proc.stdout.readline()  # "ready" once every socket is open
         if line.strip() != "ready":
             self._proc.kill()
             self._proc.wait()
+            self._proc = None
+            self._rows_file.close()
             if self._live is not None:
                 self._live.stop()
                 self._live = None
@@ -188,21 +192,26 @@ class QueueSampler:
             proc.stdin.close()
         except OSError:
             pass
-        out = proc.stdout.readline()
-        proc.wait(timeout=60)
         try:
-            st = json.loads(out)
-        except ValueError:
-            self._error = RuntimeError(f"queue sampler process failed (exit {proc.returncode}): {out.strip()}")
-            return
-        if st.get("error"):
-            self._error = RuntimeError(f"queue sampler process: {st['error']}")
-        self.ticks, self.t_first, self.t_last = st["ticks"], st["t_first"], st["t_last"]
-        with open(self._rows_file) as f:
-            for ln in f:
+            out = proc.stdout.readline()
+            proc.wait(timeout=60)
+            try:
+                st = json.loads(out)
+            except ValueError:
+                self._error = RuntimeError(f"queue sampler process failed (exit {proc.returncode}): {out.strip()}")
+                return
+            if st.get("error"):
+                self._error = RuntimeError(f"queue sampler process: {st['error']}")
+            self.ticks, self.t_first, self.t_last = st["ticks"], st["t_first"], st["t_last"]
+            self._rows_file.seek(0)
+            for ln in self._rows_file:
                 t, node, ifn, lbl, *nums = ln.rstrip("\n").split("\t")
                 self.rows.append((float(t), node, ifn, lbl, *map(int, nums)))
-        os.unlink(self._rows_file)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            self._rows_file.close()
 
     def __enter__(self) -> "QueueSampler":
         return self.start()
@@ -360,7 +369,7 @@ def _child_main() -> int:
                 break  # "stop" or EOF
     except Exception as e:  # noqa: BLE001
         err = str(e)
-    with open(cfg["rows_file"], "w") as f:
+    with os.fdopen(cfg["rows_fd"], "w") as f:
         for r in rows:
             f.write(f"{r[0]:.6f}\t" + "\t".join(map(str, r[1:])) + "\n")
     print(json.dumps({"ticks": ticks, "t_first": t_first, "t_last": t_last, "error": err}), flush=True)

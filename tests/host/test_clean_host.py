@@ -37,7 +37,16 @@ RUN = [sys.executable, "-m", "testbed.cli", "run", "incast", "--vm", "never", "-
 NAMESPACES = 4
 
 
+def _tmp_files() -> set[str]:
+    """The project's named temporary files in the temporary directory (a queue sampler's rows once were)."""
+    import glob
+    import tempfile
+
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "tb-*.tsv")))
+
+
 def test_clean_after_kill(tmp_path):
+    files_before = _tmp_files()
     err = open(tmp_path / "stderr", "w")
     p = subprocess.Popen([*RUN, "--out", str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=err,
                          start_new_session=True)
@@ -51,6 +60,8 @@ def test_clean_after_kill(tmp_path):
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
     assert len(_ours()) == NAMESPACES  # killed -9: nothing could clean up
+    # ... but the queue sampler's rows have no name in /tmp to leave behind (each killed run left an empty one)
+    assert _tmp_files() <= files_before, _tmp_files() - files_before
     manifest = (tmp_path / "run" / "manifest.json").read_text()
     assert '"complete": false' in manifest
     r = subprocess.run([sys.executable, "-m", "testbed.cli", "clean"], capture_output=True, text=True, timeout=180)
