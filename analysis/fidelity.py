@@ -13,8 +13,8 @@ import math
 from .faults import fault_intervals
 
 __all__ = ["BACKLOG_MIN_BYTES", "BACKLOGGED_MIN_S", "CPU_BUSY_MAX", "PORT_RATE_MIN", "SAMPLER_GAP_MAX_S",
-           "SAMPLER_LATE_MAX_MS",
-           "UNJUDGED_TIERS", "busy_during", "cpu_busy", "excluded_intervals", "goodput_below", "judged_ports",
+           "SAMPLER_LATE_MAX_MS", "UNJUDGED_TIERS", "busy_during", "by_server", "cpu_busy", "excluded_intervals",
+           "goodput_below", "judged_ports",
            "machine_limited", "pfc_too_slow", "port_rates", "port_shortfall", "reasons", "sampler_stalled",
            "sampler_timing", "sampling_too_slow", "shaper_over_rate", "timeouts_without_loss", "timers_late"]
 
@@ -257,6 +257,27 @@ def port_shortfall(table, min_ratio: float = PORT_RATE_MIN, min_s: float = BACKL
     w = judged.sort_values("ratio").iloc[0]
     return (f"{w['port']} carried {w['ratio']:.2f} of its {w['rate_mbps']:g} Mbit/s while backlogged "
             f"({w['backlogged_s']:.2f} s)")
+
+
+def by_server(placement: dict[str, list[str]], queues, table, sampling: dict[str, dict],
+              handoffs: bool) -> dict[str, list[str]]:
+    """A run over servers that are machines, judged one server at a time (server -> its reasons; empty: it kept
+    up): the run's own checks on that server's nodes alone (``placement``: server -> nodes, servers.json) -- its
+    switch ports' rates while backlogged (``table``: :func:`port_rates`), its sampler's worst gap and, with
+    ``handoffs`` (ops or rounds recorded), its timer lateness (``queues``: queues.csv) -- and its CPU's busy
+    fraction while its sampler ran (``sampling``: the manifest's servers_sampling). Each server is its own machine:
+    one server's busy CPU or late timers say nothing about the other's."""
+    out: dict[str, list[str]] = {}
+    for server, nodes in placement.items():
+        mine = set(nodes)
+        q = queues[queues["node"].isin(mine)] if queues is not None and len(queues) else None
+        t = (table[table["port"].str.split(":").str[0].isin(mine)]
+             if table is not None and len(table) else None)
+        timing = sampler_timing(q)
+        late = timers_late(timing.get("sampler_late_ms_p99")) if handoffs else None
+        out[server] = reasons(port_shortfall(t), sampler_stalled(timing.get("sampler_gap_max_ms")) or late,
+                              cpu_busy((sampling.get(server) or {}).get("cpu_busy_fraction")))
+    return out
 
 
 def reasons(*found: str | None) -> list[str]:

@@ -60,7 +60,7 @@ _GROUPS = {
     "fidelity and faults": """
         fidelity_ok port_rate_ratio_min cpu_throttled_ms_kernel link_down_events routes_withdrawn_events
         route_reaction_ms_max fault_events fault_errors faults_not_reached stragglers straggler_factor
-        throttled_ms_total storming_ms_total""",
+        throttled_ms_total storming_ms_total servers_unfaithful""",
     "burn-in (analysis.burnin)": """
         burnin_healthy burnin_flagged burnin_wall_s hosts_flagged links_flagged path_mbps_min path_mbps_median
         path_fraction_min path_vs_configured_min fabric_cct_vs_bound leaf_cct_vs_bound_max""",

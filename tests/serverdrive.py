@@ -186,10 +186,11 @@ def servers_file_run(vm, tmp_path: Path, wire_host: str, wire_guest: str, agents
     runs testbed in its wire namespace, ``servers`` its servers file, ``keys.client`` its ssh key) naming this
     machine (``wire_host``) and the VM (``wire_guest``): the Lab over a ServerFabric (testbed.workloads.serverlab).
     From the run directory: exit 0, data verified, ops.csv with both ranks' rows, servers.json with two kernels and
-    their clock passes, clocks.csv's bound (the summary's clock_uncertainty_us_max) in (0, 2 ms), and both causal
-    checks of :func:`allreduce_across` on the ops as written to ops.csv (on the reference clock; the controller's go
-    and last result from the manifest's control_window_s); nothing left on this kernel (``agents_left``: this
-    machine's agents and ssh clients the run started; the guest's leftovers: the caller's next look into it). Then
+    their clock passes, a fidelity verdict per server (each unfaithful one named in the run's reasons), clocks.csv's
+    bound (the summary's clock_uncertainty_us_max) in (0, 2 ms), and both causal checks of :func:`allreduce_across`
+    on the ops as written to ops.csv (on the reference clock; the controller's go and last result from the
+    manifest's control_window_s); nothing left on this kernel (``agents_left``: this machine's agents and ssh
+    clients the run started; the guest's leftovers: the caller's next look into it). Then
     a bad servers file (a crossing link's MTU the VM's NIC cannot carry): status 2, one line, no namespace made."""
     import json
     import os
@@ -225,9 +226,15 @@ def servers_file_run(vm, tmp_path: Path, wire_host: str, wire_guest: str, agents
     for row in rows:   # the second causal check of allreduce_across: between the go and the last result
         assert go_s - bound_s <= row[5] <= row[6] <= last_s + bound_s, (row, go_s, last_s)
     queue_rows_on_one_clock(out, (go_s, last_s), bound_s, rec)
+    by_server = summary["fidelity_by_server"]   # each server judged on its own ports, sampler and CPU
+    assert set(by_server) == {"server-1", "server-2"}, by_server
+    named = [s for s, v in by_server.items() if not v["ok"]]
+    assert summary["servers_unfaithful"] == len(named) and (not named or summary["fidelity_ok"] is False), summary
+    assert all(f"{s}: " in str(summary["fidelity_reasons"]) for s in named), summary
     print(json.dumps({"servers_file_run_s": run_s, "fabric_build_s": json.loads((out / "manifest.json").read_text())[
         "fabric_build_s"], "bound_s": bound_s, "slack_s": slack,
-                      "cct_ms_p50": summary["cct_ms_p50"], "clock_passes": rec["server-2"]["clock"]}))
+                      "cct_ms_p50": summary["cct_ms_p50"], "clock_passes": rec["server-2"]["clock"],
+                      "fidelity_by_server": by_server}))
     assert set(netns.list_ours()) <= before and not job_processes_left(), netns.list_ours()
     assert not agents_left(), agents_left()
     # (a bad line of the file is refused by the same load, unit-tested in tests/unit/test_servers_file.py)

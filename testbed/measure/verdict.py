@@ -28,7 +28,7 @@ def judge_run(rundir, summary: dict) -> None:
     false, its line first in fidelity_reasons)."""
     path = rundir.path
     found: list[str | None] = []
-    port_drops = 0
+    port_drops, queues, table = 0, None, None
     if (path / "queues.csv").exists():
         queues = load_csv(path / "queues.csv", "queues")
         deltas = port_counter_deltas(queues)
@@ -53,7 +53,7 @@ def judge_run(rundir, summary: dict) -> None:
         found += [short, stalled or late]
     found.append(fidelity.pfc_too_slow(summary))
     found.append(_timeouts_on_clean_fabric(rundir, summary, port_drops))
-    found = fidelity.reasons(*found)
+    found = fidelity.reasons(*found) + _per_server(rundir, summary, queues, table)
     # every run says whether it was faithful (a scenario's own checks may already have said no)
     summary.setdefault("fidelity_ok", True)
     summary.setdefault("fidelity_reasons", "")
@@ -62,6 +62,24 @@ def judge_run(rundir, summary: dict) -> None:
         summary["fidelity_ok"] = False
         summary["fidelity_reasons"] = ([*found, *before] if isinstance(before, list)
                                        else "; ".join(x for x in (*found, before) if x))
+
+
+def _per_server(rundir, summary: dict, queues, table) -> list[str]:
+    """A run over servers (servers.json): each server's own verdict (analysis.fidelity.by_server) as
+    ``fidelity_by_server`` (server -> {ok, reasons}) and ``servers_unfaithful``; the lines of a server that did not
+    keep up, named, for the run's verdict."""
+    import json
+
+    try:
+        servers = json.loads((rundir.path / "servers.json").read_text())["servers"]
+    except (OSError, ValueError, KeyError):
+        return []
+    manifest = getattr(rundir, "manifest", None) or {}
+    judged = fidelity.by_server({s: d.get("nodes") or [] for s, d in servers.items()}, queues, table,
+                                manifest.get("servers_sampling") or {}, _has_handoffs(rundir.path))
+    summary["fidelity_by_server"] = {s: {"ok": not r, "reasons": "; ".join(r)} for s, r in judged.items()}
+    summary["servers_unfaithful"] = sum(1 for r in judged.values() if r)
+    return [f"{s}: {line}" for s, r in judged.items() for line in r]
 
 
 def _has_handoffs(path) -> bool:

@@ -97,3 +97,26 @@ def test_the_cpu_is_judged_while_the_workload_ran():
     assert fidelity.cpu_busy(0.987, during="while the ops ran") == (
         "CPU 99% busy while the ops ran: the emulation may not have kept up")
     assert fidelity.cpu_busy(0.6) is None
+
+
+def test_a_run_over_servers_is_judged_one_server_at_a_time():
+    """server-1 holds leaf1 (a port at 0.9 of its rate: kept up) and its sampler ran every 10 ms; server-2 holds
+    spine1 (a port at 0.6 while backlogged), its sampler stalled 1.5 s once and its CPU was 95% busy: only server-2
+    is named, each of its three reasons once, and server-1's verdict is clean."""
+    rows, sent1, sent2 = [], 0, 0
+    times2 = [i * 0.01 for i in range(101)] + [2.5 + i * 0.01 for i in range(101)]  # a 1.5 s gap at 1.0-2.5 s
+    for i in range(201):
+        rows.append((i * 0.01, "leaf1", "h1", "a", 20_000, sent1))
+        sent1 += 9_000
+    for k, t in enumerate(times2):
+        rows.append((t, "spine1", "leaf1", "a", 20_000, sent2))
+        sent2 += 6_000 if k != 101 else 0
+    q = queues(rows)
+    table = fidelity.port_rates(q, PORTS)
+    got = fidelity.by_server({"server-1": ["h1", "leaf1"], "server-2": ["spine1"]}, q, table,
+                             {"server-1": {"cpu_busy_fraction": 0.4}, "server-2": {"cpu_busy_fraction": 0.95}},
+                             handoffs=True)
+    assert got["server-1"] == []
+    assert len(got["server-2"]) == 3, got
+    assert got["server-2"][0].startswith("spine1:leaf1 carried 0.60")
+    assert "stalled for 1500 ms" in got["server-2"][1] and got["server-2"][2].startswith("CPU 95% busy")
