@@ -226,6 +226,9 @@ def servers_file_run(vm, tmp_path: Path, wire_host: str, wire_guest: str, agents
     for row in rows:   # the second causal check of allreduce_across: between the go and the last result
         assert go_s - bound_s <= row[5] <= row[6] <= last_s + bound_s, (row, go_s, last_s)
     queue_rows_on_one_clock(out, (go_s, last_s), bound_s, rec)
+    # the ports' drops and marks from both servers' samples; TCP's counters are not read over servers
+    assert isinstance(summary["switch_drops"], int) and isinstance(summary["ecn_marks"], int), summary
+    assert summary["tcp_retrans_segs"] is None, summary
     by_server = summary["fidelity_by_server"]   # each server judged on its own ports, sampler and CPU
     assert set(by_server) == {"server-1", "server-2"}, by_server
     named = [s for s, v in by_server.items() if not v["ok"]]

@@ -150,3 +150,16 @@ class ServersSampler:
                 "queue_ports_sampled": sum(x["queue_ports_sampled"] for x in st),
                 "cpu_busy_fraction": max(x["cpu_busy_fraction"] for x in st),
                 "cpu_busy_peak": max(x["cpu_busy_peak"] for x in st)}
+
+
+def sampled_port_delta(queues) -> dict[tuple[str, str], dict[str, int]] | None:
+    """A servers run's ports' drops and marks over the job, from queues.csv: each class's last sample minus its
+    first (every server's sampler, started when the ranks are ready and stopped after the job: the window over which
+    a one-machine run reads its qdisc counters), summed per port; None without samples (``sample_interval_ms=0``:
+    the far ports' counters are not read)."""
+    from analysis.metrics import port_counter_deltas
+
+    if queues is None or not len(queues):
+        return None
+    return {(r.node, r.port): {"drops": int(r.drops), "marks": int(r.marks)}
+            for r in port_counter_deltas(queues).itertuples(index=False)}

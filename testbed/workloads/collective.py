@@ -38,6 +38,7 @@ from testbed.errors import RunFailed
 from testbed.network.serverlink import AgentError as RemoteError
 from testbed.kernel import netns
 from testbed.measure.rdmarecord import RdmaCounters
+from testbed.measure.serversamples import sampled_port_delta
 from testbed.measure.telemetry import QueueSampler
 from traffic.background import BackgroundFlows
 from traffic.controller import ControlError, Controller, Member
@@ -335,6 +336,8 @@ class CollectiveJob:
         spec, q = self.lab.net.spec, self.queue_stats
         ti = tcpinfo_deltas(self.res.tcp_info)
         tm = asum.tcp_metrics(run.tcp)
+        if self.remote is not None:   # over servers the ports' counters come from every server's samples
+            self.port_delta = sampled_port_delta(run.queues) or {}
 
         def pdelta(key: str, switch: bool) -> dict[str, int]:
             return {f"{n}:{i}": v[key] for (n, i), v in self.port_delta.items()
@@ -346,15 +349,16 @@ class CollectiveJob:
                     if len(run.ops) else None)
         reasons = fidelity.reasons(fidelity.cpu_busy(q.get("cpu_busy_fraction")) if busy_ops is None
                                    else fidelity.cpu_busy(busy_ops, during="while the ops ran"))
-        unread = self.remote is not None   # over servers the hosts' and ports' counters are not read: None, not 0
+        unread = self.remote is not None   # over servers the hosts' TCP counters are not read: None, not 0
+        unread_ports = unread and not self.port_delta   # nor the ports' without samples
         return {
             "tcp_retrans_segs": None if unread else tm.get("tcp_retrans_segs", 0),
             "tcp_timeouts": None if unread else tm.get("tcp_timeouts", 0),
             # every class of every port, collective and background alike (drop-tail overflow, RED drops)
-            "switch_drops": None if unread else sum(switch_drops.values()),
+            "switch_drops": None if unread_ports else sum(switch_drops.values()),
             "switch_drops_by_port": "; ".join(f"{k}={v}" for k, v in switch_drops.items() if v),
-            "host_nic_drops": None if unread else sum(pdelta("drops", False).values()),
-            "ecn_marks": None if unread else sum(pdelta("marks", True).values()),
+            "host_nic_drops": None if unread_ports else sum(pdelta("drops", False).values()),
+            "ecn_marks": None if unread_ports else sum(pdelta("marks", True).values()),
             "tcpinfo_total_retrans": ti["total_retrans"],
             "tcpinfo_rtt_ms_max": ti["rtt_us_max"] / 1e3,
             "tcpinfo_rto_ms_max": ti["rto_us_max"] / 1e3,

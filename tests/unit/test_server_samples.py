@@ -41,3 +41,17 @@ def test_the_agent_refuses_to_sample_without_a_share_or_twice_and_to_stop_what_i
     with pytest.raises(ValueError, match="not being sampled"):
         s.stop()
     s.teardown()   # nothing running: nothing to do
+
+
+def test_a_servers_runs_port_counters_are_each_class_last_sample_minus_its_first():
+    import pandas as pd
+
+    from testbed.measure.serversamples import sampled_port_delta
+
+    cols = ["t_s", "node", "port", "class", "drops", "marks", "sent_bytes", "sent_packets", "overlimits"]
+    rows = [(0.0, "leaf1", "spine1", "1:10", 5, 1, 0, 0, 0), (0.0, "leaf1", "spine1", "1:20", 2, 0, 0, 0, 0),
+            (1.0, "leaf1", "spine1", "1:10", 9, 4, 0, 0, 0), (1.0, "leaf1", "spine1", "1:20", 3, 0, 0, 0, 0),
+            (0.2, "leaf2", "h2", "1:10", 0, 0, 0, 0, 0), (1.2, "leaf2", "h2", "1:10", 7, 2, 0, 0, 0)]  # server-2's
+    got = sampled_port_delta(pd.DataFrame(rows, columns=cols))
+    assert got == {("leaf1", "spine1"): {"drops": 5, "marks": 3}, ("leaf2", "h2"): {"drops": 7, "marks": 2}}
+    assert sampled_port_delta(pd.DataFrame(columns=cols)) is None and sampled_port_delta(None) is None
