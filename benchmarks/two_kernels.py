@@ -131,7 +131,9 @@ def run(args) -> dict:
                    **measure(vm.wire, node, vm.launched_s, args)}
             out["vm_status"] = vm.proc.wait(timeout=120)
             return out
-        finally:
+        finally:   # from here a Ctrl-C or SIGTERM cannot cut the clean-up short (this one's, then the VM's end)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, signal.SIG_IGN)
             netns.remove(node)
 
 

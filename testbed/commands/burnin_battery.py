@@ -9,10 +9,11 @@ analysis.burnin judges them). Each stands for what an operator's burn-in does to
 * **latency**: ICMP echo to the same peer on the idle fabric, median and p99 of ``PINGS`` echoes;
 * **CPU speed**: a fixed compute task (a Python loop) timed by a worker process in the host's namespace, started
   before the fault timeline so a slow-host fault's cgroup (CFS bandwidth control) holds it as it holds the host's
-  other processes; the fastest of ``CPU_REPEATS`` runs after a first one that is dropped (as timeit takes the
-  fastest: another process's burst only slows a run; the first is dropped because a group idle before it starts
-  with a whole period's quota and can finish unthrottled, measured 51 ms against 200 ms for the next ones at 20%
-  of a CPU, while the runs after it, back to back, each meet the throttle);
+  other processes; the median of ``CPU_REPEATS`` runs back to back after a first one that is dropped (a group idle
+  before it starts with a whole period's quota and can finish unthrottled, measured 51 ms against 200 ms for the
+  next ones at 20% of a CPU). Not the fastest run: with a quota of one task or more per period (40% of a CPU at
+  100 ms, 20% at 200 ms) leftover quota lets some back-to-back runs finish unthrottled, and a model of CFS
+  bandwidth control hid such a throttle from the fastest in 26-100% of timings, from the median in none;
 * **configuration**: the MTU of the host's interface, ``net.ipv4.tcp_ecn``, read in its namespace;
 * **fabric links, by pinned paths**: for every ordered leaf pair and every spine, the source leaf's route to the
   destination leaf's subnet is replaced by one through that spine only (as an operator pins a path with a static
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from statistics import median
 
 from analysis.burnin import median_or_nan, p99_or_nan
 from testbed.kernel import linkfail, netns
@@ -314,14 +316,14 @@ class CpuWorkers:
                 raise RuntimeError(f"burn-in: the CPU worker on {h} did not start ({line or 'no output'})")
 
     def time_ms(self, host: str, loops: int = CPU_LOOP, repeats: int = CPU_REPEATS) -> float:
-        """The fastest of ``repeats`` timed runs of the task on ``host``, back to back after one that is dropped
+        """The median of ``repeats`` timed runs of the task on ``host``, back to back after one that is dropped
         (it may spend a throttled group's idle quota)."""
         p, got = self.procs[host], []
         for _ in range(repeats + 1):
             p.stdin.write(f"{loops}\n")
             p.stdin.flush()
             got.append(float(p.stdout.readline()))
-        return min(got[1:])
+        return float(median(got[1:]))
 
     def times_ms(self, hosts: list[str]) -> tuple[dict[str, float], dict[str, list[float]]]:
         """Every host's task time (:meth:`time_ms`); a host whose time analysis.burnin would flag against its peers

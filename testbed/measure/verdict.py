@@ -53,7 +53,9 @@ def judge_run(rundir, summary: dict) -> None:
         found += [short, stalled or late]
     found.append(fidelity.pfc_too_slow(summary))
     found.append(_timeouts_on_clean_fabric(rundir, summary, port_drops))
-    found = fidelity.reasons(*found) + _per_server(rundir, summary, queues, table)
+    found = fidelity.reasons(*found)
+    # a server's lines the run's own checks already gave (the worst port, a stall) are not repeated
+    found += [ln for ln in _per_server(rundir, summary, queues, table) if ln.split(": ", 1)[1] not in found]
     # every run says whether it was faithful (a scenario's own checks may already have said no)
     summary.setdefault("fidelity_ok", True)
     summary.setdefault("fidelity_reasons", "")

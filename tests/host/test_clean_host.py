@@ -57,8 +57,11 @@ def test_clean_after_kill(tmp_path):
     if len(_ours()) != NAMESPACES:
         os.killpg(p.pid, signal.SIGKILL)
         raise AssertionError("the run did not build its namespaces: " + (tmp_path / "stderr").read_text())
+    samplers = subprocess.run(["pgrep", "-g", str(p.pid), "-f", "testbed.measure.telemetry"], capture_output=True,
+                              text=True).stdout.split()
     os.killpg(p.pid, signal.SIGKILL)
     p.wait()
+    assert samplers, "no queue sampler was running when the run was killed (the check below would prove nothing)"
     assert len(_ours()) == NAMESPACES  # killed -9: nothing could clean up
     # ... but the queue sampler's rows have no name in /tmp to leave behind (each killed run left an empty one)
     assert _tmp_files() <= files_before, _tmp_files() - files_before
