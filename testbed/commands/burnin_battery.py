@@ -45,6 +45,9 @@ PINGS, PING_INTERVAL_S = 40, 0.005
 BACKLOG_EVERY_S = 0.05
 #: the compute task: iterations of a Python loop (~35 ms on one idle core of this machine), run CPU_REPEATS times
 CPU_LOOP, CPU_REPEATS = 600_000, 5
+#: the task's time the loop count is calibrated to (:meth:`CpuWorkers.calibrated_loops`), against a CFS period of
+#: 100 ms: a host throttled to 20% of a CPU needs two periods or more for one run
+CPU_TASK_MS = 35.0
 WORKER = ("import sys, time\nprint('ready', flush=True)\n"
           "for line in sys.stdin:\n    n = int(line)\n    t = time.perf_counter()\n    x = 0\n"
           "    for i in range(n):\n        x += i * i\n"
@@ -314,10 +317,24 @@ class CpuWorkers:
             line = p.stdout.readline().strip()
             if line != "ready":
                 raise RuntimeError(f"burn-in: the CPU worker on {h} did not start ({line or 'no output'})")
+        self.loops = self.calibrated_loops(next(iter(self.procs)))
 
-    def time_ms(self, host: str, loops: int = CPU_LOOP, repeats: int = CPU_REPEATS) -> float:
-        """The median of ``repeats`` timed runs of the task on ``host``, back to back after one that is dropped
-        (it may spend a throttled group's idle quota)."""
+    def calibrated_loops(self, host: str) -> int:
+        """The task's size for this machine: loops that take about CPU_TASK_MS on ``host``'s worker (the fastest of
+        three quarter-size runs, before any fault holds it), at most CPU_LOOP. The software-emulated lab VM runs the
+        loop about 10x slower than the host: without this its CPU check alone took ~20 s of a 4-host battery."""
+        quarter = CPU_LOOP // 4
+        p, got = self.procs[host], []
+        for _ in range(3):
+            p.stdin.write(f"{quarter}\n")
+            p.stdin.flush()
+            got.append(float(p.stdout.readline()))
+        return max(CPU_LOOP // 20, min(CPU_LOOP, int(quarter * CPU_TASK_MS / max(min(got), 1e-3))))
+
+    def time_ms(self, host: str, loops: int | None = None, repeats: int = CPU_REPEATS) -> float:
+        """The median of ``repeats`` timed runs of the task (``loops``, default :meth:`calibrated_loops`') on
+        ``host``, back to back after one that is dropped (it may spend a throttled group's idle quota)."""
+        loops = self.loops if loops is None else loops
         p, got = self.procs[host], []
         for _ in range(repeats + 1):
             p.stdin.write(f"{loops}\n")
