@@ -178,6 +178,7 @@ SCENARIO = Scenario(
     topology=lambda p, seed: SpecTopo(fabric(p, p["seed"] or seed)),
     run=experiment,
     validate=validate,
+    agents=True,
     rxe_for=lambda p: p["transport"] == "rdma",
     table=(("collective", "collective"), ("ranks", "ranks"), ("message_bytes", "message (bytes)"),
            ("iterations", "iterations"), ("cct_ms_p50", "CCT p50 (ms)"), ("cct_ms_p99", "CCT p99 (ms)"),

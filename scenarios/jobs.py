@@ -136,6 +136,7 @@ SCENARIO = Scenario(
     topology=lambda p, seed: SpecTopo(jobs_of(p, seed).spec),
     run=experiment,
     validate=validate,
+    agents=True,
     rxe_for=_rdma,
     table=(("jobs_n", "jobs"), ("spine_port_bytes", "bytes on leaf <-> spine ports"),
            ("shared_ports", "leaf <-> spine ports two jobs share"), ("shared_port_bytes", "bytes on shared ports"),

@@ -54,6 +54,7 @@ from testbed.network.cluster import SERVER_COLUMNS, place, server_rows
 from testbed.network.net import TestbedCLI, TestbedNet
 from testbed.params import SEED_HELP, SEED_MAX
 from testbed.rundir import RunDir, check_out_dir, default_out
+from testbed.workloads.collective import agent_forks
 from testbed.workloads.dcqcn import DcqcnRun, DcqcnSettings, start_dcqcn
 from testbed.workloads.handles import Burst, Collective, Flows, TrafficFiles, host_name, run_burst, start_flows
 from testbed.workloads.program import Program
@@ -74,11 +75,12 @@ class Lab:
     :attr:`rng`; ``name``/``params``: what the manifest records as scenario and parameters; ``rxe``: a SoftRoCE device
     on every host; ``servers``: split the fabric over that many servers joined by tunnels (testbed.network.cluster),
     or over the machines a servers file names (its path: testbed.workloads.serverlab; ``params``'
-    ``max_clock_uncertainty_ms`` overrides its clock rule)."""
+    ``max_clock_uncertainty_ms`` overrides its clock rule); ``agents``: collective jobs will run (their agents' fork
+    server starts before the build)."""
 
     def __init__(self, topo, out: str | Path | None = None, seed: int = 1, name: str = "lab",
                  params: dict[str, Any] | None = None, rxe: bool = False, quiet: bool = False,
-                 servers: int | str | Path = 1):
+                 servers: int | str | Path = 1, agents: bool = False):
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= SEED_MAX:
             raise UsageError(f"seed: {SEED_HELP} (got {seed!r})")
         self.seed = seed
@@ -86,6 +88,8 @@ class Lab:
         self.name = name
         self.params = dict(params or {})
         self.rxe = rxe
+        self.agents = agents  # collective jobs will run: their agents' fork server starts before the build
+        self.agent_forks = None  # that fork server (testbed.workloads.collective.agent_forks)
         servers = servers_value(servers)
         self.servers = servers if isinstance(servers, int) else 1
         # the split, or the servers file and its placement, checked before anything exists
@@ -132,6 +136,8 @@ class Lab:
             if self.server_run is not None:  # each server's agent builds its share
                 self.net = self.server_run.start(self.state.run_id, self.rundir, self.progress)
             else:
+                if self.agents and os.environ.get("TESTBED_AGENT_SPAWN") != "exec":
+                    agent_forks(self)
                 self.net = TestbedNet(self.topo, state=self.state, rxe=self.rxe, progress=self.progress, build=False,
                                       servers=self.servers)
                 self.net.build()

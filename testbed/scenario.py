@@ -47,6 +47,7 @@ class Scenario:
     validate: Callable[[dict], None] = lambda p: None
     needs_for: Callable[[dict], Sequence[str]] | None = None  # capabilities some parameter values add
     rxe_for: Callable[[dict], bool] = lambda p: False  # a SoftRoCE device on every host?
+    agents: bool = False  # runs collective jobs: Lab(agents=True) starts their fork server before the build
 
     def needs_of(self, params: dict) -> list[str]:
         """Doctor capabilities a run with these (resolved, valid) parameters needs: ``needs``, ``needs_for``'s, and

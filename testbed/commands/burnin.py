@@ -143,7 +143,7 @@ def run(spec, battery: dict, faults: list, out: Path, seed: int = 1, quiet: bool
 
     t0 = time.monotonic()
     params = {"topology": spec.describe(), **battery, "faults": [str(f) for f in faults]}
-    with Lab(SpecTopo(spec), out=out, seed=seed, name="burnin", params=params, quiet=quiet) as lab:
+    with Lab(SpecTopo(spec), out=out, seed=seed, name="burnin", params=params, quiet=quiet, agents=True) as lab:
         result = on_lab(lab, battery, faults, t0)
         lab.summary.update(result["summary"])
     write_outputs(out, result["checks"], result["health"], result["facts"])

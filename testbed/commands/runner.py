@@ -108,7 +108,8 @@ def run_scenario(scenario: Scenario, params: dict, seed: int, out: Path, quiet: 
     ``cli``: open Mininet's CLI once the fabric is up and again after the traffic; ``faults``:
     testbed.faults.plan faults played from the workload's start."""
     with Lab(scenario.topology(params, seed), out=out, seed=seed, name=scenario.name, params=params,
-             rxe=scenario.rxe_for(params), quiet=quiet, servers=params.get("servers", 1)) as lab:
+             rxe=scenario.rxe_for(params), quiet=quiet, servers=params.get("servers", 1),
+             agents=scenario.agents) as lab:
         for f in faults:
             lab.at(f.at_s, f)
         if cli:

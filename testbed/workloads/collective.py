@@ -89,6 +89,18 @@ def op_bound_s(plan, link, op: str, collective: str, efficiency: float) -> float
         return math.nan
 
 
+def agent_forks(lab) -> ForkServer:
+    """The Lab's one fork server for its collective jobs' agents (traffic.forkserver), started on first use (or with
+    the Lab, before its fabric is built, with ``Lab(agents=True)``, so its imports overlap the build) and ended with
+    the Lab: in the emulated lab VM its imports take ~3 s, once per Lab instead of once per job (a burn-in runs three
+    all-reduces)."""
+    if getattr(lab, "agent_forks", None) is None:
+        lab.agent_forks = ForkServer(netns.NETNS_DIR, netns.popen).start()
+        lab.on_teardown(lab.agent_forks.close)
+        lab.state.add("pids", lab.agent_forks.pid)
+    return lab.agent_forks
+
+
 class CollectiveJob:
     """One collective job on ``lab`` (see the module docstring). ``transport``: ``tcp``, ``rdma`` (the lab must
     have rxe devices) or ``uet``; ``cc`` and ``dscp``: the agents' sockets (and the background flows' congestion
@@ -110,12 +122,7 @@ class CollectiveJob:
         self.verify, self.timeout_s, self.sample_interval_ms = verify, timeout_s, sample_interval_ms
         # a lab over servers that are machines (testbed.workloads.serverlab): its agents start the ranks
         self.remote = getattr(lab, "server_run", None)
-        self.forks = None if os.environ.get("TESTBED_AGENT_SPAWN") == "exec" or self.remote else ForkServer(
-            netns.NETNS_DIR, netns.popen)
-        if self.forks:
-            self.forks.start()
-            lab.on_teardown(self.forks.close)
-            lab.state.add("pids", self.forks.pid)
+        self.forks = None if os.environ.get("TESTBED_AGENT_SPAWN") == "exec" or self.remote else agent_forks(lab)
         self.res = None
         self.bg_stats: list[dict] = []
         self.port_delta: dict = {}
