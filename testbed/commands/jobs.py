@@ -43,7 +43,8 @@ def run_once(jf, out: Path, seed: int, quiet: bool) -> dict:
 
     params = {"jobs_file": str(jf.path), "fabric": jf.fabric, "entries": describe(jf)}
     rxe = any(j.settings.transport == "rdma" for j in jf.jobs)
-    with Lab(SpecTopo(jf.spec), out=out, seed=seed, name="jobs", params=params, quiet=quiet, rxe=rxe) as lab:
+    with Lab(SpecTopo(jf.spec), out=out, seed=seed, name="jobs", params=params, quiet=quiet, rxe=rxe,
+             agents=True) as lab:
         ran = run_together(lab, jf.jobs, jf.checkpoints, jf.datasets, jf.inference)
         for name, s in ran.summaries.items():
             lab.summary.update({f"{name}_{k}": s.get(k) for k in ("step_ms_p50", "step_ms_p99", "cct_ms_p50",
