@@ -147,7 +147,8 @@ class Lab:
             self.rundir.write_manifest()
             self.rundir.write_csv("ports.csv", ["node", "port", "peer", "tier", "rate_mbps"],
                                   ((p.node, p.ifname, p.peer, p.tier, p.rate_mbps) for p in self.net.fabric.port_plans))
-            self.on_teardown(self._judge_fidelity)  # registered first: runs last, when every raw file is written
+            # registered before any workload's: runs after them, when every raw file is written
+            self.on_teardown(self._judge_fidelity)
             if self.net.fabric.balancing is not None:
                 self.on_teardown(self._record_balancing)
             if self.net.fabric.server_ns:

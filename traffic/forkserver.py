@@ -109,6 +109,7 @@ def serve() -> int:
             pid = os.fork()
             if pid == 0:
                 _child(req)
+            status.pop(pid, None)  # a pid the kernel reused: not the earlier agent's exit (the server lives a Lab)
             reply = {"pid": pid}
         elif req["op"] == "status":
             reply = {"rc": status.get(int(req["pid"]))}
@@ -219,7 +220,7 @@ class ForkServer:
         for c in self.children:
             try:
                 c.kill()  # only if the server has not reaped it (a reaped pid may belong to someone else now)
-            except (RuntimeError, OSError, ValueError):
+            except Exception:  # noqa: BLE001 - a server out of step (a signal mid-request) must not stop the close
                 pass
         try:
             self.proc.stdin.close()

@@ -276,7 +276,8 @@ class Battery:
                  f"all-reduce(s) of {self.s['size']}", "host flows: " + ", ".join(f"{a}>{b}" for a, b in m["pairs"]),
                  *[f"{k}: CCT p50 {v['cct_ms_p50']:.0f} ms, bound {v['bound_ms']:.0f} ms" for k, v in jobs.items()
                    if v.get("cct_ms_p50") is not None],
-                 f"CPU task: {m['cpu_loops']} loops of a Python loop (sized to about {bb.CPU_TASK_MS:g} ms here)",
+                 f"CPU task: {m['cpu_loops']} loops of a Python loop (sized to about {bb.CPU_TASK_MS:g} ms here, "
+                 f"at most {bb.CPU_LOOP})",
                  *[f"{h}: CPU task timed {len(ts)} times ({', '.join(f'{t:.0f}' for t in ts)} ms; the lowest is judged)"
                    for h, ts in m.get("cpu_retimed", {}).items()],
                  *[f"{h}: echoes sent {len(rs)} times (p99 {', '.join(f'{bb.p99_or_nan(r):.2f}' for r in rs)} ms; the "

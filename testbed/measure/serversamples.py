@@ -153,13 +153,15 @@ class ServersSampler:
 
 
 def sampled_port_delta(queues) -> dict[tuple[str, str], dict[str, int]] | None:
-    """A servers run's ports' drops and marks over the job, from queues.csv: each class's last sample minus its
-    first (every server's sampler, started when the ranks are ready and stopped after the job: the window over which
-    a one-machine run reads its qdisc counters), summed per port; None without samples (``sample_interval_ms=0``:
+    """A servers run's ports' counters over the job (drops, marks, sent bytes and packets, overlimits), from
+    queues.csv: each class's growth from its first sample to its last (analysis.metrics.counter_deltas, which also
+    bridges a counter reset), summed per port; every server's sampler runs from the ranks' ready to after the job, the
+    window over which a one-machine run reads its qdisc counters. None without samples (``sample_interval_ms=0``:
     the far ports' counters are not read)."""
     from analysis.metrics import port_counter_deltas
 
     if queues is None or not len(queues):
         return None
-    return {(r.node, r.port): {"drops": int(r.drops), "marks": int(r.marks)}
-            for r in port_counter_deltas(queues).itertuples(index=False)}
+    d = port_counter_deltas(queues)
+    counters = [c for c in d.columns if c not in ("node", "port")]
+    return {(r["node"], r["port"]): {c: int(r[c]) for c in counters} for r in d.to_dict("records")}

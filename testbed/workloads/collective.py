@@ -94,7 +94,8 @@ def agent_forks(lab) -> ForkServer:
     the Lab, before its fabric is built, with ``Lab(agents=True)``, so its imports overlap the build) and ended with
     the Lab: in the emulated lab VM its imports take ~3 s, once per Lab instead of once per job (a burn-in runs three
     all-reduces)."""
-    if getattr(lab, "agent_forks", None) is None:
+    forks = getattr(lab, "agent_forks", None)
+    if forks is None or forks.proc is None or forks.proc.poll() is not None:   # none yet, or it died: a new one
         lab.agent_forks = ForkServer(netns.NETNS_DIR, netns.popen).start()
         lab.on_teardown(lab.agent_forks.close)
         lab.state.add("pids", lab.agent_forks.pid)
@@ -205,6 +206,8 @@ class CollectiveJob:
         ctl.stop()
         self._record_ranks(ctl)
         self._write(sampler)
+        if self.remote is not None and sampler is not None:   # over servers: the ports' counters from the samples
+            self.port_delta = sampled_port_delta(load_csv(rundir.path / "queues.csv", "queues")) or {}
         return self
 
     def _record_ranks(self, ctl) -> None:
@@ -343,8 +346,6 @@ class CollectiveJob:
         spec, q = self.lab.net.spec, self.queue_stats
         ti = tcpinfo_deltas(self.res.tcp_info)
         tm = asum.tcp_metrics(run.tcp)
-        if self.remote is not None:   # over servers the ports' counters come from every server's samples
-            self.port_delta = sampled_port_delta(run.queues) or {}
 
         def pdelta(key: str, switch: bool) -> dict[str, int]:
             return {f"{n}:{i}": v[key] for (n, i), v in self.port_delta.items()
